@@ -1,0 +1,110 @@
+"""Backend choice: which array module the operators run on.
+
+``auto`` (default) uses the GPU when CuPy finds one and falls back to the CPU
+with one logged warning; ``gpu`` raises :class:`BackendError` when no GPU is
+usable; ``cpu`` always runs NumPy/PyArrow. Set it with
+:func:`set_backend` or the ``GPUWM_BACKEND`` environment variable. CuPy is
+imported only here, inside functions, so CPU machines and the Spark driver
+import gpuwm without CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import BackendError, ConfigError
+
+log = logging.getLogger("gpuwm")
+
+_CHOICES = ("auto", "cpu", "gpu")
+_choice: str | None = None
+_warned = False
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An array module and how to cross the host/device boundary."""
+
+    name: str  #: "cpu" or "gpu"
+    xp: Any  #: numpy or cupy
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.name == "gpu"
+
+    def asarray(self, host: np.ndarray) -> Any:
+        """Host -> device (a no-op on the CPU backend)."""
+        return host if not self.is_gpu else self.xp.asarray(host)
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        """Device -> host (a no-op on the CPU backend)."""
+        return a if not self.is_gpu else self.xp.asnumpy(a)
+
+
+CPU = Backend("cpu", np)
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees a usable CUDA device."""
+    try:
+        import cupy
+    except Exception:  # ImportError, or a broken CUDA install
+        return False
+    try:
+        return bool(cupy.is_available())
+    except Exception:
+        return False
+
+
+def _gpu_backend() -> Backend:
+    import cupy
+
+    return Backend("gpu", cupy)
+
+
+def set_backend(choice: str | None) -> None:
+    """Choose ``"auto"``, ``"cpu"`` or ``"gpu"`` for operators built from now on.
+
+    ``None`` returns to the ``GPUWM_BACKEND`` environment variable (default
+    ``auto``). Existing operators keep the backend they were built with:
+    their state lives there.
+    """
+    global _choice, _warned
+    if choice is not None and choice not in _CHOICES:
+        raise ConfigError(f"backend must be one of {_CHOICES}, got {choice!r}")
+    _choice = choice
+    _warned = False
+
+
+def current_choice() -> str:
+    choice = _choice or os.environ.get("GPUWM_BACKEND", "auto").strip().lower() or "auto"
+    if choice not in _CHOICES:
+        raise ConfigError(f"GPUWM_BACKEND must be one of {_CHOICES}, got {choice!r}")
+    return choice
+
+
+def get_backend(choice: str | None = None) -> Backend:
+    """Resolve a choice (default: the current one) to a :class:`Backend`."""
+    global _warned
+    choice = choice or current_choice()
+    if choice not in _CHOICES:
+        raise ConfigError(f"backend must be one of {_CHOICES}, got {choice!r}")
+    if choice == "cpu":
+        return CPU
+    if gpu_available():
+        return _gpu_backend()
+    if choice == "gpu":
+        raise BackendError(
+            "backend 'gpu' was requested but no usable GPU was found "
+            "(cupy is not installed, or cupy.is_available() is False); "
+            "install the 'gpu' extra on a CUDA machine or use backend 'cpu'/'auto'"
+        )
+    if not _warned:
+        log.warning("gpuwm: no usable GPU (cupy missing or no CUDA device); backend 'auto' runs on the CPU")
+        _warned = True
+    return CPU

@@ -1,0 +1,91 @@
+"""Order-preserving int64 codes for key columns, and back.
+
+Fixed-width columns map to int64 by value (floats through their ordered bit
+pattern, unsigned 64-bit through a sign flip), so codes sort like values.
+Other columns (strings, decimals, ...) go through a persistent dictionary:
+codes are stable across batches but not ordered; callers that must order by
+such a column sort the (small) output with Arrow. Nulls get :data:`NULL_CODE`,
+which sorts first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kernels import NONE
+
+from .backend import Backend
+from .frame import Column, _fixed_dtype, numpy_to_arrow
+
+NULL_CODE = NONE
+_SIGN = np.uint64(1 << 63)
+
+
+class KeyCodec:
+    """Encodes one key column's values as int64 codes (and decodes them)."""
+
+    def __init__(self, name: str, type_: pa.DataType):
+        self.name = name
+        self.type = type_
+        self.dtype = _fixed_dtype(type_)
+        self.ordered = self.dtype is not None
+        self._dict: dict[Any, int] = {}
+        self._values: list[Any] = []
+
+    # -- encode ----------------------------------------------------------------
+    def encode(self, xp: Any, col: Column, backend: Backend) -> Any:
+        if self.ordered:
+            v = col.values
+            if v.dtype.kind == "f":
+                bits = v.astype(xp.float64).view(xp.int64)
+                code = xp.where(bits < 0, bits ^ xp.int64(0x7FFFFFFFFFFFFFFF), bits)
+            elif v.dtype == xp.uint64:
+                code = (v ^ xp.uint64(_SIGN)).view(xp.int64)
+            else:
+                code = v.astype(xp.int64)
+            if col.valid is not None:
+                code = xp.where(col.valid, code, NULL_CODE)
+            return code
+        arr = col.values  # host pa.Array
+        uniq = pc.unique(arr).drop_null()
+        codes = []
+        for v in uniq.to_pylist():
+            c = self._dict.get(v)
+            if c is None:
+                c = len(self._values)
+                self._dict[v] = c
+                self._values.append(v)
+            codes.append(c)
+        pos = pc.index_in(arr, value_set=uniq).to_numpy(zero_copy_only=False)
+        lut = np.asarray(codes + [NULL_CODE], dtype=np.int64)
+        pos = np.where(np.isnan(pos), len(codes), pos).astype(np.int64) if pos.dtype.kind == "f" else pos
+        return backend.asarray(lut[pos])
+
+    # -- decode ----------------------------------------------------------------
+    def decode(self, codes: np.ndarray) -> pa.Array:
+        valid = codes != NULL_CODE
+        if self.ordered:
+            c = codes
+            if self.dtype.kind == "f":
+                bits = np.where(c < 0, c ^ np.int64(0x7FFFFFFFFFFFFFFF), c)
+                vals = bits.view(np.float64).astype(self.dtype)
+            elif self.dtype == np.uint64:
+                vals = c.view(np.uint64) ^ _SIGN
+            else:
+                vals = c.astype(self.dtype)
+            return numpy_to_arrow(self.type, vals, None if valid.all() else valid)
+        dictionary = pa.array(self._values, type=self.type)
+        idx = pa.array(np.where(valid, codes, 0), mask=~valid)
+        return dictionary.take(idx)
+
+    # -- state -----------------------------------------------------------------
+    def dictionary(self) -> pa.Array | None:
+        return None if self.ordered else pa.array(self._values, type=self.type)
+
+    def load_dictionary(self, values: pa.Array) -> None:
+        self._values = values.to_pylist()
+        self._dict = {v: i for i, v in enumerate(self._values)}

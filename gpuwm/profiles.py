@@ -1,0 +1,91 @@
+"""Watermark profiles: the conventions on which engines differ, by name.
+
+Each knob can also be set on its own (``WatermarkFilter(..., profile="flink",
+late_inclusive=False)``). The table in DESIGN.md / README.md is the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .errors import ConfigError
+
+EMITS = ("on-batch", "on-event")
+COMBINES = ("min", "max", "min-non-idle")
+NULLS = ("drop", "keep", "error")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One engine's watermark conventions.
+
+    Attributes
+    ----------
+    name : the profile's name.
+    minus_one : the watermark is ``max(ts) - delay - 1`` (1 in an integer
+        column's unit, 1 ms for timestamps) instead of ``max(ts) - delay``.
+    late_inclusive : a row is late when ``ts <= W`` (else ``ts < W``).
+    emit : default emit strategy, ``on-batch`` or ``on-event``.
+    lag : micro-batches the watermark lags the rows. 0: batch N filters with
+        the watermark before it and drains with the one after it. 1 (Spark):
+        batch N filters with the watermark of batch N-1's start (W_{N-2}) and
+        drains with the one at its own start (W_{N-1}).
+    combine : how split watermarks combine: ``min`` (all splits must report),
+        ``max`` (one global watermark over all rows, splits ignored), or
+        ``min-non-idle`` (idle splits don't hold the others back).
+    close_minus_one : a window ``[s, e)`` closes when ``W >= e - 1`` (else ``W >= e``).
+    release_inclusive : the stream sort releases rows with ``ts <= W`` (else ``ts < W``).
+    nulls : null event times in the filter: ``drop`` once a watermark exists
+        (they pass before), ``keep`` (always pass), ``error`` (raise).
+    """
+
+    name: str
+    minus_one: bool
+    late_inclusive: bool
+    emit: str
+    lag: int
+    combine: str
+    close_minus_one: bool
+    release_inclusive: bool
+    nulls: str
+
+    def __post_init__(self) -> None:
+        if self.emit not in EMITS:
+            raise ConfigError(f"emit must be one of {EMITS}, got {self.emit!r}")
+        if self.combine not in COMBINES:
+            raise ConfigError(f"combine must be one of {COMBINES}, got {self.combine!r}")
+        if self.nulls not in NULLS:
+            raise ConfigError(f"nulls must be one of {NULLS}, got {self.nulls!r}")
+        if self.lag not in (0, 1):
+            raise ConfigError(f"lag must be 0 or 1, got {self.lag!r}")
+        if self.lag == 1 and self.emit != "on-batch":
+            raise ConfigError("lag=1 (Spark's timing) needs emit='on-batch'")
+
+
+PROFILES: dict[str, Profile] = {
+    "risingwave": Profile("risingwave", False, False, "on-batch", 0, "min", False, False, "drop"),
+    "spark": Profile("spark", False, True, "on-batch", 1, "max", False, True, "keep"),
+    "flink": Profile("flink", True, True, "on-event", 0, "min-non-idle", True, True, "error"),
+}
+
+KNOBS = tuple(f.name for f in fields(Profile) if f.name != "name")
+
+
+def resolve(profile: str | Profile, **overrides: Any) -> Profile:
+    """A profile by name (or as given), with any knob overridden.
+
+    >>> resolve("risingwave", late_inclusive=True).late_inclusive
+    True
+    """
+    if isinstance(profile, Profile):
+        base = profile
+    else:
+        if profile not in PROFILES:
+            raise ConfigError(f"unknown profile {profile!r}; expected one of {sorted(PROFILES)}")
+        base = PROFILES[profile]
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = set(given) - set(KNOBS)
+    if unknown:
+        raise ConfigError(f"unknown profile knob(s) {sorted(unknown)}; knobs are {list(KNOBS)}")
+    return replace(base, **given) if given else base

@@ -1,0 +1,470 @@
+"""The watermark filter and the watermark merger.
+
+A :class:`WatermarkFilter` derives per-split watermarks from an event-time
+column (bounded out-of-orderness), drops late rows and counts them, and
+combines the split watermarks into one (min, global max, or min over
+non-idle splits — see :mod:`gpuwm.profiles`). A :class:`WatermarkMerger`
+combines watermarks reported by named inputs, with idleness and alignment.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kernels import NONE, watermark_filter
+
+from .backend import Backend, get_backend
+from .errors import ConfigError, SchemaError, WatermarkError
+from .frame import Frame, arrow_to_numpy
+from .profiles import Profile, resolve
+from .timecol import TimeDomain, event_time_domain, parse_interval
+
+
+def _now(now: datetime | None) -> datetime:
+    if now is None:
+        return datetime.now(timezone.utc)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    return now
+
+
+def _check_delay(delay: Any) -> Any:
+    delay = parse_interval(delay)
+    if isinstance(delay, bool) or not isinstance(delay, (int, timedelta)):
+        raise ConfigError(f"delay must be a timedelta, an interval string or an int, got {delay!r}")
+    if (isinstance(delay, int) and delay < 0) or (isinstance(delay, timedelta) and delay < timedelta(0)):
+        raise ConfigError(f"delay must be >= 0, got {delay!r}")
+    return delay
+
+
+def schema_to_text(schema: pa.Schema | None) -> str | None:
+    return None if schema is None else base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: str | None) -> pa.Schema | None:
+    return None if text is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def same_schema(expected: pa.Schema, got: pa.Schema, op: str) -> None:
+    if not expected.equals(got, check_metadata=False):
+        raise SchemaError(f"{op}: schema changed between calls.\nexpected: {expected}\ngot:      {got}")
+
+
+def combine_split_watermarks(
+    wms: Sequence[int],
+    active: Sequence[bool],
+    mode: str,
+) -> int | None:
+    """The combined watermark of splits before the never-decrease clamp.
+
+    ``wms`` use :data:`kernels.NONE` for "not reported". ``active[i]`` is
+    False for an idle split (``min-non-idle`` only). Returns None where the
+    splits can't yet agree (a split that counts has not reported, or every
+    split is idle: the caller keeps its last value).
+    """
+    if mode == "max":
+        vals = [w for w in wms if w != NONE]
+        return max(vals) if vals else None
+    if mode == "min":
+        if not wms or any(w == NONE for w in wms):
+            return None
+        return min(wms)
+    counted = [w for w, a in zip(wms, active) if a]
+    if not counted or any(w == NONE for w in counted):
+        return None
+    return min(counted)
+
+
+class WatermarkFilter:
+    """Drop late rows and track the watermark of an event-time column.
+
+    Parameters
+    ----------
+    column : name of the event-time column (timestamp or integer type).
+    delay : bounded out-of-orderness: a ``timedelta`` or ``"5 minutes"`` for
+        timestamp columns, an ``int`` in the column's unit for integer columns.
+    profile : ``"risingwave"``, ``"spark"`` or ``"flink"`` (see README).
+    emit : ``"on-batch"`` (one watermark per chunk) or ``"on-event"`` (row by
+        row in arrival order within a split); default from the profile.
+    split : name of a split column (e.g. Kafka ``partition``); None for one split.
+    splits : split values expected up front; under ``combine="min"`` the
+        combined watermark waits until all have reported.
+    idle_timeout : processing time after which a split with no rows stops
+        holding the combined watermark back (``min-non-idle``).
+    max_drift : alignment: splits ahead of the combined watermark by more than
+        this are reported by :meth:`held_back`.
+    backend : ``"auto"``, ``"cpu"`` or ``"gpu"`` (default: :func:`gpuwm.set_backend`).
+    **knobs : any profile knob, e.g. ``late_inclusive=False``.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, gpuwm
+    >>> f = gpuwm.WatermarkFilter("t", delay=2, profile="risingwave")
+    >>> f.process(pa.table({"t": [5, 9, 3]}))["t"].to_pylist()
+    [5, 9, 3]
+    >>> f.watermark, f.process(pa.table({"t": [6, 7, 10]}))["t"].to_pylist(), f.late_rows
+    (7, [7, 10], 1)
+    """
+
+    def __init__(
+        self,
+        column: str,
+        delay: Any,
+        profile: str | Profile = "risingwave",
+        emit: str | None = None,
+        split: str | None = None,
+        *,
+        splits: Iterable[Any] | None = None,
+        idle_timeout: Any = None,
+        max_drift: Any = None,
+        backend: str | None = None,
+        **knobs: Any,
+    ):
+        self.column = column
+        self.delay = _check_delay(delay)
+        self.profile = resolve(profile, emit=emit, **knobs)
+        self.split = split if self.profile.combine != "max" else None
+        self.split_column = split
+        self.idle_timeout = parse_interval(idle_timeout)
+        if self.idle_timeout is not None and (
+            not isinstance(self.idle_timeout, timedelta) or self.idle_timeout <= timedelta(0)
+        ):
+            raise ConfigError(f"idle_timeout must be a positive timedelta, got {idle_timeout!r}")
+        self.max_drift = parse_interval(max_drift)
+        self._backend: Backend = get_backend(backend)
+        self._schema: pa.Schema | None = None
+        self._domain: TimeDomain | None = None
+        self._eff_delay: int | None = None
+        self._drift_raw: int | None = None
+        # per split state (host arrays; tiny: one value per split)
+        self._keys: list[Any] = []
+        self._code: dict[Any, int] = {}
+        self._wm = np.zeros(0, dtype=np.int64)
+        self._wm_lag = np.zeros(0, dtype=np.int64)
+        self._active_at: list[datetime | None] = []
+        self._combined: int | None = None
+        self._combined_prev: int | None = None
+        self.late_rows = 0
+        self.null_rows = 0
+        self.null_rows_dropped = 0
+        self.rows_in = 0
+        self.batches = 0
+        if self.split is None:
+            self._add_split(None)
+        for s in splits or ():
+            self._add_split(s)
+
+    # -- splits ----------------------------------------------------------------
+    def _add_split(self, key: Any) -> int:
+        code = len(self._keys)
+        self._keys.append(key)
+        self._code[key] = code
+        self._wm = np.append(self._wm, np.int64(NONE))
+        self._wm_lag = np.append(self._wm_lag, np.int64(NONE))
+        self._active_at.append(None)
+        return code
+
+    def _split_codes(self, table: pa.Table) -> np.ndarray | None:
+        if self.split is None:
+            return None
+        if self.split not in table.column_names:
+            raise SchemaError(f"split column {self.split!r} not found; the table has columns {table.column_names}")
+        col = table.column(self.split)
+        if col.null_count:
+            raise SchemaError(f"split column {self.split!r} has {col.null_count} null value(s); every row needs a split")
+        enc = pc.dictionary_encode(col).combine_chunks()
+        remap = np.array([self._code.get(v) if v in self._code else self._add_split(v)
+                          for v in enc.dictionary.to_pylist()], dtype=np.int64)
+        idx = enc.indices.to_numpy(zero_copy_only=False)
+        return remap[idx] if remap.shape[0] else idx.astype(np.int64)
+
+    # -- set-up on the first table ---------------------------------------------
+    def _bind(self, schema: pa.Schema) -> None:
+        if self._schema is not None:
+            same_schema(self._schema, schema, "WatermarkFilter.process")
+            return
+        dom = event_time_domain(schema, self.column)
+        delay = dom.duration(self.delay, "delay")
+        self._eff_delay = delay + (dom.one_ms() if self.profile.minus_one else 0)
+        if self.max_drift is not None:
+            self._drift_raw = dom.duration(self.max_drift, "max_drift")
+        self._domain = dom
+        self._schema = schema
+
+    # -- the work --------------------------------------------------------------
+    def process(self, table: pa.Table, now: datetime | None = None) -> pa.Table:
+        """Filter one chunk / micro-batch; returns the kept rows, same schema.
+
+        An empty table is a no-data batch: it advances Spark-style lagged
+        watermarks and idleness, nothing else.
+        """
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self._bind(table.schema)
+        now = _now(now)
+        codes_h = self._split_codes(table)
+        b = self._backend
+        xp = b.xp
+        frame = None
+        if b.is_gpu:
+            frame = Frame.from_arrow(table, b)
+            ts, valid = frame.values(self.column)
+        else:
+            col = table.column(self.column)
+            arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+            if isinstance(arr, pa.ChunkedArray):
+                arr = pa.array([], type=col.type)
+            ts, valid = arrow_to_numpy(arr, np.dtype(np.int64) if self._domain.is_timestamp else
+                                       np.dtype(arr.type.to_pandas_dtype()))
+        n = table.num_rows
+        nnull = 0 if valid is None else int(n - xp.count_nonzero(valid))
+        if nnull and self.profile.nulls == "error":
+            raise WatermarkError(
+                f"{nnull} row(s) have a null event time in {self.column!r} and profile "
+                f"{self.profile.name!r} refuses nulls (nulls='error'); filter them out or set nulls='drop'/'keep'"
+            )
+        test = self._wm_lag if self.profile.lag else self._wm
+        codes = None if codes_h is None else b.asarray(codes_h)
+        res = watermark_filter(
+            xp, ts, valid, codes, len(self._keys), b.asarray(test), b.asarray(self._wm),
+            delay=self._eff_delay, inclusive=self.profile.late_inclusive,
+            on_event=self.profile.emit == "on-event",
+            drop_nulls=self.profile.nulls == "drop",
+        )
+        # state changes only after the kernel succeeded
+        self._wm_lag = self._wm
+        self._wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
+        if n:
+            seen = np.unique(codes_h) if codes_h is not None else np.array([0])
+            for c in seen.tolist():
+                self._active_at[c] = now
+        self._combined_prev = self._combined
+        self._combine(now)
+        self.late_rows += res.late
+        self.null_rows += nnull
+        self.null_rows_dropped += res.nulls_dropped
+        self.rows_in += n
+        self.batches += 1
+        if res.keep is None:
+            return table
+        if frame is not None:
+            return frame.filter(res.keep).to_arrow()
+        return table.filter(pa.array(res.keep))
+
+    def _activity(self, now: datetime) -> list[bool]:
+        if self.idle_timeout is None:
+            return [True] * len(self._keys)
+        return [a is not None and now - a <= self.idle_timeout for a in self._active_at]
+
+    def _combine(self, now: datetime) -> None:
+        cand = combine_split_watermarks(self._wm.tolist(), self._activity(now), self.profile.combine)
+        if cand is not None and (self._combined is None or cand > self._combined):
+            self._combined = cand
+
+    # -- what users read -------------------------------------------------------
+    def _out(self, raw: int | None) -> Any:
+        if raw is None:
+            return None
+        return self._domain.from_raw(raw) if self._domain else raw
+
+    @property
+    def watermark(self) -> Any:
+        """The combined watermark after the last batch (never decreases);
+        ``pd.Timestamp`` (UTC) for timestamp columns, ``int`` for integer
+        columns, None before any."""
+        return self._out(self._combined)
+
+    @property
+    def watermark_raw(self) -> int | None:
+        return self._combined
+
+    @property
+    def output_watermark(self) -> Any:
+        """The watermark downstream operators drain with after this batch:
+        the combined watermark, or (``lag=1``, Spark) the one before it."""
+        return self._out(self._combined_prev if self.profile.lag else self._combined)
+
+    @property
+    def split_watermarks(self) -> dict[Any, Any]:
+        """Each split's own watermark (None: not reported yet)."""
+        return {k: self._out(None if w == NONE else int(w)) for k, w in zip(self._keys, self._wm.tolist())}
+
+    def idle_splits(self, now: datetime | None = None) -> list[Any]:
+        act = self._activity(_now(now))
+        return [k for k, a in zip(self._keys, act) if not a]
+
+    def held_back(self, now: datetime | None = None) -> list[Any]:
+        """Splits whose watermark is ahead of the slowest non-idle split by
+        more than ``max_drift`` (alignment): their source should pause."""
+        if self._drift_raw is None:
+            return []
+        act = self._activity(_now(now))
+        live = [int(w) for w, a in zip(self._wm.tolist(), act) if a and w != NONE]
+        if not live:
+            return []
+        bound = min(live) + self._drift_raw
+        return [k for k, w, a in zip(self._keys, self._wm.tolist(), act) if a and w != NONE and w > bound]
+
+    # -- state -----------------------------------------------------------------
+    def snapshot(self) -> pa.Table:
+        """Per-split state as a table (metadata holds the rest)."""
+        meta = {
+            "combined": self._combined, "combined_prev": self._combined_prev,
+            "late_rows": self.late_rows, "null_rows": self.null_rows,
+            "null_rows_dropped": self.null_rows_dropped, "rows_in": self.rows_in,
+            "batches": self.batches, "schema": schema_to_text(self._schema),
+        }
+        keys = [json.dumps(k) for k in self._keys]
+        return pa.table(
+            {
+                "split": pa.array(keys, pa.string()),
+                "watermark": pa.array([None if w == NONE else int(w) for w in self._wm.tolist()], pa.int64()),
+                "watermark_lag": pa.array([None if w == NONE else int(w) for w in self._wm_lag.tolist()], pa.int64()),
+                "active_at": pa.array(self._active_at, pa.timestamp("us", tz="UTC")),
+            }
+        ).replace_schema_metadata({"gpuwm.filter": json.dumps(meta)})
+
+    def restore(self, snapshots: pa.Table | Sequence[pa.Table]) -> "WatermarkFilter":
+        """Restore from one snapshot (exact continuation) or several (rescale:
+        each split takes the maximum over all persisted values, and the
+        combined watermark the maximum of the persisted ones, so it never goes
+        backwards). Counters add up."""
+        if isinstance(snapshots, pa.Table):
+            snapshots = [snapshots]
+        if self.batches:
+            raise WatermarkError("restore() must be called on a fresh WatermarkFilter")
+        combined = combined_prev = None
+        for snap in snapshots:
+            meta = json.loads(snap.schema.metadata[b"gpuwm.filter"])
+            schema = schema_from_text(meta.get("schema"))
+            if schema is not None:
+                self._bind(schema)
+            for k in ("late_rows", "null_rows", "null_rows_dropped", "rows_in"):
+                setattr(self, k, getattr(self, k) + meta[k])
+            self.batches = max(self.batches, meta["batches"])
+            combined = _max_opt(combined, meta["combined"])
+            combined_prev = _max_opt(combined_prev, meta["combined_prev"])
+            for row in snap.to_pylist():
+                key = json.loads(row["split"])
+                key = tuple(key) if isinstance(key, list) else key
+                code = self._code[key] if key in self._code else self._add_split(key)
+                for arr, col in ((self._wm, "watermark"), (self._wm_lag, "watermark_lag")):
+                    if row[col] is not None and (arr[code] == NONE or row[col] > arr[code]):
+                        arr[code] = row[col]
+                act = row["active_at"]
+                if act is not None and (self._active_at[code] is None or act > self._active_at[code]):
+                    self._active_at[code] = act
+        self._combined, self._combined_prev = combined, combined_prev
+        return self
+
+
+def _max_opt(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+class WatermarkMerger:
+    """Combine the watermarks of named inputs (streams, splits, stages).
+
+    The combined watermark is the minimum over inputs that are not idle; it
+    is None until every input has reported, and it never decreases. An input
+    is idle when it has not reported for longer than ``idle_timeout``
+    (processing time); any report makes it active again; when all inputs are
+    idle the last value stays. With ``max_drift`` (alignment), inputs whose
+    watermark is ahead of the minimum by more than the drift are
+    :meth:`held_back`, and :meth:`max_allowed` is the bound they may reach.
+
+    Watermarks may be ints or datetimes; ``max_drift`` is then an int or a
+    timedelta accordingly.
+
+    Examples
+    --------
+    >>> m = WatermarkMerger(["a", "b"], max_drift=1000)
+    >>> m.update("a", 42, now=None) is None
+    True
+    >>> m.update("b", 44), m.max_allowed(), m.update("a", 5000), m.max_allowed(), m.held_back()
+    (42, 1042, 44, 1044, ['a'])
+    """
+
+    def __init__(self, inputs: Sequence[str], idle_timeout: Any = None, max_drift: Any = None):
+        inputs = list(inputs)
+        if not inputs:
+            raise ConfigError("WatermarkMerger needs at least one input")
+        if len(set(inputs)) != len(inputs):
+            raise ConfigError(f"WatermarkMerger inputs must be distinct, got {inputs}")
+        self.inputs = inputs
+        self.idle_timeout = parse_interval(idle_timeout)
+        if self.idle_timeout is not None and (
+            not isinstance(self.idle_timeout, timedelta) or self.idle_timeout <= timedelta(0)
+        ):
+            raise ConfigError(f"idle_timeout must be a positive timedelta, got {idle_timeout!r}")
+        self.max_drift = parse_interval(max_drift)
+        self._wm: dict[str, Any] = {}
+        self._at: dict[str, datetime] = {}
+        self._combined: Any = None
+
+    def update(self, input: str, watermark: Any, now: datetime | None = None) -> Any:
+        """Report ``input``'s watermark at processing time ``now``; returns the
+        combined watermark (None until every input has reported)."""
+        if input not in self.inputs:
+            raise ConfigError(f"unknown input {input!r}; inputs are {self.inputs}")
+        if watermark is None:
+            raise WatermarkError(f"input {input!r} reported a None watermark")
+        now = _now(now)
+        old = self._wm.get(input)
+        if old is None or watermark > old:
+            self._wm[input] = watermark
+        self._at[input] = now
+        return self.combined(now)
+
+    def _live(self, now: datetime) -> list[str]:
+        if self.idle_timeout is None:
+            return list(self.inputs)
+        return [i for i in self.inputs if i in self._at and now - self._at[i] <= self.idle_timeout]
+
+    def idle(self, now: datetime | None = None) -> list[str]:
+        live = set(self._live(_now(now)))
+        return [i for i in self.inputs if i not in live]
+
+    def combined(self, now: datetime | None = None) -> Any:
+        """The combined watermark at processing time ``now``."""
+        now = _now(now)
+        if len(self._wm) == len(self.inputs):
+            live = self._live(now)
+            if live:
+                cand = min(self._wm[i] for i in live)
+                if self._combined is None or cand > self._combined:
+                    self._combined = cand
+        return self._combined
+
+    def max_allowed(self, now: datetime | None = None) -> Any:
+        """Alignment bound: min over non-idle inputs' watermarks + max_drift."""
+        if self.max_drift is None:
+            return None
+        live = [self._wm[i] for i in self._live(_now(now)) if i in self._wm]
+        return None if not live else min(live) + self.max_drift
+
+    def held_back(self, now: datetime | None = None) -> list[str]:
+        bound = self.max_allowed(now)
+        if bound is None:
+            return []
+        return [i for i in self._live(_now(now)) if i in self._wm and self._wm[i] > bound]
+
+    def snapshot(self) -> dict:
+        return {"watermarks": dict(self._wm), "active_at": dict(self._at), "combined": self._combined}
+
+    def restore(self, snap: dict) -> "WatermarkMerger":
+        self._wm = dict(snap["watermarks"])
+        self._at = dict(snap["active_at"])
+        self._combined = snap["combined"]
+        return self

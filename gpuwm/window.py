@@ -1,0 +1,484 @@
+"""Windowed aggregation whose state the watermark cleans up.
+
+Windows are aligned to the epoch (like Spark, Flink and RisingWave):
+``Tumble(size)`` puts ``ts`` in ``[tumble_start(ts), +size)``; ``Hop(size,
+slide)`` in the ``size // slide`` windows ``[s, s + size)`` with ``s`` a
+multiple of ``slide`` and ``s <= ts < s + size``.
+
+State is one block per open window (its group keys sorted, with accumulator
+columns on the backend's device). ``push`` aggregates the chunk into
+partials and merges them into the blocks of the windows it touches only, so
+its cost does not grow with the number of open windows. ``drain(W)`` emits
+every window with ``end <= W`` (``end - 1 <= W`` under ``flink``) and deletes
+its state. A row whose window was already closed by an earlier drain is
+dropped and counted in ``late_rows`` (for hopping windows: per window).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kernels import assign_windows, derive_watermarks, group_reduce
+
+from .backend import Backend, get_backend
+from .errors import ConfigError, SchemaError, WatermarkError
+from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
+from .keys import KeyCodec
+from .profiles import Profile, resolve
+from .timecol import TimeDomain, event_time_domain, parse_interval
+from .sort import _decode_instant, _encode_instant
+from .watermark import same_schema, schema_from_text, schema_to_text
+
+AGG_FUNCS = ("count", "sum", "min", "max", "mean")
+EMIT_MODES = ("on-window-close", "on-update")
+_I64 = np.iinfo(np.int64)
+
+
+def _positive(value: Any, what: str) -> Any:
+    value = parse_interval(value)
+    if isinstance(value, bool) or not isinstance(value, (int, timedelta)):
+        raise ConfigError(f"{what} must be a timedelta, an interval string or an int, got {value!r}")
+    if (isinstance(value, int) and value <= 0) or (isinstance(value, timedelta) and value <= timedelta(0)):
+        raise ConfigError(f"{what} must be > 0, got {value!r}")
+    return value
+
+
+def _as_ns(value: Any) -> int:
+    return value // timedelta(microseconds=1) * 1000 if isinstance(value, timedelta) else value
+
+
+@dataclass(frozen=True)
+class _Window:
+    column: str
+    size: Any
+    slide: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _positive(self.size, "size"))
+        object.__setattr__(self, "slide", _positive(self.slide, "slide"))
+        if type(self.size) is not type(self.slide):
+            raise ConfigError(f"size {self.size!r} and slide {self.slide!r} must both be durations or both ints")
+        if self.slide > self.size:
+            raise ConfigError(f"slide {self.slide!r} must not exceed size {self.size!r}")
+        if self.size % self.slide:
+            raise ConfigError(f"slide {self.slide!r} must divide size {self.size!r}")
+
+    def raw(self, dom: TimeDomain) -> tuple[int, int]:
+        return dom.duration(self.size, "size", allow_zero=False), dom.duration(self.slide, "slide", allow_zero=False)
+
+    def derive(self, watermark: Any) -> tuple[Any, Any]:
+        """(window_start watermark, window_end watermark) for a watermark on
+        the event-time column (RisingWave's derivation)."""
+        if watermark is None:
+            return None, None
+        if isinstance(watermark, int) and not isinstance(watermark, bool):
+            if not isinstance(self.size, int):
+                raise ConfigError("an int watermark needs an int window size")
+            return derive_watermarks(watermark, self.size, self.slide)
+        ts = pd.Timestamp(watermark)
+        tz = ts.tz
+        if tz is None:
+            ts = ts.tz_localize("UTC")
+        s, e = derive_watermarks(ts.as_unit("ns").value, _as_ns(self.size), _as_ns(self.slide))
+        conv = (lambda v: pd.Timestamp(v, unit="ns", tz="UTC")) if tz is not None else (
+            lambda v: pd.Timestamp(v, unit="ns"))
+        return conv(s), conv(e)
+
+
+class Tumble(_Window):
+    """Tumbling windows of ``size`` on ``column``.
+
+    >>> Tumble("ts", 10).derive(47)
+    (40, 50)
+    """
+
+    def __init__(self, column: str, size: Any):
+        super().__init__(column, size, size)
+
+    def __repr__(self) -> str:
+        return f"Tumble({self.column!r}, {self.size!r})"
+
+
+class Hop(_Window):
+    """Hopping (sliding) windows of ``size`` every ``slide`` on ``column``.
+
+    >>> Hop("ts", size=30, slide=15).derive(47)
+    (30, 60)
+    """
+
+    def __init__(self, column: str, size: Any, slide: Any):
+        super().__init__(column, size, slide)
+
+    def __repr__(self) -> str:
+        return f"Hop({self.column!r}, size={self.size!r}, slide={self.slide!r})"
+
+
+@dataclass(frozen=True)
+class _Acc:
+    agg: str  # output name
+    role: str  # n, s, nn, v
+    dtype: np.dtype
+    op: str  # add, min, max
+
+
+class WindowAggregate:
+    """Aggregate rows per (window, group key); emit and forget closed windows.
+
+    Parameters
+    ----------
+    window : :class:`Tumble` or :class:`Hop`.
+    by : group key columns (may be empty).
+    aggs : ``{output: (column, fn)}`` with fn in count, sum, min, max, mean;
+        ``("*", "count")`` counts rows, ``(col, "count")`` non-null values.
+        Nulls are ignored; an aggregate over no non-null value is null.
+    emit : ``"on-window-close"`` (``drain`` returns final rows) or
+        ``"on-update"`` (``push`` returns the changed windows' current values;
+        ``drain`` only evicts).
+    profile : the window-close boundary (``flink`` closes at ``W >= end - 1``).
+    close_minus_one : override the profile's boundary.
+
+    Output columns: ``window_start``, ``window_end`` (the event-time column's
+    type), the ``by`` columns, the aggregates; ordered by window_start, then by.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, gpuwm
+    >>> a = gpuwm.WindowAggregate(gpuwm.Tumble("ts", 10), by=["k"],
+    ...                           aggs={"n": ("*", "count"), "m": ("v", "max")})
+    >>> a.push(pa.table({"ts": [1, 5, 12], "k": [1, 1, 2], "v": [3.0, 4.0, 1.0]}))
+    >>> a.drain(10).to_pydict()
+    {'window_start': [0], 'window_end': [10], 'k': [1], 'n': [2], 'm': [4.0]}
+    """
+
+    def __init__(
+        self,
+        window: _Window,
+        by: Sequence[str] = (),
+        aggs: Mapping[str, tuple[str, str]] | None = None,
+        emit: str = "on-window-close",
+        profile: str | Profile = "risingwave",
+        *,
+        close_minus_one: bool | None = None,
+        backend: str | None = None,
+    ):
+        if not isinstance(window, _Window):
+            raise ConfigError(f"window must be gpuwm.Tumble or gpuwm.Hop, got {window!r}")
+        if emit not in EMIT_MODES:
+            raise ConfigError(f"emit must be one of {EMIT_MODES}, got {emit!r}")
+        self.window = window
+        self.by = [by] if isinstance(by, str) else list(by)
+        self.aggs = dict(aggs) if aggs is not None else {"count": ("*", "count")}
+        if not self.aggs:
+            raise ConfigError("aggs must name at least one aggregate, e.g. {'n': ('*', 'count')}")
+        for name, spec in self.aggs.items():
+            if not (isinstance(spec, tuple) and len(spec) == 2):
+                raise ConfigError(f"aggregate {name!r} must be (column, function), got {spec!r}")
+            col, fn = spec
+            if fn not in AGG_FUNCS:
+                raise ConfigError(f"unknown aggregate function {fn!r} in {name!r}; expected one of {AGG_FUNCS}")
+            if col == "*" and fn != "count":
+                raise ConfigError(f"aggregate {name!r}: '*' only works with count, not {fn!r}")
+        clash = {"window_start", "window_end"} & (set(self.aggs) | set(self.by))
+        if clash or set(self.aggs) & set(self.by):
+            raise ConfigError(f"output column names collide: {sorted(clash or set(self.aggs) & set(self.by))}")
+        self.emit = emit
+        self.profile = resolve(profile, close_minus_one=close_minus_one)
+        self._backend: Backend = get_backend(backend)
+        self._schema: pa.Schema | None = None
+        self._blocks: dict[int, tuple[list[Any], list[Any]]] = {}
+        self._drained: int | None = None
+        self._pending_drain: Any = None
+        self.late_rows = 0
+        self.null_rows = 0
+        self.rows_in = 0
+        self.rows_out = 0
+
+    # -- set-up ----------------------------------------------------------------
+    def _bind(self, schema: pa.Schema) -> None:
+        if self._schema is not None:
+            same_schema(self._schema, schema, "WindowAggregate.push")
+            return
+        dom = event_time_domain(schema, self.window.column)
+        self._size, self._slide = self.window.raw(dom)
+        self._close = 1 if self.profile.close_minus_one else 0
+        for k in self.by:
+            if k not in schema.names:
+                raise SchemaError(f"group key column {k!r} not found; the table has columns {schema.names}")
+        self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.by]
+        accs: list[_Acc] = []
+        out_fields = [pa.field("window_start", dom.type), pa.field("window_end", dom.type)]
+        out_fields += [schema.field(k) for k in self.by]
+        for name, (col, fn) in self.aggs.items():
+            if col != "*" and col not in schema.names:
+                raise SchemaError(f"aggregate {name!r}: column {col!r} not found; the table has columns {schema.names}")
+            t = None if col == "*" else schema.field(col).type
+            if fn == "count":
+                accs.append(_Acc(name, "n", np.dtype(np.int64), "add"))
+                out_fields.append(pa.field(name, pa.int64()))
+                continue
+            numeric = t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t))
+            ordered = numeric or (t is not None and (pa.types.is_timestamp(t) or pa.types.is_date(t)
+                                                     or pa.types.is_duration(t)))
+            if fn in ("sum", "mean") and not numeric:
+                raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric column, {col!r} is {t}")
+            if fn in ("min", "max") and not ordered:
+                raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric or temporal column, {col!r} is {t}")
+            if fn == "mean":
+                dt, out_t = np.dtype(np.float64), pa.float64()
+            elif fn == "sum":
+                isf = pa.types.is_floating(t)
+                dt = np.dtype(np.float64 if isf else np.int64)
+                out_t = pa.float64() if isf else pa.int64()
+            else:
+                isf = pa.types.is_floating(t)
+                dt, out_t = np.dtype(np.float64 if isf else np.int64), t
+            role = "v" if fn in ("min", "max") else "s"
+            op = {"min": "min", "max": "max"}.get(fn, "add")
+            accs.append(_Acc(name, role, dt, op))
+            accs.append(_Acc(name, "nn", np.dtype(np.int64), "add"))
+            out_fields.append(pa.field(name, out_t))
+        self._accs = accs
+        self._domain = dom
+        self._out_schema = pa.schema(out_fields)
+        self._schema = schema
+        if self._pending_drain is not None:
+            self._drained = dom.to_raw(self._pending_drain)
+
+    # -- push ------------------------------------------------------------------
+    def _acc_inputs(self, xp: Any, frame: Frame, rows: Any) -> list[Any]:
+        out = []
+        for acc in self._accs:
+            col, fn = self.aggs[acc.agg]
+            m = rows.shape[0]
+            if acc.role == "n" and col == "*":
+                out.append(xp.ones(m, dtype=xp.int64))
+                continue
+            values, valid = frame.values(col)
+            ok = None if valid is None else valid[rows]
+            if acc.role in ("n", "nn"):
+                out.append(xp.ones(m, dtype=xp.int64) if ok is None else ok.astype(xp.int64))
+                continue
+            v = values[rows].astype(acc.dtype)
+            if ok is not None:
+                ident = 0 if acc.op == "add" else self._identity(acc)
+                v = xp.where(ok, v, ident)
+            out.append(v)
+        return out
+
+    @staticmethod
+    def _identity(acc: _Acc) -> Any:
+        if acc.dtype.kind == "f":
+            return np.inf if acc.op == "min" else -np.inf
+        return _I64.max if acc.op == "min" else _I64.min
+
+    def push(self, table: pa.Table) -> pa.Table | None:
+        """Aggregate a chunk into the open windows. Returns None, or under
+        ``emit="on-update"`` the changed (window, key) rows' current values."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self._bind(table.schema)
+        self.rows_in += table.num_rows
+        b = self._backend
+        xp = b.xp
+        frame = Frame.from_arrow(table, b)
+        ts, valid = frame.values(self.window.column)
+        ts = ts.astype(xp.int64, copy=False)
+        base = None
+        if valid is not None:
+            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
+            base = xp.nonzero(valid)[0]
+            ts = ts[base]
+        rows, starts = assign_windows(xp, ts, self._size, self._slide)
+        if self._drained is not None and rows.shape[0]:
+            open_ = starts + self._size > self._drained + self._close
+            nlate = int(rows.shape[0] - xp.count_nonzero(open_))
+            if nlate:
+                self.late_rows += nlate
+                rows, starts = rows[open_], starts[open_]
+        if base is not None:
+            rows = base[rows]
+        if rows.shape[0] == 0:
+            return self._empty_out() if self.emit == "on-update" else None
+        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        keys = [starts] + [c[rows] for c in codes]
+        accs = self._acc_inputs(xp, frame, rows)
+        gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
+        changed = self._merge(xp, gkeys, gaccs)
+        if self.emit == "on-update":
+            out = self._finalize(*changed)
+            self.rows_out += out.num_rows
+            return out
+        return None
+
+    def _merge(self, xp: Any, gkeys: list[Any], gaccs: list[Any]) -> tuple[Any, list[Any], list[Any]]:
+        """Merge partials (sorted by window, keys) into the touched windows'
+        blocks. Returns the changed groups (window, key codes, accumulators)."""
+        b = self._backend
+        wins = gkeys[0]
+        touched = np.unique(b.to_numpy(wins)).tolist()  # few: one per window in the chunk
+        existing = [w for w in touched if w in self._blocks]
+        on_update = self.emit == "on-update"
+        ops = [a.op for a in self._accs]
+        if existing:
+            parts_k = [[xp.full(self._blocks[w][1][0].shape[0], w, dtype=xp.int64) for w in existing]]
+            for i in range(len(self.by)):
+                parts_k.append([self._blocks[w][0][i] for w in existing])
+            parts_a = [[self._blocks[w][1][j] for w in existing] for j in range(len(self._accs))]
+            allk = [xp.concatenate(p + [g]) for p, g in zip(parts_k, gkeys)]
+            alla = [xp.concatenate(p + [g]) for p, g in zip(parts_a, gaccs)]
+            if on_update:
+                nstate = int(sum(p.shape[0] for p in parts_k[0]))
+                flag = xp.concatenate([xp.zeros(nstate, xp.int64), xp.ones(gkeys[0].shape[0], xp.int64)])
+                alla.append(flag)
+                ops = ops + ["max"]
+            gkeys, gaccs, _, _ = group_reduce(xp, allk, alla, ops)
+            wins = gkeys[0]
+        bounds = b.to_numpy(xp.searchsorted(wins, xp.asarray(touched + [_I64.max], dtype=xp.int64)))
+        bounds[-1] = wins.shape[0]
+        for i, w in enumerate(touched):
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            self._blocks[w] = ([k[lo:hi] for k in gkeys[1:]], [a[lo:hi] for a in gaccs[: len(self._accs)]])
+        if on_update and existing:
+            sel = gaccs[-1] == 1
+            return wins[sel], [k[sel] for k in gkeys[1:]], [a[sel] for a in gaccs[: len(self._accs)]]
+        return wins, gkeys[1:], gaccs[: len(self._accs)]
+
+    # -- drain -----------------------------------------------------------------
+    def drain(self, watermark: Any) -> pa.Table:
+        """Emit (``on-window-close``) and delete every window closed by ``watermark``."""
+        if self._schema is None:
+            # nothing pushed yet: no rows, no schema; remember the watermark
+            # so that later rows behind it count as late
+            if watermark is not None:
+                self._pending_drain = watermark
+            return pa.table({})
+        if watermark is None:
+            return self._empty_out()
+        w = self._domain.to_raw(watermark)
+        if self._drained is not None and w < self._drained:
+            raise WatermarkError(
+                f"watermark went backwards: drain({watermark!r}) after a drain at "
+                f"{self._domain.from_raw(self._drained)!r}"
+            )
+        self._drained = w
+        closed = sorted(s for s in self._blocks if s + self._size <= w + self._close)
+        if not closed:
+            return self._empty_out()
+        xp = self._backend.xp
+        blocks = [self._blocks.pop(s) for s in closed]
+        if self.emit == "on-update":
+            return self._empty_out()
+        nrows = [blk[1][0].shape[0] for blk in blocks]
+        wins = xp.concatenate([xp.full(n, s, dtype=xp.int64) for s, n in zip(closed, nrows)])
+        keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
+        accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
+        out = self._finalize(wins, keys, accs)
+        self.rows_out += out.num_rows
+        return out
+
+    # -- output ----------------------------------------------------------------
+    def _empty_out(self) -> pa.Table:
+        return self._out_schema.empty_table()
+
+    def _finalize(self, wins: Any, keys: list[Any], accs: list[Any]) -> pa.Table:
+        b = self._backend
+        t = self._domain.type
+        wdt = np.dtype(np.int64) if self._domain.is_timestamp else np.dtype(t.to_pandas_dtype())
+        w = b.to_numpy(wins)
+        cols = [numpy_to_arrow(t, w.astype(wdt), None), numpy_to_arrow(t, (w + self._size).astype(wdt), None)]
+        cols += [c.decode(b.to_numpy(k)) for c, k in zip(self._codecs, keys)]
+        host = [b.to_numpy(a) for a in accs]
+        j = 0
+        for name, (col, fn) in self.aggs.items():
+            field = self._out_schema.field(name)
+            if fn == "count":
+                cols.append(pa.array(host[j], pa.int64()))
+                j += 1
+                continue
+            v, nn = host[j], host[j + 1]
+            j += 2
+            valid = nn > 0
+            if fn == "mean":
+                v = v / np.where(valid, nn, 1)
+            if fn in ("min", "max") and v.dtype.kind != "f":
+                v = v.astype(_fixed_dtype(field.type))
+            cols.append(numpy_to_arrow(field.type, np.where(valid, v, 0).astype(v.dtype), valid))
+        out = pa.Table.from_arrays(cols, schema=self._out_schema)
+        if any(not c.ordered for c in self._codecs):
+            out = sort_table(out, ["window_start", *self.by])
+        return out
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def state_rows(self) -> int:
+        return sum(blk[1][0].shape[0] for blk in self._blocks.values())
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(a.nbytes for blk in self._blocks.values() for part in blk for a in part)
+
+    @property
+    def open_windows(self) -> int:
+        return len(self._blocks)
+
+    def snapshot(self) -> dict[str, pa.Table]:
+        """``{"state": rows of every open window, "dict.<col>": key dictionaries}``."""
+        meta = {"drained": self._drained, "pending": _encode_instant(self._pending_drain), "late_rows": self.late_rows, "null_rows": self.null_rows,
+                "rows_in": self.rows_in, "rows_out": self.rows_out,
+                "schema": schema_to_text(self._schema)}
+        out: dict[str, pa.Table] = {}
+        cols: dict[str, Any] = {"window_start": pa.array([], pa.int64())}
+        if self._schema is not None:
+            b = self._backend
+            xp = b.xp
+            starts = sorted(self._blocks)
+            blocks = [self._blocks[s] for s in starts]
+            n = [blk[1][0].shape[0] for blk in blocks]
+            cols = {"window_start": np.repeat(np.asarray(starts, dtype=np.int64), n)}
+            for i, k in enumerate(self.by):
+                cols[f"key.{k}"] = b.to_numpy(xp.concatenate([blk[0][i] for blk in blocks])) if blocks else \
+                    np.zeros(0, np.int64)
+            for j, acc in enumerate(self._accs):
+                cols[f"acc.{acc.agg}.{acc.role}"] = b.to_numpy(xp.concatenate([blk[1][j] for blk in blocks])) \
+                    if blocks else np.zeros(0, acc.dtype)
+            for c in self._codecs:
+                d = c.dictionary()
+                if d is not None:
+                    out[f"dict.{c.name}"] = pa.table({"value": d})
+        out["state"] = pa.table(cols).replace_schema_metadata({"gpuwm.window": json.dumps(meta)})
+        return out
+
+    def restore(self, snapshot: Mapping[str, pa.Table]) -> "WindowAggregate":
+        """Continue exactly where the snapshotted operator stopped."""
+        if self._schema is not None:
+            raise WatermarkError("restore() must be called on a fresh WindowAggregate")
+        state = snapshot["state"]
+        meta = json.loads(state.schema.metadata[b"gpuwm.window"])
+        if meta["schema"] is not None:
+            self._bind(schema_from_text(meta["schema"]))
+            for c in self._codecs:
+                if f"dict.{c.name}" in snapshot:
+                    c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+            b = self._backend
+            wins = state.column("window_start").to_numpy()
+            keys = [b.asarray(state.column(f"key.{k}").to_numpy()) for k in self.by]
+            accs = [b.asarray(state.column(f"acc.{a.agg}.{a.role}").to_numpy()) for a in self._accs]
+            starts, first = np.unique(wins, return_index=True)
+            bounds = list(first) + [wins.shape[0]]
+            for i, s in enumerate(starts.tolist()):
+                lo, hi = int(bounds[i]), int(bounds[i + 1])
+                self._blocks[s] = ([k[lo:hi] for k in keys], [a[lo:hi] for a in accs])
+        self._drained = meta["drained"]
+        if meta["schema"] is None:
+            self._pending_drain = _decode_instant(meta.get("pending"))
+        self.late_rows, self.null_rows = meta["late_rows"], meta["null_rows"]
+        self.rows_in, self.rows_out = meta["rows_in"], meta["rows_out"]
+        return self

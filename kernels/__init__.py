@@ -1,0 +1,26 @@
+"""gpuwm kernels: pure array functions over an array namespace ``xp``.
+
+No state, no Spark, no I/O, and no module-level GPU import. Each function
+runs the same steps on ``numpy`` and on ``cupy``.
+"""
+
+from .order import group_starts, order_indices
+from .sort import cut, merge_released
+from .watermark import FilterResult, per_split_max, watermark_filter
+from .window import assign_windows, derive_watermarks, group_reduce, tumble_start
+from .xp import NONE
+
+__all__ = [
+    "NONE",
+    "FilterResult",
+    "assign_windows",
+    "cut",
+    "derive_watermarks",
+    "group_reduce",
+    "group_starts",
+    "merge_released",
+    "order_indices",
+    "per_split_max",
+    "tumble_start",
+    "watermark_filter",
+]

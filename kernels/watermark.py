@@ -1,0 +1,179 @@
+"""Watermark filter kernel: per-split watermarks, keep-mask, late count.
+
+Semantics (DESIGN.md, "Watermark semantics"): a row's candidate watermark is
+``ts - delay`` (the caller folds Flink's extra ``- 1`` into ``delay``). A
+split's watermark is the running maximum of its rows' candidates, starting
+from the split's previous watermark. A row is late when ``ts < W``
+(``inclusive=False``) or ``ts <= W`` (``inclusive=True``), where W is
+
+* ``on-batch``: the split's watermark before this chunk;
+* ``on-event``: the split's watermark from the rows before it in arrival
+  order (an exclusive, segmented prefix maximum — the RFC pseudo-code).
+
+Null event times never advance a watermark. With ``drop_nulls`` a null row is
+dropped when the watermark it is tested against exists, else it passes.
+
+All arrays are int64 on ``xp``; :data:`kernels.xp.NONE` means "no watermark".
+No Python loop over rows; the only loops are over splits in a fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .xp import INT64_MAX, NONE, is_numpy, scatter_max, scatter_min, stable_argsort
+
+
+@dataclass
+class FilterResult:
+    keep: Any | None  #: bool mask over rows, None when every row is kept
+    watermarks: Any  #: int64 per split, after this chunk (NONE: none yet)
+    late: int  #: non-null rows dropped as late
+    nulls_dropped: int  #: null rows dropped
+    kept: int  #: rows kept
+
+
+def per_split_max(xp: Any, v: Any, codes: Any | None, nsplits: int, init: Any) -> Any:
+    """``max(init[s], max(v[rows of s]))`` for every split s (NONE = empty)."""
+    out = init.copy()
+    if v.shape[0] == 0:
+        return out
+    if codes is None:
+        m = v.max()
+        return xp.maximum(out, m)
+    scatter_max(xp, out, codes, v)
+    return out
+
+
+def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int) -> Any:
+    """For every row, the max of ``v`` over the earlier rows of its split
+    (NONE where there is none). ``v`` uses NONE for rows that don't count."""
+    n = v.shape[0]
+    out = xp.empty(n, dtype=xp.int64)
+    if n == 0:
+        return out
+    if codes is None or nsplits == 1:
+        out[0] = NONE
+        if n > 1:
+            out[1:] = xp.maximum.accumulate(v[:-1])
+        return out
+    # Sort rows by split (stable keeps arrival order inside a split), then one
+    # global running max over values lifted into disjoint per-split ranges.
+    order = stable_argsort(xp, codes)
+    sc = codes[order]
+    sv = v[order]
+    valid = sv != NONE
+    lo = xp.full(nsplits, INT64_MAX, dtype=xp.int64)
+    hi = xp.full(nsplits, NONE, dtype=xp.int64)
+    scatter_min(xp, lo, sc[valid], sv[valid])
+    scatter_max(xp, hi, sc[valid], sv[valid])
+    empty = hi == NONE
+    lo = xp.where(empty, 1, lo)
+    hi = xp.where(empty, 0, hi)
+    lo_h = [int(x) for x in (lo.get() if not is_numpy(xp) else lo)]
+    hi_h = [int(x) for x in (hi.get() if not is_numpy(xp) else hi)]
+    # value x of split s maps to base[s] + (x - (lo[s] - 1)); nulls map to base[s]
+    spans = [h - (l - 1) + 1 for l, h in zip(lo_h, hi_h)]
+    total = sum(spans)
+    if total < INT64_MAX:
+        base_h = [0] * nsplits
+        acc = 0
+        for s in range(nsplits):
+            base_h[s] = acc
+            acc += spans[s]
+        base = xp.asarray(base_h, dtype=xp.int64)
+        lifted = xp.where(valid, sv - (lo[sc] - 1), 0) + base[sc]
+        run = xp.maximum.accumulate(lifted)
+        ex = xp.empty(n, dtype=xp.int64)
+        ex[0] = 0
+        ex[1:] = run[:-1]
+        first = xp.ones(n, dtype=bool)
+        first[1:] = sc[1:] != sc[:-1]
+        local = ex - base[sc]  # in [0, span]: 0 = only nulls (or nothing) before
+        unlifted = xp.where((local <= 0) | first, NONE, local + (lo[sc] - 1))
+        out[order] = unlifted
+        return out
+    # Fallback shim when lifted ranges overflow int64: one scan per split.
+    for s in range(nsplits):
+        rows = xp.nonzero(codes == s)[0]
+        if rows.shape[0] == 0:
+            continue
+        seg = xp.empty(rows.shape[0], dtype=xp.int64)
+        seg[0] = NONE
+        if rows.shape[0] > 1:
+            seg[1:] = xp.maximum.accumulate(v[rows][:-1])
+        out[rows] = seg
+    return out
+
+
+def watermark_filter(
+    xp: Any,
+    ts: Any,
+    valid: Any | None,
+    codes: Any | None,
+    nsplits: int,
+    test_wm: Any,
+    prev_wm: Any,
+    *,
+    delay: int,
+    inclusive: bool,
+    on_event: bool,
+    drop_nulls: bool,
+) -> FilterResult:
+    """Filter one chunk.
+
+    Parameters
+    ----------
+    ts : int64 array of event times (any value where ``valid`` is False).
+    valid : bool array, or None when no value is null.
+    codes : int split code per row (0..nsplits-1), or None for one split.
+    test_wm : int64 per split: the watermark rows are tested against before
+        this chunk (equals ``prev_wm`` except under a lagging profile).
+    prev_wm : int64 per split: the watermark before this chunk, advanced by
+        this chunk's rows into the returned ``watermarks``.
+    delay : the bounded out-of-orderness, already including any ``- 1``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> w = np.array([5], dtype=np.int64)
+    >>> r = watermark_filter(np, np.array([4, 9, 5, 2]), None, None, 1, w, w,
+    ...                      delay=3, inclusive=False, on_event=False, drop_nulls=True)
+    >>> r.keep.tolist(), r.watermarks.tolist(), r.late
+    ([False, True, True, False], [6], 2)
+    """
+    n = int(ts.shape[0])
+    ts = ts.astype(xp.int64, copy=False)
+    cand = ts - delay
+    if valid is not None:
+        cand = xp.where(valid, cand, NONE)
+    new_wm = per_split_max(xp, cand, codes, nsplits, prev_wm)
+    if n == 0:
+        return FilterResult(None, new_wm, 0, 0, 0)
+
+    if on_event:
+        prefix = _segment_exclusive_cummax(xp, cand, codes, nsplits)
+        base = test_wm if codes is None else test_wm[codes]
+        w_row = xp.maximum(prefix, base)
+    else:
+        w_row = test_wm[0] if codes is None else test_wm[codes]
+
+    late = (ts <= w_row) if inclusive else (ts < w_row)
+    if valid is None:
+        nlate = int(xp.count_nonzero(late))
+        if nlate == 0:
+            return FilterResult(None, new_wm, 0, 0, n)
+        keep = ~late
+        return FilterResult(keep, new_wm, nlate, 0, n - nlate)
+    late &= valid
+    nlate = int(xp.count_nonzero(late))
+    if drop_nulls:
+        null_drop = ~valid & (w_row != NONE)
+    else:
+        null_drop = xp.zeros(n, dtype=bool)
+    ndrop = int(xp.count_nonzero(null_drop))
+    if nlate == 0 and ndrop == 0:
+        return FilterResult(None, new_wm, 0, 0, n)
+    keep = ~(late | null_drop)
+    return FilterResult(keep, new_wm, nlate, ndrop, n - nlate - ndrop)

@@ -1,0 +1,200 @@
+"""Plain-Python, row-at-a-time reference of gpuwm's documented semantics.
+
+Written from DESIGN.md's watermark contract and the RFC pseudo-code, not
+from the kernels: no numpy, no vectorisation, one row at a time. Event times
+are ints (or None for null); rows are tuples whose first field is the event
+time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class RefFilter:
+    delay: int  # already including Flink's extra 1
+    inclusive: bool
+    on_event: bool
+    lag: int
+    combine: str  # min | max | min-non-idle
+    nulls: str  # drop | keep
+    idle_timeout: int | None = None  # in the same "now" units as process(now=)
+    splits: list = field(default_factory=list)
+    wm: dict = field(default_factory=dict)
+    wm_lag: dict = field(default_factory=dict)
+    active: dict = field(default_factory=dict)
+    combined: Any = None
+    combined_prev: Any = None
+    late: int = 0
+
+    def _late(self, ts: int, w: Any) -> bool:
+        if w is None:
+            return False
+        return ts <= w if self.inclusive else ts < w
+
+    def process(self, rows: list[tuple], split_of: Callable[[tuple], Any], now: int = 0) -> list[tuple]:
+        if self.combine == "max":
+            split_of = lambda r: None  # noqa: E731  one global watermark
+        for r in rows:
+            s = split_of(r)
+            if s not in self.wm:
+                self.splits.append(s)
+                self.wm[s] = None
+                self.wm_lag[s] = None
+                self.active[s] = None
+        test = dict(self.wm_lag if self.lag else self.wm)
+        kept = []
+        running = dict(test)
+        for r in rows:
+            ts, s = r[0], split_of(r)
+            w = running[s] if self.on_event else test[s]
+            if ts is None:
+                if self.nulls == "drop" and w is not None:
+                    continue
+                kept.append(r)
+                continue
+            if self._late(ts, w):
+                self.late += 1
+            else:
+                kept.append(r)
+            if self.on_event:
+                cand = ts - self.delay
+                if running[s] is None or cand > running[s]:
+                    running[s] = cand
+        new = dict(self.wm)
+        for r in rows:
+            ts, s = r[0], split_of(r)
+            if ts is None:
+                continue
+            cand = ts - self.delay
+            if new[s] is None or cand > new[s]:
+                new[s] = cand
+            self.active[s] = now
+        self.wm_lag = dict(self.wm)
+        self.wm = new
+        for r in rows:  # null rows are activity too
+            self.active[split_of(r)] = now
+        self.combined_prev = self.combined
+        cand = self._combine(now)
+        if cand is not None and (self.combined is None or cand > self.combined):
+            self.combined = cand
+        return kept
+
+    def _combine(self, now: int) -> Any:
+        ws = [self.wm[s] for s in self.splits]
+        if self.combine == "max":
+            vals = [w for w in ws if w is not None]
+            return max(vals) if vals else None
+        if self.combine == "min":
+            return None if (not ws or None in ws) else min(ws)
+        live = [self.wm[s] for s in self.splits
+                if self.idle_timeout is None or (self.active[s] is not None and now - self.active[s] <= self.idle_timeout)]
+        return None if (not live or None in live) else min(live)
+
+    @property
+    def output_watermark(self) -> Any:
+        return self.combined_prev if self.lag else self.combined
+
+
+@dataclass
+class RefSort:
+    inclusive: bool
+    key_of: Callable[[tuple], tuple]
+    buf: list = field(default_factory=list)
+    drained: Any = None
+    seq: int = 0
+    late: int = 0
+    nulls: int = 0
+
+    def _below(self, ts: int, w: int) -> bool:
+        return ts <= w if self.inclusive else ts < w
+
+    def push(self, rows: list[tuple]) -> None:
+        for r in rows:
+            if r[0] is None:
+                self.nulls += 1
+                continue
+            if self.drained is not None and self._below(r[0], self.drained):
+                self.late += 1
+                continue
+            self.buf.append((r[0], self.key_of(r), self.seq, r))
+            self.seq += 1
+
+    def drain(self, w: int) -> list[tuple]:
+        self.drained = w
+        out = sorted((e for e in self.buf if self._below(e[0], w)), key=lambda e: (e[0], e[1], e[2]))
+        self.buf = [e for e in self.buf if not self._below(e[0], w)]
+        return [e[3] for e in out]
+
+
+def _agg(fn: str, vals: list, star: bool) -> Any:
+    if fn == "count":
+        return len(vals) if star else sum(v is not None for v in vals)
+    vs = [v for v in vals if v is not None]
+    if not vs:
+        return None
+    if fn == "sum":
+        return sum(vs)
+    if fn == "min":
+        return min(vs)
+    if fn == "max":
+        return max(vs)
+    return sum(vs) / len(vs)
+
+
+@dataclass
+class RefWindow:
+    size: int
+    slide: int
+    close_minus_one: bool
+    key_of: Callable[[tuple], tuple]
+    aggs: dict  # out -> (index into row or "*", fn)
+    on_update: bool = False
+    state: dict = field(default_factory=dict)  # (start, key) -> list of rows
+    drained: Any = None
+    late: int = 0
+    nulls: int = 0
+
+    def _starts(self, ts: int) -> list[int]:
+        first = ts - (ts % self.slide)
+        return [first - j * self.slide for j in range(self.size // self.slide)]
+
+    def _closed(self, start: int, w: int) -> bool:
+        return start + self.size <= w + (1 if self.close_minus_one else 0)
+
+    def _row(self, start: int, key: tuple, rows: list) -> tuple:
+        vals = []
+        for _, (idx, fn) in self.aggs.items():
+            col = [None] * len(rows) if idx == "*" else [r[idx] for r in rows]
+            vals.append(_agg(fn, col, idx == "*"))
+        return (start, start + self.size, *key, *vals)
+
+    def push(self, rows: list[tuple]) -> list[tuple] | None:
+        changed = set()
+        for r in rows:
+            if r[0] is None:
+                self.nulls += 1
+                continue
+            for s in self._starts(r[0]):
+                if self.drained is not None and self._closed(s, self.drained):
+                    self.late += 1
+                    continue
+                k = (s, self.key_of(r))
+                self.state.setdefault(k, []).append(r)
+                changed.add(k)
+        if not self.on_update:
+            return None
+        return [self._row(s, k, self.state[(s, k)]) for s, k in sorted(changed, key=_none_first)]
+
+    def drain(self, w: int) -> list[tuple]:
+        self.drained = w
+        closed = sorted((k for k in self.state if self._closed(k[0], w)), key=_none_first)
+        out = [self._row(s, k, self.state.pop((s, k))) for s, k in closed]
+        return [] if self.on_update else out
+
+
+def _none_first(k: tuple) -> tuple:
+    s, key = k
+    return (s, tuple((v is not None, v if v is not None else 0) for v in key))

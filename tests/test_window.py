@@ -1,0 +1,165 @@
+"""WindowAggregate: Spark's published vector, the reference on random streams,
+on-update emission, snapshot/restore, derived watermarks, errors."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gpuwm
+
+from .reference import RefWindow
+
+UTC = timezone.utc
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_spark_event_time_watermark_suite_vector(backend):
+    """delay 10 s, tumbling 5 s, profile spark, a no-data batch after each."""
+    f = gpuwm.WatermarkFilter("ts", delay=timedelta(seconds=10), profile="spark", backend=backend)
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("ts", timedelta(seconds=5)), aggs={"count": ("*", "count")},
+                              profile="spark", backend=backend)
+    typ = pa.timestamp("us", tz="UTC")
+
+    def batch(secs):
+        kept = f.process(pa.table({"ts": pa.array([T0 + timedelta(seconds=s) for s in secs], typ)}))
+        a.push(kept)
+        return a.drain(f.output_watermark)
+
+    outs = []
+    for secs in ([10, 11, 12, 13, 14, 15], [], [25], [], [10], []):
+        out = batch(secs)
+        outs.append([(r["window_start"], r["count"]) for r in out.to_pylist()])
+    assert outs == [[], [], [], [(T0 + timedelta(seconds=10), 5)], [], []]
+    assert f.late_rows == 1
+
+
+AGGS = {"n": ("*", "count"), "c": (2, "count"), "s": (2, "sum"), "lo": (2, "min"), "hi": (2, "max"),
+        "avg": (2, "mean")}
+
+rows_st = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 80)), st.integers(0, 3),
+                             st.one_of(st.none(), st.integers(-50, 50))), max_size=25)
+ops_st = st.lists(st.one_of(st.tuples(st.just("push"), rows_st), st.tuples(st.just("drain"), st.integers(0, 15))),
+                  max_size=12)
+
+
+def _table(rows, keytype):
+    conv = (lambda k: f"key{k}") if keytype == "str" else (lambda k: k)
+    return pa.table({"t": pa.array([r[0] for r in rows], pa.int64()),
+                     "k": pa.array([conv(r[1]) for r in rows], pa.string() if keytype == "str" else pa.int32()),
+                     "v": pa.array([r[2] for r in rows], pa.int64())})
+
+
+def _cmp(got: pa.Table, exp: list[tuple], by: bool, keytype: str):
+    names = ["window_start", "window_end"] + (["k"] if by else []) + list(AGGS)
+    got_rows = [tuple(r[n] for n in names) for r in got.to_pylist()] if got.num_columns else []
+    conv = (lambda k: f"key{k}") if keytype == "str" else (lambda k: k)
+    exp = [(e[0], e[1], conv(e[2]), *e[3:]) if by else e for e in exp]
+    assert len(got_rows) == len(exp)
+    for g, e in zip(got_rows, exp):
+        assert g[:-1] == e[:-1]
+        assert (g[-1] is None and e[-1] is None) or math.isclose(g[-1], e[-1])
+
+
+@pytest.mark.parametrize("window", [(10, 10), (12, 4), (10, 5)])
+@pytest.mark.parametrize("profile", ["risingwave", "flink"])
+@pytest.mark.parametrize("emit", ["on-window-close", "on-update"])
+@pytest.mark.parametrize("keys", ["int", "str", "none"])
+@given(ops=ops_st)
+def test_window_matches_reference(backend, window, profile, emit, keys, ops):
+    size, slide = window
+    by = [] if keys == "none" else ["k"]
+    spec = gpuwm.Tumble("t", size) if size == slide else gpuwm.Hop("t", size=size, slide=slide)
+    a = gpuwm.WindowAggregate(spec, by=by, aggs={n: ("v" if c == 2 else c, fn) for n, (c, fn) in AGGS.items()},
+                              emit=emit, profile=profile, backend=backend)
+    # reference rows: (t, k, v) -> the key sorts like the column (strings sort like their ints here)
+    ref = RefWindow(size=size, slide=slide, close_minus_one=profile == "flink",
+                    key_of=(lambda r: (r[1],)) if by else (lambda r: ()), aggs=AGGS, on_update=emit == "on-update")
+    w = 0
+    for op, arg in ops:
+        if op == "push":
+            got = a.push(_table(arg, keys))
+            exp = ref.push(arg)
+            if emit == "on-update":
+                _cmp(got, exp, bool(by), keys)
+            else:
+                assert got is None
+        else:
+            w += arg
+            _cmp(a.drain(w), ref.drain(w), bool(by), keys)
+    assert (a.late_rows, a.null_rows) == (ref.late, ref.nulls)
+    assert a.state_rows == len(ref.state)
+
+
+@given(ops=ops_st, stop=st.integers(0, 12))
+@pytest.mark.parametrize("keys", ["int", "str"])
+def test_window_snapshot_restore(backend, ops, stop, keys):
+    mk = lambda: gpuwm.WindowAggregate(gpuwm.Hop("t", size=10, slide=5), by=["k"],  # noqa: E731
+                                       aggs={"s": ("v", "sum"), "m": ("v", "mean"), "n": ("*", "count")},
+                                       backend=backend)
+    a, b = mk(), mk()
+    w = 0
+    for i, (op, arg) in enumerate(ops):
+        if i == stop:
+            b = mk().restore(b.snapshot())
+        if op == "push":
+            a.push(_table(arg, keys))
+            b.push(_table(arg, keys))
+        else:
+            w += arg
+            assert a.drain(w).to_pydict() == b.drain(w).to_pydict()
+    assert (a.state_rows, a.late_rows, a.null_rows) == (b.state_rows, b.late_rows, b.null_rows)
+
+
+def test_state_is_deleted_when_windows_close():
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), by=["k"])
+    for base in range(0, 1000, 10):
+        a.push(pa.table({"t": [base + 1, base + 2], "k": [1, 2]}))
+        a.drain(base)
+        assert a.open_windows <= 2 and a.state_rows <= 4
+
+
+def test_timestamp_windows_output_types():
+    typ = pa.timestamp("ms", tz="UTC")
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "1 minute"), by=["k"],
+                              aggs={"first": ("ts", "min"), "p": ("price", "max"), "n": ("*", "count")})
+    ts = [T0 + timedelta(seconds=s) for s in (5, 65, 30)]
+    a.push(pa.table({"ts": pa.array(ts, typ), "k": ["a", "a", "a"], "price": pa.array([1.5, 2.5, 7.0])}))
+    out = a.drain(T0 + timedelta(minutes=1))
+    assert out.schema.field("window_start").type == typ and out.schema.field("first").type == typ
+    assert out.to_pylist() == [{"window_start": T0, "window_end": T0 + timedelta(minutes=1), "k": "a",
+                                "first": T0 + timedelta(seconds=5), "p": 7.0, "n": 2}]
+
+
+def test_derived_watermarks():
+    assert gpuwm.Tumble("t", 10).derive(47) == (40, 50)
+    assert gpuwm.Hop("t", size=30, slide=15).derive(47) == (30, 60)
+    w = T0 + timedelta(minutes=47, seconds=3)
+    s, e = gpuwm.Hop("ts", size=timedelta(minutes=30), slide=timedelta(minutes=15)).derive(w)
+    assert (s, e) == (T0 + timedelta(minutes=30), T0 + timedelta(minutes=60))
+
+
+def test_window_errors():
+    with pytest.raises(gpuwm.ConfigError, match="must not exceed size"):
+        gpuwm.Hop("t", size=5, slide=10)
+    with pytest.raises(gpuwm.ConfigError, match="must divide size"):
+        gpuwm.Hop("t", size=10, slide=3)
+    with pytest.raises(gpuwm.ConfigError, match="size must be > 0"):
+        gpuwm.Tumble("t", 0)
+    with pytest.raises(gpuwm.ConfigError, match="unknown aggregate function 'median'"):
+        gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), aggs={"m": ("v", "median")})
+    with pytest.raises(gpuwm.ConfigError, match="'\\*' only works with count"):
+        gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), aggs={"m": ("*", "sum")})
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), aggs={"m": ("v", "sum")})
+    with pytest.raises(gpuwm.SchemaError, match="needs a numeric column"):
+        a.push(pa.table({"t": [1], "v": ["x"]}))
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("t", 10))
+    a.push(pa.table({"t": [1]}))
+    a.drain(20)
+    with pytest.raises(gpuwm.WatermarkError, match="backwards"):
+        a.drain(19)
