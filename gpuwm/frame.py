@@ -142,13 +142,18 @@ class Frame:
 
     # -- row selection ---------------------------------------------------------
     def _map(self, dev, host, n: int) -> "Frame":
-        cols = {}
-        for name, c in self.columns.items():
+        def one(item):
+            name, c = item
             if c.on_host:
-                cols[name] = Column(c.type, host(c.values), None)
-            else:
-                cols[name] = Column(c.type, dev(c.values), None if c.valid is None else dev(c.valid))
-        return Frame(self.backend, self.schema, cols, n)
+                return name, Column(c.type, host(c.values), None)
+            return name, Column(c.type, dev(c.values), None if c.valid is None else dev(c.valid))
+
+        items = list(self.columns.items())
+        if not self.backend.is_gpu and len(items) > 1 and self.num_rows >= 100_000:
+            # host gathers are memory-latency bound: one thread per column
+            # (numpy and Arrow release the GIL)
+            return Frame(self.backend, self.schema, dict(_pool().map(one, items)), n)
+        return Frame(self.backend, self.schema, dict(map(one, items)), n)
 
     def take(self, idx: Any) -> "Frame":
         """Rows at ``idx`` (an int array on this backend)."""
@@ -211,3 +216,26 @@ def sort_table(table: pa.Table, columns: Sequence[str]) -> pa.Table:
     except (TypeError, ValueError, pa.ArrowInvalid):  # pyarrow < 25: one placement for all keys
         idx = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in columns], null_placement="at_start")
     return table.take(idx)
+
+
+_POOL = None
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1), thread_name_prefix="gpuwm")
+    return _POOL
+
+
+def filter_table(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    """``table.filter(mask)`` with the columns filtered in parallel threads
+    (Arrow releases the GIL), for host tables on the CPU backend."""
+    m = pa.array(mask, type=pa.bool_())
+    if table.num_columns < 2 or table.num_rows < 100_000:
+        return table.filter(m)
+    cols = list(_pool().map(lambda c: c.filter(m), table.columns))
+    return pa.Table.from_arrays(cols, schema=table.schema)

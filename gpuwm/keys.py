@@ -46,7 +46,7 @@ class KeyCodec:
             elif v.dtype == xp.uint64:
                 code = (v ^ xp.uint64(_SIGN)).view(xp.int64)
             else:
-                code = v.astype(xp.int64)
+                code = v.astype(xp.int64, copy=False)
             if col.valid is not None:
                 code = xp.where(col.valid, code, NULL_CODE)
             return code

@@ -22,7 +22,7 @@ from kernels import NONE, watermark_filter
 
 from .backend import Backend, get_backend
 from .errors import ConfigError, SchemaError, WatermarkError
-from .frame import Frame, arrow_to_numpy
+from .frame import Frame, arrow_to_numpy, filter_table
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain, parse_interval
 
@@ -179,6 +179,17 @@ class WatermarkFilter:
         col = table.column(self.split)
         if col.null_count:
             raise SchemaError(f"split column {self.split!r} has {col.null_count} null value(s); every row needs a split")
+        if pa.types.is_integer(col.type) and col.num_chunks:
+            # small non-negative integer splits (Kafka partitions): a lookup
+            # table indexed by value, O(rows), no hashing
+            vals = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+            v = arrow_to_numpy(vals, np.dtype(vals.type.to_pandas_dtype()))[0]
+            if v.shape[0] and 0 <= int(v.min()) and int(v.max()) < 1 << 16:
+                present = np.flatnonzero(np.bincount(v, minlength=1))
+                lut = np.zeros(int(present[-1]) + 1, dtype=np.int64)
+                for value in present.tolist():  # one per distinct split
+                    lut[value] = self._code[value] if value in self._code else self._add_split(value)
+                return lut[v]
         enc = pc.dictionary_encode(col).combine_chunks()
         remap = np.array([self._code.get(v) if v in self._code else self._add_split(v)
                           for v in enc.dictionary.to_pylist()], dtype=np.int64)
@@ -242,7 +253,7 @@ class WatermarkFilter:
         self._wm_lag = self._wm
         self._wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
         if n:
-            seen = np.unique(codes_h) if codes_h is not None else np.array([0])
+            seen = np.flatnonzero(np.bincount(codes_h)) if codes_h is not None else np.array([0])
             for c in seen.tolist():
                 self._active_at[c] = now
         self._combined_prev = self._combined
@@ -256,7 +267,7 @@ class WatermarkFilter:
             return table
         if frame is not None:
             return frame.filter(res.keep).to_arrow()
-        return table.filter(pa.array(res.keep))
+        return filter_table(table, res.keep)
 
     def _activity(self, now: datetime) -> list[bool]:
         if self.idle_timeout is None:

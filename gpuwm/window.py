@@ -24,7 +24,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kernels import assign_windows, derive_watermarks, group_reduce
 
@@ -253,20 +252,21 @@ class WindowAggregate:
             self._drained = dom.to_raw(self._pending_drain)
 
     # -- push ------------------------------------------------------------------
-    def _acc_inputs(self, xp: Any, frame: Frame, rows: Any) -> list[Any]:
+    def _acc_inputs(self, xp: Any, frame: Frame, rows: Any | None, m: int) -> list[Any]:
+        """Accumulator inputs per (row, window) pair; ``rows`` None = identity."""
         out = []
+        take = (lambda a: a) if rows is None else (lambda a: a[rows])
         for acc in self._accs:
             col, fn = self.aggs[acc.agg]
-            m = rows.shape[0]
             if acc.role == "n" and col == "*":
                 out.append(xp.ones(m, dtype=xp.int64))
                 continue
             values, valid = frame.values(col)
-            ok = None if valid is None else valid[rows]
+            ok = None if valid is None else take(valid)
             if acc.role in ("n", "nn"):
                 out.append(xp.ones(m, dtype=xp.int64) if ok is None else ok.astype(xp.int64))
                 continue
-            v = values[rows].astype(acc.dtype)
+            v = take(values).astype(acc.dtype, copy=False)
             if ok is not None:
                 ident = 0 if acc.op == "add" else self._identity(acc)
                 v = xp.where(ok, v, ident)
@@ -296,20 +296,24 @@ class WindowAggregate:
             self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
             base = xp.nonzero(valid)[0]
             ts = ts[base]
-        rows, starts = assign_windows(xp, ts, self._size, self._slide)
+        rows, widx = assign_windows(xp, ts, self._size, self._slide)
         if self._drained is not None and rows.shape[0]:
-            open_ = starts + self._size > self._drained + self._close
+            # open: start + size > W + close, with start = widx * slide
+            open_ = widx > (self._drained + self._close - self._size) // self._slide
             nlate = int(rows.shape[0] - xp.count_nonzero(open_))
             if nlate:
                 self.late_rows += nlate
-                rows, starts = rows[open_], starts[open_]
+                rows, widx = rows[open_], widx[open_]
+        identity = base is None and self._size == self._slide and rows.shape[0] == table.num_rows
         if base is not None:
             rows = base[rows]
         if rows.shape[0] == 0:
             return self._empty_out() if self.emit == "on-update" else None
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
-        keys = [starts] + [c[rows] for c in codes]
-        accs = self._acc_inputs(xp, frame, rows)
+        # windows are keyed by index (start // slide): a narrow key packs into
+        # one sort word with the group keys
+        keys = [widx] + [c if identity else c[rows] for c in codes]
+        accs = self._acc_inputs(xp, frame, None if identity else rows, rows.shape[0])
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
         changed = self._merge(xp, gkeys, gaccs)
         if self.emit == "on-update":
@@ -322,16 +326,18 @@ class WindowAggregate:
         """Merge partials (sorted by window, keys) into the touched windows'
         blocks. Returns the changed groups (window, key codes, accumulators)."""
         b = self._backend
-        wins = gkeys[0]
+        slide = self._slide
+        wins = gkeys[0]  # window index = start // slide
         touched = np.unique(b.to_numpy(wins)).tolist()  # few: one per window in the chunk
-        existing = [w for w in touched if w in self._blocks]
+        existing = [w for w in touched if w * slide in self._blocks]
         on_update = self.emit == "on-update"
         ops = [a.op for a in self._accs]
         if existing:
-            parts_k = [[xp.full(self._blocks[w][1][0].shape[0], w, dtype=xp.int64) for w in existing]]
+            blocks = [self._blocks[w * slide] for w in existing]
+            parts_k = [[xp.full(blk[1][0].shape[0], w, dtype=xp.int64) for w, blk in zip(existing, blocks)]]
             for i in range(len(self.by)):
-                parts_k.append([self._blocks[w][0][i] for w in existing])
-            parts_a = [[self._blocks[w][1][j] for w in existing] for j in range(len(self._accs))]
+                parts_k.append([blk[0][i] for blk in blocks])
+            parts_a = [[blk[1][j] for blk in blocks] for j in range(len(self._accs))]
             allk = [xp.concatenate(p + [g]) for p, g in zip(parts_k, gkeys)]
             alla = [xp.concatenate(p + [g]) for p, g in zip(parts_a, gaccs)]
             if on_update:
@@ -345,11 +351,11 @@ class WindowAggregate:
         bounds[-1] = wins.shape[0]
         for i, w in enumerate(touched):
             lo, hi = int(bounds[i]), int(bounds[i + 1])
-            self._blocks[w] = ([k[lo:hi] for k in gkeys[1:]], [a[lo:hi] for a in gaccs[: len(self._accs)]])
+            self._blocks[w * slide] = ([k[lo:hi] for k in gkeys[1:]], [a[lo:hi] for a in gaccs[: len(self._accs)]])
         if on_update and existing:
             sel = gaccs[-1] == 1
-            return wins[sel], [k[sel] for k in gkeys[1:]], [a[sel] for a in gaccs[: len(self._accs)]]
-        return wins, gkeys[1:], gaccs[: len(self._accs)]
+            return wins[sel] * slide, [k[sel] for k in gkeys[1:]], [a[sel] for a in gaccs[: len(self._accs)]]
+        return wins * slide, gkeys[1:], gaccs[: len(self._accs)]
 
     # -- drain -----------------------------------------------------------------
     def drain(self, watermark: Any) -> pa.Table:

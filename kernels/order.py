@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
 
 from .xp import bits_for, sort_unique, stable_argsort
 
@@ -39,22 +38,51 @@ def order_indices(xp: Any, cols: Sequence[Any]) -> Any:
     if n == 0:
         return xp.zeros(0, dtype=xp.int64)
     ranges = _ranges(xp, cols)
-    idx_bits = bits_for(n - 1)
     widths = [bits_for(hi - lo) for lo, hi in ranges]
-    if sum(widths) + idx_bits <= 64:
-        word = xp.arange(n, dtype=xp.uint64)
-        shift = idx_bits
+    key_bits = sum(widths)
+    if key_bits <= 63:
+        word = xp.zeros(n, dtype=xp.uint64)
+        shift = 0
         for c, (lo, _), w in zip(reversed(cols), reversed(ranges), reversed(widths)):
-            rel = c.astype(xp.int64).view(xp.uint64) - xp.uint64(lo & _U64_MASK)
+            rel = c.astype(xp.int64, copy=False).view(xp.uint64) - xp.uint64(lo & _U64_MASK)
             word |= rel << xp.uint64(shift)
             shift += w
-        word = sort_unique(xp, word)
-        return (word & xp.uint64((1 << idx_bits) - 1)).astype(xp.int64)
+        return _sort_packed(xp, word, key_bits)
     # LSD shim: stable sorts, least significant column first
     perm = xp.arange(n, dtype=xp.int64)
     for c in reversed(cols):
         perm = perm[stable_argsort(xp, c[perm])]
     return perm
+
+
+def _sort_packed(xp: Any, word: Any, key_bits: int) -> Any:
+    """Stable argsort of packed keys (< 2**63).
+
+    The row index goes into the free low bits so that one sort of distinct
+    words yields the permutation. When key + index bits exceed 64, rows are
+    cut into pieces small enough for their local index to fit; each piece is
+    sorted that way, and the sorted pieces are merged by one stable sort of
+    their keys (runs that a merge sort consumes in ``O(n log pieces)``).
+    """
+    n = int(word.shape[0])
+    idx_bits = 64 - key_bits
+    piece = 1 << idx_bits
+    if n <= piece:
+        return _sort_piece(xp, word, 0, n, idx_bits)[0]
+    perms, keys = [], []
+    for a in range(0, n, piece):
+        p, k = _sort_piece(xp, word, a, min(a + piece, n), idx_bits)
+        perms.append(p)
+        keys.append(k)
+    merge = stable_argsort(xp, xp.concatenate(keys))
+    return xp.concatenate(perms)[merge]
+
+
+def _sort_piece(xp: Any, word: Any, a: int, b: int, idx_bits: int) -> tuple[Any, Any]:
+    local = xp.arange(b - a, dtype=xp.uint64)
+    w = sort_unique(xp, (word[a:b] << xp.uint64(idx_bits)) | local)
+    mask = xp.uint64((1 << idx_bits) - 1)
+    return (w & mask).astype(xp.int64) + a, w >> xp.uint64(idx_bits)
 
 
 def group_starts(xp: Any, sorted_cols: Sequence[Any]) -> Any:

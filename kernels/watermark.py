@@ -60,7 +60,8 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int) 
         return out
     # Sort rows by split (stable keeps arrival order inside a split), then one
     # global running max over values lifted into disjoint per-split ranges.
-    order = stable_argsort(xp, codes)
+    # narrow codes sort by radix (numpy) instead of merge sort
+    order = stable_argsort(xp, codes.astype(xp.int16) if nsplits < (1 << 15) else codes)
     sc = codes[order]
     sv = v[order]
     valid = sv != NONE
@@ -145,35 +146,36 @@ def watermark_filter(
     """
     n = int(ts.shape[0])
     ts = ts.astype(xp.int64, copy=False)
-    cand = ts - delay
-    if valid is not None:
-        cand = xp.where(valid, cand, NONE)
-    new_wm = per_split_max(xp, cand, codes, nsplits, prev_wm)
+    # the watermark advance: per-split max of ts, minus the delay (null rows
+    # never count); no per-row candidate array is materialised
+    src = ts if valid is None else xp.where(valid, ts, NONE)
+    top = per_split_max(xp, src, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
+    new_wm = xp.where(top != NONE, xp.maximum(prev_wm, top - delay), prev_wm)
     if n == 0:
         return FilterResult(None, new_wm, 0, 0, 0)
 
     if on_event:
+        cand = xp.where(src != NONE, src - delay, NONE) if valid is not None else ts - delay
         prefix = _segment_exclusive_cummax(xp, cand, codes, nsplits)
         base = test_wm if codes is None else test_wm[codes]
         w_row = xp.maximum(prefix, base)
     else:
         w_row = test_wm[0] if codes is None else test_wm[codes]
 
-    late = (ts <= w_row) if inclusive else (ts < w_row)
+    keep = (ts > w_row) if inclusive else (ts >= w_row)
     if valid is None:
-        nlate = int(xp.count_nonzero(late))
+        nlate = n - int(xp.count_nonzero(keep))
         if nlate == 0:
             return FilterResult(None, new_wm, 0, 0, n)
-        keep = ~late
         return FilterResult(keep, new_wm, nlate, 0, n - nlate)
-    late &= valid
+    late = valid & ~keep
     nlate = int(xp.count_nonzero(late))
     if drop_nulls:
         null_drop = ~valid & (w_row != NONE)
+        ndrop = int(xp.count_nonzero(null_drop))
     else:
-        null_drop = xp.zeros(n, dtype=bool)
-    ndrop = int(xp.count_nonzero(null_drop))
+        null_drop, ndrop = None, 0
     if nlate == 0 and ndrop == 0:
         return FilterResult(None, new_wm, 0, 0, n)
-    keep = ~(late | null_drop)
-    return FilterResult(keep, new_wm, nlate, ndrop, n - nlate - ndrop)
+    drop = late if null_drop is None else late | null_drop
+    return FilterResult(~drop, new_wm, nlate, ndrop, n - nlate - ndrop)

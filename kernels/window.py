@@ -42,26 +42,27 @@ def derive_watermarks(wm: int, size: int, slide: int, offset: int = 0) -> tuple[
     return start, start + size
 
 
-def assign_windows(xp: Any, ts: Any, size: int, slide: int, offset: int = 0) -> tuple[Any, Any]:
+def assign_windows(xp: Any, ts: Any, size: int, slide: int) -> tuple[Any, Any]:
     """Expand rows into their windows.
 
-    Returns ``(row, start)``: for every (row, window) pair the row index and
-    the window start. Tumbling (``slide == size``) is one window per row.
-    The loop is over the ``size // slide`` windows a row belongs to, never
-    over rows.
+    Returns ``(row, index)``: for every (row, window) pair the row index and
+    the window's index ``start // slide`` (windows are aligned to the epoch;
+    ``start = index * slide``). Tumbling (``slide == size``) is one window per
+    row. The loop is over the ``size // slide`` windows a row belongs to,
+    never over rows.
 
     >>> import numpy as np
-    >>> r, s = assign_windows(np, np.array([7, 12]), size=10, slide=5)
-    >>> r.tolist(), s.tolist()
+    >>> r, w = assign_windows(np, np.array([7, 12]), size=10, slide=5)
+    >>> r.tolist(), (w * 5).tolist()
     ([0, 1, 0, 1], [5, 10, 0, 5])
     """
     n = ts.shape[0]
-    first = tumble_start(xp, ts, slide, offset)
+    first = ts // slide  # floor division: negative times too
     k = size // slide
     rows = xp.arange(n, dtype=xp.int64)
     if k == 1:
         return rows, first
-    return xp.tile(rows, k), xp.concatenate([first - j * slide for j in range(k)])
+    return xp.tile(rows, k), xp.concatenate([first - j for j in range(k)])
 
 
 _REDUCERS = ("add", "min", "max")
@@ -72,13 +73,14 @@ def group_reduce(
     keys: Sequence[Any],
     accs: Sequence[Any],
     ops: Sequence[str],
+    allow_dense: bool = True,
 ) -> tuple[list[Any], list[Any], Any, Any]:
     """Group rows by ``keys`` (int64 arrays) and reduce each accumulator.
 
     Returns ``(group_keys, reduced_accs, order, starts)``: groups ordered by
     their keys; ``order`` is the row permutation used and ``starts`` the
     index of each group's first row in that order (for callers that reduce
-    extra columns the same way).
+    extra columns the same way; None when the dense direct-address path ran).
 
     >>> import numpy as np
     >>> k, a, _, _ = group_reduce(np, [np.array([2, 1, 2])], [np.array([5, 6, 7])], ["add"])
@@ -91,6 +93,13 @@ def group_reduce(
     n = int(keys[0].shape[0])
     if n == 0:
         return [k[:0] for k in keys], [a[:0] for a in accs], xp.zeros(0, xp.int64), xp.zeros(0, xp.int64)
+    ranges = [(int(k.min()), int(k.max())) for k in keys]
+    cells = 1
+    for lo, hi in ranges:
+        cells *= hi - lo + 1
+    if allow_dense and cells <= max(2 * n, 1 << 16):
+        gk, ga = _dense_reduce(xp, keys, accs, ops, ranges, cells)
+        return gk, ga, None, None
     order = order_indices(xp, keys)
     sk = [k[order] for k in keys]
     starts = xp.nonzero(group_starts(xp, sk))[0]
@@ -101,3 +110,36 @@ def group_reduce(
         uf = {"add": xp.add, "min": xp.minimum, "max": xp.maximum}[op]
         out.append(uf.reduceat(sa, starts))
     return gkeys, out, order, starts
+
+
+def _dense_reduce(xp, keys, accs, ops, ranges, cells):
+    """Direct-address twin of the sort path, for key ranges that are dense
+    (``cells`` = product of the key ranges, at most ~2 rows per cell): each
+    row scatters into its cell, occupied cells in key order are the groups.
+    Same output as sorting; O(rows + cells), no permutation of the rows."""
+    from .xp import scatter_add, scatter_max, scatter_min
+
+    cell = xp.zeros(keys[0].shape[0], dtype=xp.int64)
+    strides = []
+    stride = 1
+    for (lo, hi) in reversed(ranges):
+        strides.append(stride)
+        stride *= hi - lo + 1
+    strides.reverse()
+    for k, (lo, _), st in zip(keys, ranges, strides):
+        cell += (k - lo) * st
+    occupied = xp.nonzero(xp.bincount(cell, minlength=cells))[0]
+    gkeys = [(occupied // st) % (hi - lo + 1) + lo for (lo, hi), st in zip(ranges, strides)]
+    out = []
+    for a, op in zip(accs, ops):
+        if op == "add":
+            acc = xp.zeros(cells, dtype=a.dtype)
+            scatter_add(xp, acc, cell, a)
+        else:
+            info = xp.finfo(a.dtype) if a.dtype.kind == "f" else xp.iinfo(a.dtype)
+            ident = (info.max if op == "min" else info.min) if a.dtype.kind != "f" else (
+                xp.inf if op == "min" else -xp.inf)
+            acc = xp.full(cells, ident, dtype=a.dtype)
+            (scatter_min if op == "min" else scatter_max)(xp, acc, cell, a)
+        out.append(acc[occupied])
+    return gkeys, out

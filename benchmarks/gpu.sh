@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU tests + benchmarks in one command, on a machine with CUDA, CuPy, NumPy,
+# PyArrow and pandas (no pyspark, Java or cuDF needed). Installs nothing; the
+# source tree goes on PYTHONPATH. Results land in $1 (default below).
+#   bash benchmarks/gpu.sh [OUT_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+out=${1:-benchmarks/results/operators-gpu}
+mkdir -p "$out"
+python - <<'PY'
+import cupy
+assert cupy.is_available(), "no usable GPU"
+p = cupy.cuda.runtime.getDeviceProperties(0)
+print("GPU:", p["name"].decode(), "| CuPy", cupy.__version__)
+PY
+status=0
+# 1. the operator tests' GPU parametrisation, when pytest + hypothesis exist here
+if python -c "import pytest, hypothesis" 2>/dev/null; then
+  python -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tee "$out/pytest-gpu.txt" || status=1
+else
+  echo "pytest/hypothesis not installed: skipping the pytest GPU run (gpu_check below still compares CPU vs GPU)" \
+    | tee "$out/pytest-gpu.txt"
+fi
+# 2. CPU vs GPU on the same random inputs, every operator (no pytest needed)
+python benchmarks/gpu_check.py 2>&1 | tee "$out/gpu_check.txt" || status=1
+# 3. operator benchmarks on the GPU backend, and on the CPU of the same machine
+python benchmarks/bench_operators.py --backend gpu --out "$out" 2>&1 | tee "$out/bench.txt" || status=1
+python benchmarks/bench_operators.py --backend cpu --out "$out/cpu-same-machine" 2>&1 \
+  | tee "$out/bench-cpu.txt" || status=1
+exit $status

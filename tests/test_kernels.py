@@ -1,0 +1,147 @@
+"""Kernels on their own: ordering (both paths), group-reduce, window math,
+segmented scans (both paths) — against plain Python."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gpuwm
+from gpuwm.frame import Frame
+from kernels import NONE, assign_windows, group_reduce, order_indices
+from kernels.watermark import _segment_exclusive_cummax
+
+I64 = st.integers(-(2**63) + 1, 2**63 - 1)
+
+
+@given(st.lists(st.tuples(st.integers(-5, 5), st.integers(-3, 3)), min_size=1, max_size=60))
+def test_order_indices_packed_path(rows):
+    a = np.array([r[0] for r in rows], dtype=np.int64)
+    b = np.array([r[1] for r in rows], dtype=np.int64)
+    assert order_indices(np, [a, b]).tolist() == sorted(range(len(rows)), key=lambda i: (rows[i], i))
+
+
+@given(st.lists(st.tuples(I64, st.integers(-3, 3)), min_size=1, max_size=60))
+def test_order_indices_wide_values_use_stable_fallback(rows):
+    a = np.array([r[0] for r in rows], dtype=np.int64)
+    b = np.array([r[1] for r in rows], dtype=np.int64)
+    assert order_indices(np, [a, b]).tolist() == sorted(range(len(rows)), key=lambda i: (rows[i], i))
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-9, 9)), min_size=1, max_size=60))
+def test_group_reduce(rows):
+    k = np.array([r[0] for r in rows], dtype=np.int64)
+    v = np.array([r[1] for r in rows], dtype=np.int64)
+    keys, (s, lo, hi), _, _ = group_reduce(np, [k], [v, v, v], ["add", "min", "max"])
+    exp = {}
+    for kk, vv in rows:
+        exp.setdefault(kk, []).append(vv)
+    assert keys[0].tolist() == sorted(exp)
+    assert s.tolist() == [sum(exp[x]) for x in sorted(exp)]
+    assert lo.tolist() == [min(exp[x]) for x in sorted(exp)]
+    assert hi.tolist() == [max(exp[x]) for x in sorted(exp)]
+
+
+@given(st.lists(st.integers(-100, 100), max_size=30), st.integers(1, 5), st.integers(1, 4))
+def test_assign_windows(ts, slide, k):
+    size = slide * k
+    rows, widx = assign_windows(np, np.array(ts, dtype=np.int64), size, slide)
+    got = sorted(zip(rows.tolist(), (widx * slide).tolist()))
+    exp = sorted((i, s) for i, t in enumerate(ts) for s in range(t - size + 1, t + 1) if s % slide == 0)
+    assert got == exp
+
+
+def _ref_excl(v, c):
+    out, best = [], {}
+    for x, s in zip(v, c):
+        out.append(best.get(s, NONE))
+        if x != NONE:
+            best[s] = max(best.get(s, NONE), x)
+    return out
+
+
+@given(st.lists(st.tuples(st.one_of(st.just(NONE), st.integers(-50, 50)), st.integers(0, 4)), max_size=50))
+def test_segmented_exclusive_cummax(rows):
+    v = np.array([r[0] for r in rows], dtype=np.int64)
+    c = np.array([r[1] for r in rows], dtype=np.int64)
+    assert _segment_exclusive_cummax(np, v, c, 5).tolist() == _ref_excl(v.tolist(), c.tolist())
+
+
+@given(st.lists(st.tuples(st.one_of(st.just(NONE), I64), st.integers(0, 3)), max_size=30))
+def test_segmented_exclusive_cummax_overflow_fallback(rows):
+    v = np.array([r[0] for r in rows], dtype=np.int64)
+    c = np.array([r[1] for r in rows], dtype=np.int64)
+    assert _segment_exclusive_cummax(np, v, c, 4).tolist() == _ref_excl(v.tolist(), c.tolist())
+
+
+def test_frame_round_trip_types_and_nulls(backend):
+    b = gpuwm.get_backend(backend)
+    t = pa.table({
+        "i8": pa.array([1, None, -3], pa.int8()),
+        "u64": pa.array([2**64 - 1, 0, None], pa.uint64()),
+        "f": pa.array([1.5, None, float("inf")]),
+        "b": pa.array([True, None, False]),
+        "ts": pa.array([0, 1, None], pa.timestamp("ns", tz="UTC")),
+        "d": pa.array([1, None, 3], pa.date32()),
+        "s": pa.array(["a", None, "ccc"]),
+    })
+    f = Frame.from_arrow(t.slice(1), b)  # non-zero offsets
+    assert f.to_arrow().equals(t.slice(1))
+    xp = b.xp
+    assert f.take(xp.asarray([1, 0])).to_arrow().to_pylist() == t.slice(1).take([1, 0]).to_pylist()
+    assert Frame.concat([f, f.filter(xp.asarray([True, False]))]).to_arrow().to_pylist() == \
+        pa.concat_tables([t.slice(1), t.slice(1, 1)]).to_pylist()
+
+
+def test_backend_choice(monkeypatch):
+    with pytest.raises(gpuwm.ConfigError, match="backend must be one of"):
+        gpuwm.set_backend("tpu")
+    monkeypatch.setenv("GPUWM_BACKEND", "quantum")
+    with pytest.raises(gpuwm.ConfigError, match="GPUWM_BACKEND"):
+        gpuwm.get_backend()
+    monkeypatch.setenv("GPUWM_BACKEND", "cpu")
+    assert gpuwm.get_backend().name == "cpu"
+    if not gpuwm.gpu_available():
+        with pytest.raises(gpuwm.BackendError, match="no usable GPU"):
+            gpuwm.WatermarkFilter("t", delay=1, backend="gpu")
+        monkeypatch.setenv("GPUWM_BACKEND", "auto")
+        assert gpuwm.get_backend().name == "cpu"
+
+
+def test_operators_import_without_cupy():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['cupy'] = None; import gpuwm, kernels; "
+            "print(gpuwm.get_backend('auto').name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "cpu" and "cupy" not in out.stdout
+
+
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), min_size=1, max_size=80), st.integers(57, 62))
+def test_sorted_pieces_merge(rows, key_bits):
+    """Force the piece-and-merge path (tiny pieces) and compare with Python."""
+    from kernels.order import _sort_packed
+
+    word = np.array([(a << 2) | b for a, b in rows], dtype=np.uint64)
+    got = _sort_packed(np, word, key_bits).tolist()
+    assert got == sorted(range(len(rows)), key=lambda i: (rows[i], i))
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2), st.floats(-1e6, 1e6, allow_nan=False)),
+                min_size=1, max_size=60), st.booleans())
+def test_group_reduce_dense_and_sort_paths_agree(rows, wide):
+    """The direct-address path (dense keys) and the sort path give identical groups."""
+    k1 = np.array([r[0] for r in rows], dtype=np.int64)
+    k2 = np.array([r[1] for r in rows], dtype=np.int64)
+    v = np.array([r[2] for r in rows])
+    iv = np.array([int(r[2]) for r in rows], dtype=np.int64)
+    dense = group_reduce(np, [k1, k2], [v, v, iv, iv], ["min", "max", "add", "max"])
+    spread = (k2 * 10**12) if wide else k2  # a sparse key range: sorting is the only way
+    sparse = group_reduce(np, [k1, spread], [v, v, iv, iv], ["min", "max", "add", "max"], allow_dense=False)
+    assert dense[2] is None and sparse[2] is not None
+    assert dense[0][0].tolist() == sparse[0][0].tolist()
+    assert [x.tolist() for x in dense[1]] == [x.tolist() for x in sparse[1]]
