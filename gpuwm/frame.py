@@ -141,9 +141,11 @@ class Frame:
         return c.values, c.valid
 
     # -- row selection ---------------------------------------------------------
-    def _map(self, dev, host, n: int) -> "Frame":
+    def _map(self, dev, host, n: int, known: dict | None = None) -> "Frame":
         def one(item):
             name, c = item
+            if known and name in known:
+                return name, Column(c.type, known[name], None)
             if c.on_host:
                 return name, Column(c.type, host(c.values), None)
             return name, Column(c.type, dev(c.values), None if c.valid is None else dev(c.valid))
@@ -155,12 +157,13 @@ class Frame:
             return Frame(self.backend, self.schema, dict(_pool().map(one, items)), n)
         return Frame(self.backend, self.schema, dict(map(one, items)), n)
 
-    def take(self, idx: Any) -> "Frame":
-        """Rows at ``idx`` (an int array on this backend)."""
+    def take(self, idx: Any, known: dict | None = None) -> "Frame":
+        """Rows at ``idx`` (an int array on this backend). ``known`` maps
+        column names to their already-gathered, null-free values."""
         host_idx = None
         if any(c.on_host for c in self.columns.values()):
             host_idx = pa.array(self.backend.to_numpy(idx))
-        return self._map(lambda a: a[idx], lambda a: a.take(host_idx), int(idx.shape[0]))
+        return self._map(lambda a: a[idx], lambda a: a.take(host_idx), int(idx.shape[0]), known)
 
     def filter(self, mask: Any) -> "Frame":
         """Rows where ``mask`` (a bool array on this backend) is True."""

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import pandas as pd
 import pyarrow as pa
 
-from kernels import cut, merge_released, order_indices
+from kernels import cut, merge_released, sort_rows
 
 from .backend import Backend, get_backend
 from .errors import SchemaError, WatermarkError
@@ -154,8 +154,20 @@ class StreamSort:
         if frame.num_rows == 0:
             return
         keys = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
-        order = order_indices(xp, [ts, *keys])
-        self._runs.append(_Run(frame.take(order), ts[order], [k[order] for k in keys]))
+        order, (sts, *skeys) = sort_rows(xp, [ts, *keys])
+        self._runs.append(_Run(frame.take(order, self._known(frame, sts, skeys)), sts, skeys))
+
+    def _known(self, frame: Frame, sts: Any, skeys: list[Any]) -> dict:
+        """Columns equal to a sort column come out of the sort words: no gather."""
+        xp = self._backend.xp
+        known = {}
+        if frame.columns[self.column].values.dtype == xp.int64:
+            known[self.column] = sts  # null event times never reach a run
+        for c, k in zip(self._codecs, skeys):
+            col = frame.columns[c.name]
+            if c.ordered and col.valid is None and col.values.dtype == xp.int64 and c.name not in known:
+                known[c.name] = k
+        return known
 
     def drain(self, watermark: Any) -> pa.Table:
         """Release, in ``(ts, key...)`` order, every buffered row below ``watermark``."""
@@ -192,7 +204,8 @@ class StreamSort:
             frame = Frame.concat([r.frame for r in released])
             ts = xp.concatenate([r.ts for r in released])
             keys = [xp.concatenate([r.keys[i] for r in released]) for i in range(len(self.key))]
-            out = frame.take(merge_released(xp, [ts, *keys]))
+            perm, (sts, *skeys) = merge_released(xp, [ts, *keys])
+            out = frame.take(perm, self._known(frame, sts, skeys))
         self.rows_out += out.num_rows
         table = out.to_arrow()
         if any(not c.ordered for c in self._codecs):

@@ -4,7 +4,7 @@ No state, no Spark, no I/O, and no module-level GPU import. Each function
 runs the same steps on ``numpy`` and on ``cupy``.
 """
 
-from .order import group_starts, order_indices
+from .order import group_starts, order_indices, sort_rows
 from .sort import cut, merge_released
 from .watermark import FilterResult, per_split_max, watermark_filter
 from .window import assign_windows, derive_watermarks, group_reduce, tumble_start
@@ -21,6 +21,7 @@ __all__ = [
     "merge_released",
     "order_indices",
     "per_split_max",
+    "sort_rows",
     "tumble_start",
     "watermark_filter",
 ]

@@ -34,29 +34,65 @@ def order_indices(xp: Any, cols: Sequence[Any]) -> Any:
     >>> order_indices(np, [np.array([3, 1, 3, 1]), np.array([0, 5, -1, 5])]).tolist()
     [1, 3, 2, 0]
     """
+    return sort_rows(xp, cols)[0]
+
+
+def sort_rows(xp: Any, cols: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """``(perm, [c[perm] for c in cols])``, the sorted columns recovered from
+    the packed sort words where possible (a streaming pass instead of a
+    random gather per column).
+
+    >>> import numpy as np
+    >>> p, (a, b) = sort_rows(np, [np.array([3, 1, 3, 1]), np.array([0, 5, -1, 5])])
+    >>> p.tolist(), a.tolist(), b.tolist()
+    ([1, 3, 2, 0], [1, 1, 3, 3], [5, 5, -1, 0])
+    """
     n = int(cols[0].shape[0])
     if n == 0:
-        return xp.zeros(0, dtype=xp.int64)
+        return xp.zeros(0, dtype=xp.int64), [c[:0].astype(xp.int64) for c in cols]
     ranges = _ranges(xp, cols)
     widths = [bits_for(hi - lo) for lo, hi in ranges]
     key_bits = sum(widths)
     if key_bits <= 63:
-        word = xp.zeros(n, dtype=xp.uint64)
-        shift = 0
+        idx_bits = bits_for(n - 1)
+        single = key_bits + idx_bits <= 64
+        # build the words in place: [key columns | row index] when they fit
+        word = xp.arange(n, dtype=xp.uint64) if single else xp.zeros(n, dtype=xp.uint64)
+        shift = idx_bits if single else 0
         for c, (lo, _), w in zip(reversed(cols), reversed(ranges), reversed(widths)):
             rel = c.astype(xp.int64, copy=False).view(xp.uint64) - xp.uint64(lo & _U64_MASK)
-            word |= rel << xp.uint64(shift)
+            if shift:
+                rel <<= xp.uint64(shift)
+            word |= rel
+            del rel
             shift += w
-        return _sort_packed(xp, word, key_bits)
+        if single:
+            word = sort_unique(xp, word)
+            keys, base = word, idx_bits
+        else:
+            perm, keys = _sort_packed(xp, word, key_bits)
+            base = 0
+        out = []
+        shift = base
+        for (lo, _), w in zip(reversed(ranges), reversed(widths)):
+            col = keys >> xp.uint64(shift)
+            col &= xp.uint64((1 << w) - 1)
+            col += xp.uint64(lo & _U64_MASK)
+            out.append(col.view(xp.int64))
+            shift += w
+        if single:
+            word &= xp.uint64((1 << idx_bits) - 1)  # last use of the words: in place
+            perm = word.view(xp.int64)
+        return perm, out[::-1]
     # LSD shim: stable sorts, least significant column first
     perm = xp.arange(n, dtype=xp.int64)
     for c in reversed(cols):
         perm = perm[stable_argsort(xp, c[perm])]
-    return perm
+    return perm, [c[perm] for c in cols]
 
 
-def _sort_packed(xp: Any, word: Any, key_bits: int) -> Any:
-    """Stable argsort of packed keys (< 2**63).
+def _sort_packed(xp: Any, word: Any, key_bits: int) -> tuple[Any, Any]:
+    """Stable argsort of packed keys (< 2**63), and the sorted keys.
 
     The row index goes into the free low bits so that one sort of distinct
     words yields the permutation. When key + index bits exceed 64, rows are
@@ -68,14 +104,15 @@ def _sort_packed(xp: Any, word: Any, key_bits: int) -> Any:
     idx_bits = 64 - key_bits
     piece = 1 << idx_bits
     if n <= piece:
-        return _sort_piece(xp, word, 0, n, idx_bits)[0]
+        return _sort_piece(xp, word, 0, n, idx_bits)
     perms, keys = [], []
     for a in range(0, n, piece):
         p, k = _sort_piece(xp, word, a, min(a + piece, n), idx_bits)
         perms.append(p)
         keys.append(k)
-    merge = stable_argsort(xp, xp.concatenate(keys))
-    return xp.concatenate(perms)[merge]
+    allkeys = xp.concatenate(keys)
+    merge = stable_argsort(xp, allkeys)
+    return xp.concatenate(perms)[merge], allkeys[merge]
 
 
 def _sort_piece(xp: Any, word: Any, a: int, b: int, idx_bits: int) -> tuple[Any, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .order import order_indices
+from .order import sort_rows
 
 
 def cut(xp: Any, sorted_ts: Any, wm: int, inclusive: bool) -> int:
@@ -25,10 +25,11 @@ def cut(xp: Any, sorted_ts: Any, wm: int, inclusive: bool) -> int:
     return int(xp.searchsorted(sorted_ts, xp.int64(wm), side=side))
 
 
-def merge_released(xp: Any, cols: Sequence[Any]) -> Any:
-    """Order of the concatenated released prefixes (oldest run first).
+def merge_released(xp: Any, cols: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """Order of the concatenated released prefixes (oldest run first), and
+    the sort columns in that order.
 
     Ties on every column keep concatenation order, which is arrival order:
     older runs come first and each run keeps arrival order among its ties.
     """
-    return order_indices(xp, cols)
+    return sort_rows(xp, cols)

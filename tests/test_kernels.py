@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import gpuwm
 from gpuwm.frame import Frame
 from kernels import NONE, assign_windows, group_reduce, order_indices
+from kernels.order import sort_rows
 from kernels.watermark import _segment_exclusive_cummax
 
 I64 = st.integers(-(2**63) + 1, 2**63 - 1)
@@ -29,6 +30,17 @@ def test_order_indices_wide_values_use_stable_fallback(rows):
     a = np.array([r[0] for r in rows], dtype=np.int64)
     b = np.array([r[1] for r in rows], dtype=np.int64)
     assert order_indices(np, [a, b]).tolist() == sorted(range(len(rows)), key=lambda i: (rows[i], i))
+    perm, (sa, sb) = sort_rows(np, [a, b])
+    assert sa.tolist() == a[perm].tolist() and sb.tolist() == b[perm].tolist()
+
+
+@given(st.lists(st.tuples(st.integers(-2**40, 2**40), st.integers(-3, 3)), min_size=1, max_size=60))
+def test_sort_rows_recovers_sorted_columns_from_words(rows):
+    a = np.array([r[0] for r in rows], dtype=np.int64)
+    b = np.array([r[1] for r in rows], dtype=np.int64)
+    perm, (sa, sb) = sort_rows(np, [a, b])
+    assert perm.tolist() == sorted(range(len(rows)), key=lambda i: (rows[i], i))
+    assert sa.tolist() == a[perm].tolist() and sb.tolist() == b[perm].tolist()
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(-9, 9)), min_size=1, max_size=60))
@@ -127,7 +139,9 @@ def test_sorted_pieces_merge(rows, key_bits):
     from kernels.order import _sort_packed
 
     word = np.array([(a << 2) | b for a, b in rows], dtype=np.uint64)
-    got = _sort_packed(np, word, key_bits).tolist()
+    perm, keys = _sort_packed(np, word, key_bits)
+    got = perm.tolist()
+    assert keys.tolist() == sorted(word.tolist())
     assert got == sorted(range(len(rows)), key=lambda i: (rows[i], i))
 
 
