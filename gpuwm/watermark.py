@@ -216,10 +216,24 @@ class WatermarkFilter:
         An empty table is a no-data batch: it advances Spark-style lagged
         watermarks and idleness, nothing else.
         """
+        kept, stats = self.filter_local(table)
+        self.advance([stats], now)
+        return kept
+
+    def filter_local(self, table: pa.Table) -> tuple[pa.Table, dict]:
+        """The first half of :meth:`process`; it changes no state (new split keys are
+        registered, with no watermark):
+        the kept rows and this chunk's statistics (per-split watermark
+        candidates, counts) as a JSON-able dict.
+
+        A micro-batch spread over several tasks (Spark) runs this in every
+        task against the same prior state, and :meth:`advance` once with all
+        the tasks' statistics: under ``on-batch`` that equals one
+        :meth:`process` over the whole batch (maxima and counts combine).
+        """
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         self._bind(table.schema)
-        now = _now(now)
         codes_h = self._split_codes(table)
         b = self._backend
         xp = b.xp
@@ -249,25 +263,44 @@ class WatermarkFilter:
             on_event=self.profile.emit == "on-event",
             drop_nulls=self.profile.nulls == "drop",
         )
-        # state changes only after the kernel succeeded
-        self._wm_lag = self._wm
-        self._wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
+        new_wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
         if n:
             seen = np.flatnonzero(np.bincount(codes_h)) if codes_h is not None else np.array([0])
-            for c in seen.tolist():
-                self._active_at[c] = now
+        else:
+            seen = np.zeros(0, dtype=np.int64)
+        stats = {
+            "splits": [[self._keys[c], None if new_wm[c] == NONE else int(new_wm[c])] for c in seen.tolist()],
+            "late": res.late, "nulls": nnull, "nulls_dropped": res.nulls_dropped, "rows": n,
+        }
+        if res.keep is None:
+            kept = table
+        elif frame is not None:
+            kept = frame.filter(res.keep).to_arrow()
+        else:
+            kept = filter_table(table, res.keep)
+        return kept, stats
+
+    def advance(self, stats: Sequence[dict], now: datetime | None = None) -> None:
+        """Fold chunk statistics from :meth:`filter_local` into the state:
+        split watermarks, idleness, the combined watermark, counters."""
+        now = _now(now)
+        self._wm_lag = self._wm.copy()
+        for st in stats:
+            for key, wm in st["splits"]:
+                key = tuple(key) if isinstance(key, list) else key
+                code = self._code[key] if key in self._code else self._add_split(key)
+                self._active_at[code] = now
+                if wm is not None and wm > self._wm[code]:
+                    self._wm[code] = wm
+            self.late_rows += st["late"]
+            self.null_rows += st["nulls"]
+            self.null_rows_dropped += st["nulls_dropped"]
+            self.rows_in += st["rows"]
+        if len(self._wm_lag) < len(self._wm):  # splits first seen in this batch
+            self._wm_lag = np.append(self._wm_lag, np.full(len(self._wm) - len(self._wm_lag), NONE))
         self._combined_prev = self._combined
         self._combine(now)
-        self.late_rows += res.late
-        self.null_rows += nnull
-        self.null_rows_dropped += res.nulls_dropped
-        self.rows_in += n
         self.batches += 1
-        if res.keep is None:
-            return table
-        if frame is not None:
-            return frame.filter(res.keep).to_arrow()
-        return filter_table(table, res.keep)
 
     def _activity(self, now: datetime) -> list[bool]:
         if self.idle_timeout is None:
