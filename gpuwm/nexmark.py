@@ -44,11 +44,16 @@ class NexmarkConfig:
         return 1_000_000 / self.events_per_second
 
 
-def bids(cfg: NexmarkConfig, start: int, stop: int) -> pa.Table:
-    """The bids among events ``[start, stop)`` (event numbers), vectorised."""
+def bids(cfg: NexmarkConfig, start: int, stop: int, split: int | None = None) -> pa.Table:
+    """The bids among events ``[start, stop)`` (event numbers), vectorised;
+    with ``split``, only that split's (``event_id % splits == split``)."""
     ev = np.arange(start, stop, dtype=np.int64)
     ev = ev[(ev % TOTAL_PROPORTION) >= PERSON_PROPORTION + AUCTION_PROPORTION]
-    rng = np.random.default_rng([cfg.seed, start, stop])
+    seed = [cfg.seed, start, stop]
+    if split is not None:
+        ev = ev[ev % cfg.splits == split]
+        seed.append(split)
+    rng = np.random.default_rng(seed)
     n = ev.shape[0]
     epoch = ev // TOTAL_PROPORTION
     last_auction = epoch * AUCTION_PROPORTION + AUCTION_PROPORTION - 1

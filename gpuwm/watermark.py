@@ -336,6 +336,10 @@ class WatermarkFilter:
         return self._out(self._combined_prev if self.profile.lag else self._combined)
 
     @property
+    def output_watermark_raw(self) -> int | None:
+        return self._combined_prev if self.profile.lag else self._combined
+
+    @property
     def split_watermarks(self) -> dict[Any, Any]:
         """Each split's own watermark (None: not reported yet)."""
         return {k: self._out(None if w == NONE else int(w)) for k, w in zip(self._keys, self._wm.tolist())}

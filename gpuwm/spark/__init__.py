@@ -1,0 +1,51 @@
+"""gpuwm on Spark Structured Streaming (imports pyspark; the rest of gpuwm does not).
+
+>>> from gpuwm.spark import Pipeline, local_session, read_nexmark   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .pipeline import Pipeline
+
+__all__ = ["Pipeline", "local_session", "read_nexmark", "register_sources"]
+
+
+def register_sources(spark) -> None:
+    """Register ``format("nexmark")`` with this session."""
+    from .nexmark import NexmarkDataSource
+
+    spark.dataSource.register(NexmarkDataSource)
+
+
+def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None = None):
+    """A local-mode SparkSession set up for gpuwm: Python workers run this
+    interpreter, UTC session time zone, Arrow on, nexmark registered."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    b = (SparkSession.builder.master(f"local[{cores}]").appName(app)
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.sql.shuffle.partitions", "4")
+         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false"))
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_sources(spark)
+    return spark
+
+
+def read_nexmark(spark, checkpoint: str, **options):
+    """``spark.readStream.format("nexmark")`` with the options given (see
+    :mod:`gpuwm.spark.nexmark`) and the query's checkpoint, from which the
+    source resumes its batch grid after a restart."""
+    r = spark.readStream.format("nexmark").option("checkpointLocation", os.path.abspath(checkpoint))
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()

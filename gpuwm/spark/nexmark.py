@@ -1,0 +1,146 @@
+"""``format("nexmark")``: the embedded Nexmark bid stream as a Spark source.
+
+A PySpark Python Data Source (``DataSourceStreamReader``). Offsets are event
+numbers (``{"offset": n}``); each micro-batch takes ``eventsPerBatch`` events
+(up to ``totalEvents``; 0 = unbounded) and has one input partition per split,
+so every split's rows arrive in one task, in event order. The same offsets
+always give the same rows (see :mod:`gpuwm.nexmark`), so a replayed batch
+is identical.
+
+Options: ``eventsPerSecond`` (event-time rate, default 100000),
+``totalEvents`` (default 1000000; 0 = unbounded), ``eventsPerBatch``
+(default 100000), ``splits`` (default 4), ``outOfOrderFraction`` (0.1),
+``maxDelayMs`` (2000), ``seed`` (42), ``checkpointLocation`` (set by
+:class:`gpuwm.spark.Pipeline`: the reader resumes its batch grid from the
+query's offset log, because Spark 4.1 tells a Python source neither its
+start offset nor a read limit).
+
+Columns: ``auction``, ``bidder``, ``price`` (bigint), ``date_time``
+(timestamp), ``split`` (int), ``event_id`` (bigint). Only bids are generated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+from ..errors import ConfigError
+from ..nexmark import NexmarkConfig, bids
+
+SCHEMA = "auction bigint, bidder bigint, price bigint, date_time timestamp, split int, event_id bigint"
+
+
+@dataclass
+class NexmarkPartition(InputPartition):
+    start: int
+    end: int
+    split: int
+
+
+def _int(options: dict, key: str, default: int, minimum: int = 0) -> int:
+    raw = options.get(key, options.get(key.lower(), default))
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"nexmark option {key}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"nexmark option {key}={value} must be >= {minimum}")
+    return value
+
+
+def config_from_options(options: dict) -> tuple[NexmarkConfig, int, int]:
+    frac = float(options.get("outOfOrderFraction", options.get("outoforderfraction", 0.1)))
+    if not 0 <= frac <= 1:
+        raise ConfigError(f"nexmark option outOfOrderFraction={frac} must be in [0, 1]")
+    cfg = NexmarkConfig(
+        events_per_second=_int(options, "eventsPerSecond", 100_000, 1),
+        splits=_int(options, "splits", 4, 1),
+        out_of_order_fraction=frac,
+        max_delay_ms=_int(options, "maxDelayMs", 2_000),
+        seed=_int(options, "seed", 42),
+    )
+    return cfg, _int(options, "totalEvents", 1_000_000), _int(options, "eventsPerBatch", 100_000, 1)
+
+
+def _resume_offset(checkpoint: str | None) -> int:
+    """The end offset of the newest batch in the query's offset log (0 if none)."""
+    if not checkpoint:
+        return 0
+    d = os.path.join(checkpoint.removeprefix("file:"), "offsets")
+    try:
+        ids = sorted(int(f) for f in os.listdir(d) if f.isdigit())
+    except FileNotFoundError:
+        return 0
+    if not ids:
+        return 0
+    with open(os.path.join(d, str(ids[-1]))) as fh:
+        lines = fh.read().splitlines()
+    for line in reversed(lines[2:]):
+        try:
+            return int(json.loads(line)["offset"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+class NexmarkStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict):
+        self.cfg, self.total, self.step = config_from_options(options)
+        self._known = _resume_offset(options.get("checkpointLocation"))
+
+    def initialOffset(self) -> dict:
+        return {"offset": 0}
+
+    def latestOffset(self) -> dict:
+        nxt = self._known + self.step
+        if self.total:
+            nxt = min(nxt, self.total)
+        self._known = nxt
+        return {"offset": nxt}
+
+    def partitions(self, start: dict, end: dict):
+        a, b = int(start["offset"]), int(end["offset"])
+        self._known = max(self._known, b)
+        if b <= a:
+            return []
+        return [NexmarkPartition(a, b, s) for s in range(self.cfg.splits)]
+
+    def read(self, partition: NexmarkPartition):
+        yield from bids(self.cfg, partition.start, partition.end, partition.split).to_batches()
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class NexmarkBatchReader(DataSourceReader):
+    def __init__(self, options: dict):
+        self.cfg, self.total, _ = config_from_options(options)
+        if not self.total:
+            raise ConfigError("spark.read.format('nexmark') needs totalEvents > 0")
+
+    def partitions(self):
+        return [NexmarkPartition(0, self.total, s) for s in range(self.cfg.splits)]
+
+    def read(self, partition: NexmarkPartition):
+        yield from bids(self.cfg, partition.start, partition.end, partition.split).to_batches()
+
+
+class NexmarkDataSource(DataSource):
+    """``spark.readStream.format("nexmark")``; register with
+    ``spark.dataSource.register(NexmarkDataSource)`` (Pipeline does it)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "nexmark"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return NexmarkStreamReader(dict(self.options))
+
+    def reader(self, schema) -> DataSourceReader:
+        return NexmarkBatchReader(dict(self.options))

@@ -1,0 +1,278 @@
+"""A small builder over a streaming DataFrame: watermark -> operator -> sink.
+
+>>> from gpuwm.spark import Pipeline                      # doctest: +SKIP
+>>> q = (Pipeline(spark.readStream.format("nexmark").load(), checkpoint="ck/")
+...        .watermark("date_time", delay="4 seconds", split="split", profile="spark")
+...        .window(gpuwm.Tumble("date_time", "10 seconds"), by=["auction"],
+...                aggs={"bids": ("*", "count"), "max_price": ("price", "max")})
+...        .write_parquet("out/q_tumble")
+...        .start())
+
+Each micro-batch runs through ``foreachBatch`` as one Spark job (see
+:mod:`gpuwm.spark.runtime`); the driver only fixes the batch's processing
+time, reads the previous watermark-filter state (a few bytes per split) and
+commits the new one with the batch's metrics. Configuration is validated in
+Python before the query starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from functools import partial
+from typing import Any, Callable, Mapping, Sequence
+
+import pyarrow as pa
+
+from ..errors import ConfigError, SchemaError
+from ..window import Hop, Tumble, _Window
+from . import runtime
+
+_INT_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
+
+
+def _encode(v: Any) -> Any:
+    from ..timecol import parse_interval
+
+    v = parse_interval(v) if isinstance(v, str) else v
+    if isinstance(v, timedelta):
+        return {"timedelta_us": v // timedelta(microseconds=1)}
+    return v
+
+
+def _spark_field(schema, name: str, what: str):
+    if name not in schema.fieldNames():
+        raise SchemaError(f"{what} column {name!r} not found; the stream has columns {schema.fieldNames()}")
+    return schema[name]
+
+
+class Pipeline:
+    """Watermark filter, then a stream sort or a window aggregation, then a sink.
+
+    Parameters
+    ----------
+    df : a streaming DataFrame (``spark.readStream...load()``).
+    checkpoint : the query's checkpoint location; gpuwm keeps its state under
+        ``<checkpoint>/gpuwm/``, versioned by batch id.
+    vnodes : state partitions (default: 1 for a sort — one totally ordered
+        stream — and ``spark.sql.shuffle.partitions`` capped at 8 for windows).
+    backend : ``auto``/``cpu``/``gpu`` for the executors (default: Spark conf
+        ``spark.gpuwm.backend``, else ``auto``).
+    on_batch : called on the driver with each batch's metrics dict.
+    verbose : print one line per micro-batch.
+    """
+
+    def __init__(self, df, checkpoint: str, *, vnodes: int | None = None, backend: str | None = None,
+                 on_batch: Callable[[dict], None] | None = None, verbose: bool = False):
+        if not getattr(df, "isStreaming", False):
+            raise ConfigError("Pipeline needs a streaming DataFrame (spark.readStream...)")
+        self.df = df
+        self.spark = df.sparkSession
+        self.checkpoint = os.path.abspath(checkpoint.removeprefix("file:"))
+        self.vnodes = vnodes
+        self.backend = backend or self.spark.conf.get("spark.gpuwm.backend", "auto")
+        self.on_batch = on_batch
+        self.verbose = verbose
+        self._wm: dict | None = None
+        self._op: dict | None = None
+        self._sink: dict | None = None
+        self.history: list[dict] = []
+
+    # -- builder ---------------------------------------------------------------
+    def watermark(self, column: str, delay: Any, *, split: str | None = None, profile: str = "risingwave",
+                  emit: str | None = None, idle_timeout: Any = None, max_drift: Any = None,
+                  **knobs: Any) -> "Pipeline":
+        """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`)."""
+        from .. import WatermarkFilter
+
+        schema = self.df.schema
+        f = _spark_field(schema, column, "event-time")
+        tname = type(f.dataType).__name__
+        if tname == "TimestampNTZType":
+            raise SchemaError(f"event-time column {column!r} is TIMESTAMP_NTZ; gpuwm (like Spark's withWatermark) "
+                              "needs TIMESTAMP (UTC instants): cast it or write UTC-aware timestamps")
+        if tname != "TimestampType" and tname not in _INT_TYPES:
+            raise SchemaError(f"event-time column {column!r} has type {f.dataType.simpleString()}; "
+                              "expected timestamp or an integer type")
+        if split is not None:
+            _spark_field(schema, split, "split")
+        WatermarkFilter(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
+                        max_drift=max_drift, backend="cpu", **knobs)  # validates every argument now
+        self._wm = {"column": column, "delay": _encode(delay), "split": split, "profile": profile, "emit": emit,
+                    "idle_timeout": _encode(idle_timeout), "max_drift": _encode(max_drift), "knobs": knobs}
+        return self
+
+    def sort(self, key: Sequence[str] = ()) -> "Pipeline":
+        """Release rows in event-time order, append-only (ordered within a vnode;
+        with one vnode — the default — one totally ordered stream)."""
+        self._need_watermark("sort")
+        key = [key] if isinstance(key, str) else list(key)
+        for k in key:
+            _spark_field(self.df.schema, k, "sort key")
+        self._op = {"kind": "sort", "column": self._wm["column"], "key": key, "partition_by": []}
+        return self
+
+    def window(self, window: _Window, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
+               emit: str = "on-window-close") -> "Pipeline":
+        """Tumbling/hopping aggregation emitted when the watermark closes a window."""
+        from .. import WindowAggregate
+
+        self._need_watermark("window")
+        if not isinstance(window, (Tumble, Hop)):
+            raise ConfigError(f"window must be gpuwm.Tumble or gpuwm.Hop, got {window!r}")
+        if window.column != self._wm["column"]:
+            raise ConfigError(f"window column {window.column!r} differs from the watermark column "
+                              f"{self._wm['column']!r}")
+        by = [by] if isinstance(by, str) else list(by)
+        for k in by:
+            _spark_field(self.df.schema, k, "group key")
+        WindowAggregate(window, by=by, aggs=aggs, emit=emit, backend="cpu")  # validates
+        aggs = dict(aggs) if aggs is not None else {"count": ("*", "count")}
+        for name, (col, _) in aggs.items():
+            if col != "*":
+                _spark_field(self.df.schema, col, f"aggregate {name!r}")
+        tumble = isinstance(window, Tumble)
+        self._op = {"kind": "window", "column": window.column, "size": _encode(window.size),
+                    "slide": None if tumble else _encode(window.slide), "by": by,
+                    "aggs": {k: list(v) for k, v in aggs.items()}, "emit": emit, "partition_by": by}
+        return self
+
+    def write_parquet(self, path: str) -> "Pipeline":
+        """Parquet files per batch: ``<path>/batch_id=<N>/part-<vnode>.parquet``,
+        rewritten identically if Spark replays batch N."""
+        self._sink = {"kind": "parquet", "path": os.path.abspath(path)}
+        return self
+
+    def write_console(self, rows: int = 20) -> "Pipeline":
+        self._sink = {"kind": "console", "rows": rows}
+        return self
+
+    def _need_watermark(self, what: str) -> None:
+        if self._wm is None:
+            raise ConfigError(f"call .watermark(...) before .{what}(...): the operator drains by the watermark")
+
+    # -- plan ------------------------------------------------------------------
+    def _plan(self) -> dict:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if self._wm is None:
+            raise ConfigError("the pipeline has no .watermark(...)")
+        if self._sink is None:
+            raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
+        arrow = to_arrow_schema(self.df.schema)
+        vnodes = self.vnodes
+        if vnodes is None:
+            parts = int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
+            vnodes = 1 if (self._op is None or self._op["kind"] == "sort") else max(1, min(parts, 8))
+        if vnodes < 1:
+            raise ConfigError(f"vnodes must be >= 1, got {vnodes}")
+        return {
+            "version": 1, "checkpoint": self.checkpoint, "backend": self.backend, "vnodes": vnodes,
+            "watermark": self._wm, "operator": self._op, "sink": self._sink,
+            "vnode_keys": [] if self._op is None else self._op["partition_by"],
+            "input_schema": [(f.name, f.type) for f in arrow],
+        }
+
+    def _describe(self, plan: dict) -> str:
+        d = {k: v for k, v in plan.items() if k not in ("checkpoint", "backend", "sink")}
+        d["input_schema"] = [(n, str(t)) for n, t in plan["input_schema"]]
+        return json.dumps(d, sort_keys=True, default=str)
+
+    def _prepare_checkpoint(self, plan: dict) -> None:
+        d = os.path.join(self.checkpoint, "gpuwm")
+        try:
+            os.makedirs(d, exist_ok=True)
+            probe = os.path.join(d, ".write-probe")
+            with open(probe, "w") as fh:
+                fh.write("ok")
+            os.remove(probe)
+        except OSError as e:
+            raise ConfigError(f"checkpoint location {self.checkpoint!r} is not writable: {e}") from None
+        desc = self._describe(plan)
+        p = os.path.join(d, "pipeline.json")
+        if os.path.exists(p):
+            with open(p) as fh:
+                old = fh.read()
+            if old != desc:
+                raise ConfigError(
+                    f"the pipeline differs from the one that wrote checkpoint {self.checkpoint!r}; "
+                    "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
+                    f"checkpoint: {old}\nnow:        {desc}")
+        else:
+            with open(p + ".tmp", "w") as fh:
+                fh.write(desc)
+            os.replace(p + ".tmp", p)
+
+    # -- run -------------------------------------------------------------------
+    def start(self, *, trigger: Mapping[str, Any] | None = None, query_name: str | None = None):
+        """Start the query; returns Spark's ``StreamingQuery``. ``trigger`` is
+        passed to ``DataStreamWriter.trigger`` (``{"availableNow": True}``,
+        ``{"processingTime": "5 seconds"}``, ...)."""
+        plan = self._plan()
+        self._prepare_checkpoint(plan)
+        if plan["sink"]["kind"] == "parquet":
+            os.makedirs(plan["sink"]["path"], exist_ok=True)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        writer = self.df.writeStream.foreachBatch(partial(self._run_batch, plan)).option(
+            "checkpointLocation", self.checkpoint)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.start()
+
+    def _run_batch(self, plan: dict, df, batch_id: int) -> None:
+        ck = plan["checkpoint"]
+        committed = runtime.committed_batches(ck)
+        prev = batch_id - 1 if (batch_id - 1) in committed else None
+        if prev is None and committed and min(committed) < batch_id:
+            raise RuntimeError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm/state "
+                               f"(have {committed}); the checkpoint was damaged")
+        fstate = runtime.load_filter_state(ck, prev) if prev is not None else None
+        now = runtime.now_for_batch(ck, batch_id)
+        s1 = runtime.stage1_schema(pa.schema([pa.field(n, t) for n, t in plan["input_schema"]]))
+        stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate), _spark_schema(s1))
+        ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
+                                                             "cast(2 as tinyint) as __kind")
+        rows = stage1.unionByName(ticks, allowMissingColumns=True)
+        res = rows.groupBy("__vnode").applyInArrow(
+            _vnode_fn((plan, fstate, now, batch_id, prev)),
+            "vnode int, metrics string, filter_state binary, payload binary").collect()
+        res = sorted(res, key=lambda r: r["vnode"])
+        per = [json.loads(r["metrics"]) for r in res]
+        head = per[0]
+        m = {
+            "batch_id": batch_id, "input_rows": head["input_rows"], "late_rows": head["late_rows"],
+            "null_rows": head["null_rows"], "rows_emitted": sum(p["rows_emitted"] for p in per),
+            "state_rows": sum(p["state_rows"] for p in per), "state_bytes": sum(p["state_bytes"] for p in per),
+            "watermark": head["watermark"], "output_watermark": head["output_watermark"],
+            "kernel_s": sum(p["kernel_s"] for p in per), "backend": head["backend"], "vnodes": len(per),
+        }
+        runtime.commit_batch(ck, batch_id, bytes(res[0]["filter_state"]), m)
+        self.history.append(m)
+        if plan["sink"]["kind"] == "console":
+            outs = [runtime.bytes_to_table(bytes(r["payload"])) for r in res if r["payload"]]
+            print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
+            if outs:
+                print(pa.concat_tables(outs).slice(0, plan["sink"]["rows"]).to_pandas().to_string(index=False))
+        if self.verbose:
+            print(f"batch {batch_id:4d}: rows {m['input_rows']:9,}  late {m['late_rows']:7,}  "
+                  f"watermark {m['output_watermark']}  emitted {m['rows_emitted']:8,}  "
+                  f"state rows {m['state_rows']:9,}  kernels {m['kernel_s']:.2f}s ({m['backend']})", flush=True)
+        if self.on_batch:
+            self.on_batch(m)
+
+
+def _vnode_fn(args: tuple):
+    def vnode(table: pa.Table) -> pa.Table:  # type hints: Spark infers the UDF kind from them
+        return runtime.vnode_task(*args, table)
+
+    return vnode
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)

@@ -1,0 +1,285 @@
+"""What runs inside Spark tasks for one micro-batch, and the state store.
+
+One job per micro-batch (DESIGN.md, "Running inside Spark"):
+
+1. ``filter_task`` (``mapInArrow``, one call per input partition): restores
+   the watermark filter as of the previous batch, filters its rows, tags each
+   kept row with its vnode, and emits its statistics (per-split watermark
+   candidates, counts) once *per vnode*.
+2. ``vnode_task`` (``groupBy("__vnode").applyInArrow``, one call per vnode;
+   a tick row per vnode makes every vnode run, rows or not): folds every
+   partition's statistics into the filter — the same deterministic function
+   everywhere — so each vnode knows the combined watermark of this batch,
+   then pushes its rows into its operator (kept in executor memory between
+   batches, reloaded from the checkpoint on a miss), drains with that
+   watermark, writes its new state version and its sink output, and returns
+   metrics.
+
+No kernel math here: the tasks call :mod:`gpuwm`'s operators. State files
+are Arrow IPC under ``<checkpoint>/gpuwm/state/<batch_id>/``; a batch's
+output and state are a function of (state at batch_id - 1, batch input), so
+a replayed batch rewrites the same files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
+META_COLS = ("__vnode", "__kind", "__stats")
+RESULT_SCHEMA = pa.schema([
+    ("vnode", pa.int32()), ("metrics", pa.string()), ("filter_state", pa.binary()), ("payload", pa.binary()),
+])
+
+# executor-side cache: (state_dir, vnode) -> (batch_id, operator)
+_CACHE: dict[tuple[str, int], tuple[int, Any]] = {}
+
+
+# -- plan -> operators -----------------------------------------------------------
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict) and "timedelta_us" in v:
+        return timedelta(microseconds=v["timedelta_us"])
+    return v
+
+
+def make_filter(plan: dict):
+    import gpuwm
+
+    w = plan["watermark"]
+    return gpuwm.WatermarkFilter(
+        w["column"], delay=_decode(w["delay"]), profile=w["profile"], emit=w["emit"], split=w["split"],
+        idle_timeout=_decode(w["idle_timeout"]), max_drift=_decode(w["max_drift"]), backend=plan["backend"],
+        **w["knobs"],
+    )
+
+
+def make_operator(plan: dict):
+    import gpuwm
+
+    op = plan["operator"]
+    if op is None:
+        return None
+    profile = plan["watermark"]["profile"]
+    if op["kind"] == "sort":
+        return gpuwm.StreamSort(op["column"], key=op["key"], profile=profile, backend=plan["backend"])
+    cls = gpuwm.Tumble if op["slide"] is None else gpuwm.Hop
+    win = cls(op["column"], _decode(op["size"])) if op["slide"] is None else cls(
+        op["column"], size=_decode(op["size"]), slide=_decode(op["slide"]))
+    aggs = {k: tuple(v) for k, v in op["aggs"].items()}
+    return gpuwm.WindowAggregate(win, by=op["by"], aggs=aggs, emit=op["emit"], profile=profile,
+                                 backend=plan["backend"])
+
+
+# -- Arrow IPC helpers -------------------------------------------------------------
+def table_to_bytes(t: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return sink.getvalue()
+
+
+def bytes_to_table(b: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(b)).read_all()
+
+
+# -- state store -------------------------------------------------------------------
+def state_root(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "gpuwm", "state")
+
+
+def batch_dir(checkpoint: str, batch_id: int) -> str:
+    return os.path.join(state_root(checkpoint), f"{batch_id:010d}")
+
+
+def _atomic_dir(final: str, write) -> None:
+    """Write a directory completely under a temporary name, then rename it."""
+    tmp = f"{final}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    os.makedirs(tmp)
+    write(tmp)
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any) -> None:
+    snap = op.snapshot()
+    tables = snap if isinstance(snap, dict) else {"sort": snap}
+    os.makedirs(batch_dir(checkpoint, batch_id), exist_ok=True)
+
+    def write(d: str) -> None:
+        for name, t in tables.items():
+            with pa.OSFile(os.path.join(d, f"{name}.arrow"), "wb") as fh:
+                fh.write(table_to_bytes(t))
+
+    _atomic_dir(os.path.join(batch_dir(checkpoint, batch_id), f"vnode-{vnode:05d}"), write)
+
+
+def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
+    """The operator as of ``batch_id`` (memory if cached there, else disk),
+    or a fresh one when ``batch_id`` is None (before the first batch)."""
+    op = make_operator(plan)
+    if op is None or batch_id is None:
+        return op
+    key = (plan["checkpoint"], vnode)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] == batch_id:
+        return hit[1]
+    d = os.path.join(batch_dir(plan["checkpoint"], batch_id), f"vnode-{vnode:05d}")
+    if not os.path.isdir(d):
+        raise FileNotFoundError(f"gpuwm: state of vnode {vnode} for batch {batch_id} is missing under {d}")
+    tables = {}
+    for f in sorted(os.listdir(d)):
+        with open(os.path.join(d, f), "rb") as fh:
+            tables[f.removesuffix(".arrow")] = bytes_to_table(fh.read())
+    return op.restore(tables["sort"] if "sort" in tables else tables)
+
+
+# -- task 1: filter each input partition ---------------------------------------
+def stage1_schema(input_schema: pa.Schema) -> pa.Schema:
+    fields = [f.with_nullable(True) for f in input_schema]
+    return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string())])
+
+
+def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from gpuwm.partition import vnode_of
+
+    batches = list(batches)
+    schema = pa.schema([pa.field(n, t) for n, t in plan["input_schema"]])
+    table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
+    table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
+    f = make_filter(plan)
+    if filter_state:
+        f.restore(bytes_to_table(filter_state))
+    kept, stats = f.filter_local(table)
+    v = plan["vnodes"]
+    out_schema = stage1_schema(schema)
+    vn = vnode_of(kept, plan["vnode_keys"], v)
+    n = kept.num_rows
+    if n:
+        data = kept.append_column("__vnode", pa.array(vn, pa.int32()))
+        data = data.append_column("__kind", pa.array([KIND_DATA] * n, pa.int8()))
+        data = data.append_column("__stats", pa.nulls(n, pa.string()))
+        yield from data.cast(out_schema).to_batches()
+    st = json.dumps(stats)
+    cols = {f.name: pa.nulls(v, f.type) for f in schema}
+    cols["__vnode"] = pa.array(range(v), pa.int32())
+    cols["__kind"] = pa.array([KIND_STATS] * v, pa.int8())
+    cols["__stats"] = pa.array([st] * v, pa.string())
+    yield from pa.table(cols, schema=out_schema).to_batches()
+
+
+# -- task 2: one vnode --------------------------------------------------------------
+def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+               table: pa.Table) -> pa.Table:
+    import gpuwm
+
+    kind = table.column("__kind").to_numpy(zero_copy_only=False)
+    vnode = int(table.column("__vnode")[0].as_py())
+    stats = [json.loads(s) for s in table.filter(pa.array(kind == KIND_STATS)).column("__stats").to_pylist()]
+    schema = pa.schema([pa.field(n, t) for n, t in plan["input_schema"]])
+    rows = table.filter(pa.array(kind == KIND_DATA)).select(schema.names).cast(schema)
+    f = make_filter(plan)
+    if filter_state:
+        f.restore(bytes_to_table(filter_state))
+    f.advance(stats, datetime.fromisoformat(now_iso))
+    wm = f.output_watermark
+    t0 = time.perf_counter()
+    op = load_operator(plan, prev_batch, vnode)
+    if op is None:
+        out = rows
+    else:
+        if rows.num_rows:
+            op.push(rows)
+        out = op.drain(wm)
+        if not out.num_columns:  # never saw a row: nothing to emit
+            out = None
+    kernel_s = time.perf_counter() - t0
+    if op is not None:
+        save_operator(plan["checkpoint"], batch_id, vnode, op)
+        _CACHE[(plan["checkpoint"], vnode)] = (batch_id, op)
+    payload = b""
+    sink = plan["sink"]
+    if out is not None and out.num_rows:
+        if sink["kind"] == "parquet":
+            d = os.path.join(sink["path"], f"batch_id={batch_id}")
+            os.makedirs(d, exist_ok=True)
+            final = os.path.join(d, f"part-{vnode:05d}.parquet")
+            tmp = f"{final}.tmp-{os.getpid()}"
+            pq.write_table(out, tmp)
+            os.replace(tmp, final)
+        else:
+            payload = table_to_bytes(out)
+    metrics = {
+        "vnode": vnode, "input_rows": sum(s["rows"] for s in stats), "late_rows": sum(s["late"] for s in stats),
+        "null_rows": sum(s["nulls"] for s in stats), "rows_to_operator": rows.num_rows,
+        "rows_emitted": 0 if out is None else out.num_rows,
+        "state_rows": 0 if op is None else (op.buffered_rows if hasattr(op, "buffered_rows") else op.state_rows),
+        "state_bytes": 0 if op is None else (op.buffered_bytes if hasattr(op, "buffered_bytes") else op.state_bytes),
+        "watermark": f.watermark_raw, "output_watermark": f.output_watermark_raw,
+        "kernel_s": kernel_s, "backend": gpuwm.get_backend(plan["backend"]).name,
+    }
+    fstate = table_to_bytes(f.snapshot()) if vnode == 0 else b""
+    return pa.table({"vnode": [vnode], "metrics": [json.dumps(metrics)], "filter_state": [fstate],
+                     "payload": [payload]}, schema=RESULT_SCHEMA)
+
+
+def now_for_batch(checkpoint: str, batch_id: int) -> str:
+    """The processing time of a batch, fixed at its first attempt so that a
+    replay sees the same idleness."""
+    d = os.path.join(checkpoint, "gpuwm", "now")
+    os.makedirs(d, exist_ok=True)
+    p = os.path.join(d, str(batch_id))
+    if os.path.exists(p):
+        with open(p) as fh:
+            return fh.read().strip()
+    now = datetime.now(timezone.utc).isoformat()
+    with open(p + ".tmp", "w") as fh:
+        fh.write(now)
+    os.replace(p + ".tmp", p)
+    return now
+
+
+def committed_batches(checkpoint: str) -> list[int]:
+    root = state_root(checkpoint)
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(n) for n in os.listdir(root)
+                  if n.isdigit() and os.path.exists(os.path.join(root, n, "_COMMITTED")))
+
+
+def load_filter_state(checkpoint: str, batch_id: int) -> bytes | None:
+    with open(os.path.join(batch_dir(checkpoint, batch_id), "filter.arrow"), "rb") as fh:
+        return fh.read()
+
+
+def commit_batch(checkpoint: str, batch_id: int, filter_state: bytes, metrics: dict, keep: int = 2) -> None:
+    d = batch_dir(checkpoint, batch_id)
+    os.makedirs(d, exist_ok=True)
+    for name, data in (("filter.arrow", filter_state), ("metrics.json", json.dumps(metrics).encode())):
+        tmp = os.path.join(d, name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, os.path.join(d, name))
+    with open(os.path.join(d, "_COMMITTED"), "w") as fh:
+        fh.write(str(batch_id))
+    root = state_root(checkpoint)
+    for name in os.listdir(root):  # old versions: keep the last `keep`
+        try:
+            b = int(name.split(".")[0])
+        except ValueError:
+            continue
+        if b <= batch_id - keep or ".tmp-" in name:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    nd = os.path.join(checkpoint, "gpuwm", "now")
+    for name in os.listdir(nd):
+        if name.isdigit() and int(name) <= batch_id - keep:
+            os.remove(os.path.join(nd, name))
