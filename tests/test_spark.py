@@ -1,0 +1,291 @@
+"""gpuwm on Spark (local mode): the pipeline against the engine-independent
+operators, against Spark's own windowed aggregation, crash and restart, and
+bad input."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpuwm
+from gpuwm.nexmark import NexmarkConfig, bids
+
+pytestmark = pytest.mark.spark
+pyspark = pytest.importorskip("pyspark")
+
+from gpuwm.spark import Pipeline, local_session, read_nexmark  # noqa: E402
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+TS = pa.timestamp("us", tz="UTC")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = local_session(app="gpuwm-tests", cores=2)
+    yield s
+    s.stop()
+
+
+def read_out(path: str) -> pa.Table | None:
+    files = sorted(glob.glob(os.path.join(path, "batch_id=*", "*.parquet")))
+    if not files:
+        return None
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def rows_of(t: pa.Table | None, cols: list[str]) -> list[tuple]:
+    if t is None:
+        return []
+    return sorted(tuple(r[c] for c in cols) for r in t.to_pylist())
+
+
+NEX = dict(totalEvents=60_000, eventsPerBatch=10_000, splits=3, eventsPerSecond=2_000, maxDelayMs=12_000,
+           outOfOrderFraction=0.2, seed=7)
+
+
+def nexmark_batches(opts: dict) -> list[pa.Table]:
+    cfg = NexmarkConfig(events_per_second=opts["eventsPerSecond"], splits=opts["splits"],
+                        out_of_order_fraction=opts["outOfOrderFraction"], max_delay_ms=opts["maxDelayMs"],
+                        seed=opts["seed"])
+    out = []
+    for a in range(0, opts["totalEvents"], opts["eventsPerBatch"]):
+        b = min(a + opts["eventsPerBatch"], opts["totalEvents"])
+        out.append(pa.concat_tables([bids(cfg, a, b, s) for s in range(cfg.splits)]))
+    return out
+
+
+def q7_pipeline(spark, tmp, profile="spark", emit="on-batch", vnodes=None):
+    df = read_nexmark(spark, f"{tmp}/ck", **NEX)
+    return (Pipeline(df, f"{tmp}/ck", vnodes=vnodes)
+            .watermark("date_time", delay="2 seconds", split="split", profile=profile, emit=emit)
+            .window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"],
+                    aggs={"bids": ("*", "count"), "max_price": ("price", "max")})
+            .write_parquet(f"{tmp}/out"))
+
+
+def run_to_end(p: Pipeline):
+    q = p.start()
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    return q
+
+
+@pytest.mark.parametrize("profile", ["spark", "risingwave"])
+def test_pipeline_equals_operators_over_the_same_batches(spark, tmp_path, profile):
+    p = q7_pipeline(spark, tmp_path, profile=profile, vnodes=3)
+    run_to_end(p)
+    got = read_out(f"{tmp_path}/out")
+    # the engine-independent operators over the same micro-batches
+    f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile=profile)
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"],
+                              aggs={"bids": ("*", "count"), "max_price": ("price", "max")}, profile=profile)
+    outs = []
+    for b in nexmark_batches(NEX):
+        a.push(f.process(b))
+        outs.append(a.drain(f.output_watermark))
+    exp = pa.concat_tables(outs)
+    cols = ["window_start", "auction", "bids", "max_price"]
+    assert exp.num_rows > 100
+    assert rows_of(got, cols) == rows_of(exp, cols)
+    m = p.history
+    assert [x["batch_id"] for x in m] == list(range(6))
+    assert sum(x["input_rows"] for x in m) == sum(b.num_rows for b in nexmark_batches(NEX))
+    assert sum(x["late_rows"] for x in m) == f.late_rows > 0
+    assert m[-1]["watermark"] == f.watermark_raw
+
+
+def test_sorted_stream_is_ordered_and_complete(spark, tmp_path):
+    df = read_nexmark(spark, f"{tmp_path}/ck", **NEX)
+    p = (Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")
+         .sort(key=["event_id"]).write_parquet(f"{tmp_path}/out"))
+    run_to_end(p)
+    files = sorted(glob.glob(f"{tmp_path}/out/batch_id=*/*.parquet"), key=lambda x: int(x.split("batch_id=")[1].split("/")[0]))
+    got = pa.concat_tables([pq.read_table(x) for x in files])
+    ts = got.column("date_time").cast(pa.int64()).to_numpy()
+    assert np.all(np.diff(ts) >= 0)  # one ordered, append-only stream across batches
+    s = gpuwm.StreamSort("date_time", key=["event_id"])
+    f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split")
+    exp = []
+    for b in nexmark_batches(NEX):
+        s.push(f.process(b))
+        exp.append(s.drain(f.output_watermark))
+    assert got.column("event_id").to_pylist() == pa.concat_tables(exp).column("event_id").to_pylist()
+
+
+def _write_batches(d: str, batches: list[list[tuple]]) -> None:
+    os.makedirs(d, exist_ok=True)
+    base = time.time() - 1000
+    for i, rows in enumerate(batches):
+        t = pa.table({"ts": pa.array([T0 + timedelta(seconds=s) for s, _, _ in rows], TS),
+                      "k": pa.array([k for _, k, _ in rows], pa.int64()),
+                      "price": pa.array([p for _, _, p in rows], pa.int64())})
+        p = os.path.join(d, f"part-{i:04d}.parquet")
+        pq.write_table(t, p)
+        os.utime(p, (base + i, base + i))
+
+
+@pytest.mark.parametrize("hop", [False, True])
+def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
+    rng = np.random.default_rng(3 + hop)
+    batches = []
+    for i in range(10):  # out-of-order event times, seconds
+        n = 40
+        secs = (i * 6 + rng.integers(-12, 6, n)).clip(0)
+        batches.append(list(zip(secs.tolist(), rng.integers(0, 3, n).tolist(), rng.integers(0, 1000, n).tolist())))
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    schema = "ts timestamp, k bigint, price bigint"
+
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    native = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+              .withWatermark("ts", "10 seconds")
+              .groupBy(F.window("ts", "10 seconds", "5 seconds") if hop else F.window("ts", "5 seconds"), "k")
+              .agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+              .selectExpr("window.start as ws", "window.end as we", "k", "n", "mx"))
+    nq = (native.writeStream.format("parquet").option("path", f"{tmp_path}/native")
+          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append")
+          .trigger(availableNow=True).start())
+    nq.awaitTermination()
+    exp = spark.read.parquet(f"{tmp_path}/native").toPandas()
+    exp_rows = sorted((r.ws.to_pydatetime().replace(tzinfo=timezone.utc) if r.ws.tzinfo is None else r.ws.to_pydatetime(),
+                       r.k, r.n, r.mx) for r in exp.itertuples())
+    assert len(exp_rows) > 5
+
+    # gpuwm, profile spark; one more (empty) file plays Spark's final no-data batch
+    src2 = f"{tmp_path}/in2"
+    _write_batches(src2, batches + [[]])
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src2)
+    win = gpuwm.Hop("ts", size="10 seconds", slide="5 seconds") if hop else gpuwm.Tumble("ts", "5 seconds")
+    p = (Pipeline(df, f"{tmp_path}/ck").watermark("ts", delay="10 seconds", profile="spark")
+         .window(win, by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
+         .write_parquet(f"{tmp_path}/out"))
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    got = read_out(f"{tmp_path}/out")
+    assert rows_of(got, ["window_start", "k", "n", "mx"]) == exp_rows
+
+
+CRASH = """
+import os, sys
+sys.path.insert(0, {root!r})
+import gpuwm
+from gpuwm.spark import Pipeline, local_session, read_nexmark
+spark = local_session(app="crash", cores=2)
+opts = {opts!r}
+df = read_nexmark(spark, {ck!r}, **opts)
+def on_batch(m):
+    print("BATCH", m["batch_id"], flush=True)
+    if {fail_after} >= 0 and m["batch_id"] == {fail_after}:
+        raise RuntimeError("simulated crash after gpuwm committed batch %d" % m["batch_id"])
+p = (Pipeline(df, {ck!r}, vnodes=2, on_batch=on_batch)
+     .watermark("date_time", delay="2 seconds", split="split", profile="risingwave")
+     .window(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
+             aggs={{"bids": ("*", "count"), "max_price": ("price", "max")}})
+     .write_parquet({out!r}))
+q = p.start()
+try:
+    q.processAllAvailable()
+    print("DONE", flush=True)
+except Exception as e:
+    print("FAILED", type(e).__name__, flush=True)
+    sys.exit(3)
+finally:
+    q.stop()
+"""
+
+
+def _crash_script(tmp, name, fail_after=-1):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = CRASH.format(root=root, opts=NEX, ck=f"{tmp}/{name}/ck", out=f"{tmp}/{name}/out", fail_after=fail_after)
+    path = f"{tmp}/{name}.py"
+    with open(path, "w") as fh:
+        fh.write(textwrap.dedent(code))
+    return path
+
+
+def _run(path, timeout=300):
+    return subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_crash_and_restart_gives_the_uninterrupted_output(tmp_path):
+    # uninterrupted
+    r = _run(_crash_script(tmp_path, "clean"))
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    clean = read_out(f"{tmp_path}/clean/out")
+    cols = ["window_start", "auction", "bids", "max_price"]
+    assert clean is not None and clean.num_rows > 100
+    # 1. the query fails after gpuwm committed batch 2 but before Spark did: restart replays batch 2
+    r = _run(_crash_script(tmp_path, "failed", fail_after=2))
+    assert "FAILED" in r.stdout, r.stdout + r.stderr[-3000:]
+    r = _run(_crash_script(tmp_path, "failed"))
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert rows_of(read_out(f"{tmp_path}/failed/out"), cols) == rows_of(clean, cols)
+    # 2. the driver process is killed (SIGKILL) in the middle of the run
+    path = _crash_script(tmp_path, "killed")
+    proc = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = 0
+    for line in proc.stdout:
+        if line.startswith("BATCH"):
+            seen += 1
+            if seen == 3:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    r = _run(path)
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert rows_of(read_out(f"{tmp_path}/killed/out"), cols) == rows_of(clean, cols)
+
+
+def test_bad_input_is_refused_before_the_first_batch(spark, tmp_path):
+    df = read_nexmark(spark, f"{tmp_path}/ck", **NEX)
+    with pytest.raises(gpuwm.SchemaError, match="event-time column 'ts' not found"):
+        Pipeline(df, f"{tmp_path}/ck").watermark("ts", delay="1 second")
+    with pytest.raises(gpuwm.SchemaError, match="expected timestamp or an integer"):
+        Pipeline(df.selectExpr("cast(date_time as string) as s", "split"), f"{tmp_path}/ck").watermark(
+            "s", delay="1 second")
+    with pytest.raises(gpuwm.SchemaError, match="TIMESTAMP_NTZ"):
+        Pipeline(df.selectExpr("cast(date_time as timestamp_ntz) as t"), f"{tmp_path}/ck").watermark(
+            "t", delay="1 second")
+    with pytest.raises(gpuwm.SchemaError, match="group key column 'nope' not found"):
+        Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="1 second").window(
+            gpuwm.Tumble("date_time", "1 second"), by=["nope"])
+    with pytest.raises(gpuwm.ConfigError, match="delay must be >= 0"):
+        Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay=timedelta(seconds=-1))
+    # an unwritable checkpoint
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "gpuwm").write_text("a file where a folder must go")
+    with pytest.raises(gpuwm.ConfigError, match="not writable"):
+        Pipeline(df, str(ro)).watermark("date_time", delay="1 second").sort().write_parquet(
+            f"{tmp_path}/o2").start()
+    assert not os.path.exists(f"{tmp_path}/o2") or not os.listdir(f"{tmp_path}/o2")
+    # a changed pipeline on an existing checkpoint
+    small = dict(NEX, totalEvents=10_000)
+    df = read_nexmark(spark, f"{tmp_path}/ck3", **small)
+    p = (Pipeline(df, f"{tmp_path}/ck3").watermark("date_time", delay="2 seconds", split="split")
+         .sort(key=["event_id"]).write_parquet(f"{tmp_path}/o3"))
+    run_to_end(p)
+    before = sorted(glob.glob(f"{tmp_path}/o3/*/*"))
+    changed = (Pipeline(df, f"{tmp_path}/ck3").watermark("date_time", delay="3 seconds", split="split")
+               .sort(key=["event_id"]).write_parquet(f"{tmp_path}/o3"))
+    with pytest.raises(gpuwm.ConfigError, match="differs from the one that wrote checkpoint"):
+        changed.start()
+    assert sorted(glob.glob(f"{tmp_path}/o3/*/*")) == before
+    shutil.rmtree(ro)
