@@ -1,10 +1,14 @@
 """The ``gpuwm`` command.
 
-``gpuwm demo`` runs the operators over the embedded Nexmark bid stream, in
-process, micro-batch by micro-batch: a watermark filter per split, a Q7-like
-tumbling max price / count per auction, a Q5-like hopping count per auction,
-and the event-time-sorted bid stream; it writes Parquet and prints a line per
-micro-batch and a summary.
+``gpuwm demo`` runs three pipelines on the embedded Nexmark bid stream in
+Spark local mode (``--engine local``: the same operators in process, without
+Spark): a Q7-like tumbling count / max price per auction, a Q5-like hopping
+count per auction, and the event-time-sorted bid stream. It writes Parquet,
+prints a line per micro-batch and a summary, and exits by itself.
+
+``gpuwm run SPEC.json`` runs a pipeline described in a file (see
+``gpuwm.spark.spec``) in Spark local mode; on a cluster use
+``spark-submit --properties-file spark_conf/rapids.conf gpuwm/app.py SPEC.json``.
 """
 
 from __future__ import annotations
@@ -77,14 +81,78 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_spark(args: argparse.Namespace) -> int:
+    import shutil
+
+    from . import Hop, Tumble
+    from .spark import Pipeline, local_session, read_nexmark
+
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)  # the demo's own folder: a fresh run each time
+    opts = dict(totalEvents=args.events, eventsPerBatch=args.batch, eventsPerSecond=args.rate,
+                splits=args.splits, outOfOrderFraction=args.out_of_order, maxDelayMs=args.max_delay_ms,
+                seed=args.seed)
+    print(f"gpuwm demo (Spark local mode): {args.events:,} Nexmark events, {args.batch:,} per micro-batch, "
+          f"{args.splits} splits, profile={args.profile}, output -> {out}/ (starting Spark...)", flush=True)
+    spark = local_session(app="gpuwm-demo", conf={"spark.gpuwm.backend": args.backend or "auto"})
+    delay = timedelta(milliseconds=args.delay_ms)
+    pipes = []
+    for name in ("q7_tumble", "q5_hop", "sorted_bids"):
+        ck = str(out / "_checkpoints" / name)
+        p = Pipeline(read_nexmark(spark, ck, **opts), ck, verbose=True, name=f"{name:11s}")
+        p.watermark("date_time", delay=delay, split="split", profile=args.profile)
+        if name == "q7_tumble":
+            p.window(Tumble("date_time", "10 seconds"), by=["auction"],
+                     aggs={"bids": ("*", "count"), "max_price": ("price", "max")})
+        elif name == "q5_hop":
+            p.window(Hop("date_time", size="10 seconds", slide="2 seconds"), by=["auction"],
+                     aggs={"bids": ("*", "count")})
+        else:
+            p.sort(key=["event_id"])
+        pipes.append((name, p.write_parquet(str(out / name))))
+    t0 = time.perf_counter()
+    queries = [p.start() for _, p in pipes]
+    try:
+        for q in queries:
+            q.processAllAvailable()
+    finally:
+        for q in queries:
+            q.stop()
+    dt = time.perf_counter() - t0
+    for q in queries:
+        if q.exception() is not None:
+            raise q.exception()
+    print(f"done in {dt:.1f} s ({len(pipes)} queries over {args.events:,} events each, "
+          f"{len(pipes) * args.events / dt:,.0f} events/s in all):")
+    for name, p in pipes:
+        h = p.history
+        print(f"  {name:12s} batches {len(h):3d}  bids {sum(m['input_rows'] for m in h):9,}  "
+              f"late {sum(m['late_rows'] for m in h):7,}  emitted {sum(m['rows_emitted'] for m in h):9,}  "
+              f"state rows left {h[-1]['state_rows'] if h else 0:8,}  -> {out / name}/")
+    spark.stop()
+    return 0
+
+
+def _run_spec(args: argparse.Namespace) -> int:
+    from .spark import local_session
+    from .spark.spec import load_spec, run
+
+    spec = load_spec(args.spec)
+    spark = local_session(app="gpuwm-run")
+    run(spark, spec)
+    spark.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ap = argparse.ArgumentParser(prog="gpuwm", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run the operators on the embedded Nexmark source")
-    d.add_argument("--events", type=int, default=2_000_000, help="total events (default 2,000,000)")
-    d.add_argument("--batch", type=int, default=250_000, help="events per micro-batch")
-    d.add_argument("--rate", type=int, default=50_000, help="events per second of event time")
+    d.add_argument("--events", type=int, default=1_000_000, help="total events (default 1,000,000)")
+    d.add_argument("--batch", type=int, default=200_000, help="events per micro-batch")
+    d.add_argument("--rate", type=int, default=20_000, help="events per second of event time")
     d.add_argument("--splits", type=int, default=4)
     d.add_argument("--delay-ms", type=int, default=4_000, help="watermark delay (bounded out-of-orderness)")
     d.add_argument("--out-of-order", type=float, default=0.1, help="fraction of events delayed")
@@ -93,11 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--backend", default=None, choices=["auto", "cpu", "gpu"])
     d.add_argument("--seed", type=int, default=42)
     d.add_argument("--out", default="gpuwm-out", help="output folder (Parquet per operator)")
+    d.add_argument("--engine", default="spark", choices=["spark", "local"],
+                   help="spark: Spark local mode (default); local: the operators in this process")
+    r = sub.add_parser("run", help="run a pipeline described in a JSON spec (Spark local mode)")
+    r.add_argument("spec")
     args = ap.parse_args(argv)
     if args.cmd == "demo":
         if args.events <= 0 or args.batch <= 0:
             ap.error("--events and --batch must be > 0")
-        return _demo(args)
+        return _demo(args) if args.engine == "local" else _demo_spark(args)
+    if args.cmd == "run":
+        return _run_spec(args)
     return 2
 
 

@@ -336,6 +336,12 @@ class WatermarkFilter:
         return self._out(self._combined_prev if self.profile.lag else self._combined)
 
     @property
+    def max_event_time_raw(self) -> int | None:
+        """The newest event time seen (the largest split watermark plus the delay)."""
+        live = [int(w) for w in self._wm.tolist() if w != NONE]
+        return None if not live or self._eff_delay is None else max(live) + self._eff_delay
+
+    @property
     def output_watermark_raw(self) -> int | None:
         return self._combined_prev if self.profile.lag else self._combined
 

@@ -60,12 +60,17 @@ class Pipeline:
         stream — and ``spark.sql.shuffle.partitions`` capped at 8 for windows).
     backend : ``auto``/``cpu``/``gpu`` for the executors (default: Spark conf
         ``spark.gpuwm.backend``, else ``auto``).
-    on_batch : called on the driver with each batch's metrics dict.
+    on_batch : called on the driver with each batch's metrics dict (also kept
+        in :attr:`history` and written to ``<checkpoint>/gpuwm/state/<N>/metrics.json``):
+        input/late/null rows, combined and output watermark, the watermark's
+        lag behind the newest event time, rows emitted, state rows and bytes,
+        seconds in operators, backend, wall seconds.
     verbose : print one line per micro-batch.
+    name : the query name (and the prefix of verbose lines).
     """
 
     def __init__(self, df, checkpoint: str, *, vnodes: int | None = None, backend: str | None = None,
-                 on_batch: Callable[[dict], None] | None = None, verbose: bool = False):
+                 on_batch: Callable[[dict], None] | None = None, verbose: bool = False, name: str | None = None):
         if not getattr(df, "isStreaming", False):
             raise ConfigError("Pipeline needs a streaming DataFrame (spark.readStream...)")
         self.df = df
@@ -75,6 +80,7 @@ class Pipeline:
         self.backend = backend or self.spark.conf.get("spark.gpuwm.backend", "auto")
         self.on_batch = on_batch
         self.verbose = verbose
+        self.name = name
         self._wm: dict | None = None
         self._op: dict | None = None
         self._sink: dict | None = None
@@ -173,10 +179,11 @@ class Pipeline:
             "watermark": self._wm, "operator": self._op, "sink": self._sink,
             "vnode_keys": [] if self._op is None else self._op["partition_by"],
             "input_schema": [(f.name, f.type) for f in arrow],
+            "input_schema_is_timestamp": pa.types.is_timestamp(arrow.field(self._wm["column"]).type),
         }
 
     def _describe(self, plan: dict) -> str:
-        d = {k: v for k, v in plan.items() if k not in ("checkpoint", "backend", "sink")}
+        d = {k: v for k, v in plan.items() if k not in ("checkpoint", "backend", "sink", "input_schema_is_timestamp")}
         d["input_schema"] = [(n, str(t)) for n, t in plan["input_schema"]]
         return json.dumps(d, sort_keys=True, default=str)
 
@@ -219,11 +226,14 @@ class Pipeline:
             "checkpointLocation", self.checkpoint)
         if trigger:
             writer = writer.trigger(**trigger)
-        if query_name:
-            writer = writer.queryName(query_name)
+        if query_name or self.name:
+            writer = writer.queryName(query_name or self.name)
         return writer.start()
 
     def _run_batch(self, plan: dict, df, batch_id: int) -> None:
+        import time
+
+        t0 = time.perf_counter()
         ck = plan["checkpoint"]
         committed = runtime.committed_batches(ck)
         prev = batch_id - 1 if (batch_id - 1) in committed else None
@@ -249,6 +259,10 @@ class Pipeline:
             "state_rows": sum(p["state_rows"] for p in per), "state_bytes": sum(p["state_bytes"] for p in per),
             "watermark": head["watermark"], "output_watermark": head["output_watermark"],
             "kernel_s": sum(p["kernel_s"] for p in per), "backend": head["backend"], "vnodes": len(per),
+            "max_event_time": head["max_event_time"],
+            "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
+            else head["max_event_time"] - head["watermark"],
+            "wall_s": time.perf_counter() - t0,
         }
         runtime.commit_batch(ck, batch_id, bytes(res[0]["filter_state"]), m)
         self.history.append(m)
@@ -258,11 +272,21 @@ class Pipeline:
             if outs:
                 print(pa.concat_tables(outs).slice(0, plan["sink"]["rows"]).to_pandas().to_string(index=False))
         if self.verbose:
-            print(f"batch {batch_id:4d}: rows {m['input_rows']:9,}  late {m['late_rows']:7,}  "
-                  f"watermark {m['output_watermark']}  emitted {m['rows_emitted']:8,}  "
-                  f"state rows {m['state_rows']:9,}  kernels {m['kernel_s']:.2f}s ({m['backend']})", flush=True)
+            wm = m["output_watermark"]
+            if wm is not None and plan["input_schema_is_timestamp"]:
+                wm = gpuwm_time(wm)
+            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
+                  f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
+                  f"state rows {m['state_rows']:8,}  {m['input_rows'] / m['wall_s']:9,.0f} events/s  "
+                  f"({m['backend']})", flush=True)
         if self.on_batch:
             self.on_batch(m)
+
+
+def gpuwm_time(raw_us: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(raw_us / 1e6, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _vnode_fn(args: tuple):

@@ -226,6 +226,7 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
         "state_bytes": 0 if op is None else (op.buffered_bytes if hasattr(op, "buffered_bytes") else op.state_bytes),
         "watermark": f.watermark_raw, "output_watermark": f.output_watermark_raw,
         "kernel_s": kernel_s, "backend": gpuwm.get_backend(plan["backend"]).name,
+        "max_event_time": f.max_event_time_raw,
     }
     fstate = table_to_bytes(f.snapshot()) if vnode == 0 else b""
     return pa.table({"vnode": [vnode], "metrics": [json.dumps(metrics)], "filter_state": [fstate],

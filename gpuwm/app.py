@@ -1,0 +1,32 @@
+"""spark-submit entry point: ``spark-submit [--properties-file spark_conf/...] gpuwm/app.py SPEC.json``.
+
+Runs the pipeline a JSON spec describes (see :mod:`gpuwm.spark.spec`) in the
+SparkSession spark-submit configured.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: spark-submit gpuwm/app.py SPEC.json", file=sys.stderr)
+        return 2
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from pyspark.sql import SparkSession
+
+    from gpuwm.spark import register_sources
+    from gpuwm.spark.spec import load_spec, run
+
+    spec = load_spec(argv[0])
+    spark = SparkSession.builder.appName("gpuwm").getOrCreate()
+    register_sources(spark)
+    run(spark, spec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
