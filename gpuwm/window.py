@@ -201,6 +201,11 @@ class WindowAggregate:
         self.rows_out = 0
 
     # -- set-up ----------------------------------------------------------------
+    def bind(self, schema: pa.Schema) -> "WindowAggregate":
+        """Fix the input schema without pushing rows (checked on every push)."""
+        self._bind(schema)
+        return self
+
     def _bind(self, schema: pa.Schema) -> None:
         if self._schema is not None:
             same_schema(self._schema, schema, "WindowAggregate.push")
@@ -244,6 +249,7 @@ class WindowAggregate:
             accs.append(_Acc(name, role, dt, op))
             accs.append(_Acc(name, "nn", np.dtype(np.int64), "add"))
             out_fields.append(pa.field(name, out_t))
+        accs.append(_Acc("__rows", "n", np.dtype(np.int64), "add"))  # (row, window) pairs: late counts
         self._accs = accs
         self._domain = dom
         self._out_schema = pa.schema(out_fields)
@@ -257,7 +263,7 @@ class WindowAggregate:
         out = []
         take = (lambda a: a) if rows is None else (lambda a: a[rows])
         for acc in self._accs:
-            col, fn = self.aggs[acc.agg]
+            col, fn = self.aggs.get(acc.agg, ("*", "count"))
             if acc.role == "n" and col == "*":
                 out.append(xp.ones(m, dtype=xp.int64))
                 continue
@@ -315,12 +321,79 @@ class WindowAggregate:
         keys = [widx] + [c if identity else c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, None if identity else rows, rows.shape[0])
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
+        return self._ingest(xp, gkeys, gaccs)
+
+    def _ingest(self, xp: Any, gkeys: list[Any], gaccs: list[Any]) -> pa.Table | None:
         changed = self._merge(xp, gkeys, gaccs)
         if self.emit == "on-update":
             out = self._finalize(*changed)
             self.rows_out += out.num_rows
             return out
         return None
+
+    # -- partial aggregates (pre-aggregation before a shuffle) ------------------
+    def partial_schema(self) -> pa.Schema:
+        """Columns of :meth:`partials`: ``__widx``, the ``by`` columns, ``__acc<i>``."""
+        if self._schema is None:
+            raise SchemaError("partial_schema() needs the input schema: call bind(schema) first")
+        fields = [pa.field("__widx", pa.int64())] + [self._schema.field(k) for k in self.by]
+        fields += [pa.field(f"__acc{j}", pa.from_numpy_dtype(a.dtype)) for j, a in enumerate(self._accs)]
+        return pa.schema(fields)
+
+    def partials(self, table: pa.Table) -> pa.Table:
+        """This chunk's partial aggregates per (window, key), without touching
+        the state: what :meth:`push_partials` merges, possibly elsewhere (the
+        Spark runtime ships partials, not rows, through the shuffle). Null
+        event times are dropped (counted in ``null_rows`` here)."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self._bind(table.schema)
+        b = self._backend
+        xp = b.xp
+        frame = Frame.from_arrow(table, b)
+        ts, valid = frame.values(self.window.column)
+        ts = ts.astype(xp.int64, copy=False)
+        base = None
+        if valid is not None:
+            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
+            base = xp.nonzero(valid)[0]
+            ts = ts[base]
+        rows, widx = assign_windows(xp, ts, self._size, self._slide)
+        identity = base is None and self._size == self._slide
+        if base is not None:
+            rows = base[rows]
+        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        keys = [widx] + [c if identity else c[rows] for c in codes]
+        accs = self._acc_inputs(xp, frame, None if identity else rows, rows.shape[0])
+        gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
+        cols = [pa.array(b.to_numpy(gkeys[0]))]
+        cols += [c.decode(b.to_numpy(k)) for c, k in zip(self._codecs, gkeys[1:])]
+        cols += [pa.array(b.to_numpy(a)) for a in gaccs]
+        return pa.Table.from_arrays(cols, schema=self.partial_schema())
+
+    def push_partials(self, partials: pa.Table) -> pa.Table | None:
+        """Merge partial aggregates from :meth:`partials` (of any number of
+        chunks, in any order) into the state. Same result as pushing the rows;
+        partials of windows already closed are dropped and counted."""
+        if self._schema is None:
+            raise SchemaError("push_partials() needs the input schema: call bind(schema) first")
+        same_schema(self.partial_schema(), partials.schema, "WindowAggregate.push_partials")
+        b = self._backend
+        xp = b.xp
+        frame = Frame.from_arrow(partials, b)
+        widx = frame.values("__widx")[0]
+        accs = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
+        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        if self._drained is not None and widx.shape[0]:
+            open_ = widx > (self._drained + self._close - self._size) // self._slide
+            nlate = int(accs[-1][~open_].sum())
+            if nlate:
+                self.late_rows += nlate
+                widx, codes, accs = widx[open_], [c[open_] for c in codes], [a[open_] for a in accs]
+        if widx.shape[0] == 0:
+            return self._empty_out() if self.emit == "on-update" else None
+        gkeys, gaccs, _, _ = group_reduce(xp, [widx] + codes, accs, [a.op for a in self._accs])
+        return self._ingest(xp, gkeys, gaccs)
 
     def _merge(self, xp: Any, gkeys: list[Any], gaccs: list[Any]) -> tuple[Any, list[Any], list[Any]]:
         """Merge partials (sorted by window, keys) into the touched windows'

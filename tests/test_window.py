@@ -163,3 +163,33 @@ def test_window_errors():
     a.drain(20)
     with pytest.raises(gpuwm.WatermarkError, match="backwards"):
         a.drain(19)
+
+
+@pytest.mark.parametrize("window", [(10, 10), (12, 4)])
+@pytest.mark.parametrize("emit", ["on-window-close", "on-update"])
+@pytest.mark.parametrize("keys", ["int", "str"])
+@given(ops=ops_st, cut=st.integers(0, 25))
+def test_partials_pushed_elsewhere_equal_rows(backend, window, emit, keys, ops, cut):
+    """partials() in 'other tasks' (fresh operators) + push_partials() here
+    == the reference: pre-aggregation before a shuffle loses nothing."""
+    size, slide = window
+    spec = gpuwm.Tumble("t", size) if size == slide else gpuwm.Hop("t", size=size, slide=slide)
+    aggs = {n: ("v" if c == 2 else c, fn) for n, (c, fn) in AGGS.items()}
+    mk = lambda: gpuwm.WindowAggregate(spec, by=["k"], aggs=aggs, emit=emit, backend=backend)  # noqa: E731
+    a = mk()
+    ref = RefWindow(size=size, slide=slide, close_minus_one=False, key_of=lambda r: (r[1],), aggs=AGGS,
+                    on_update=emit == "on-update")
+    w = 0
+    for op, arg in ops:
+        if op == "push":
+            t = _table(arg, keys)
+            a.bind(t.schema)
+            parts = [mk().partials(t.slice(0, cut)), mk().partials(t.slice(cut))]
+            got = a.push_partials(pa.concat_tables(parts))
+            exp = ref.push(arg)
+            if emit == "on-update":
+                _cmp(got, exp, True, keys)
+        else:
+            w += arg
+            _cmp(a.drain(w), ref.drain(w), True, keys)
+    assert a.late_rows == ref.late

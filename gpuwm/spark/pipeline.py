@@ -242,7 +242,7 @@ class Pipeline:
                                f"(have {committed}); the checkpoint was damaged")
         fstate = runtime.load_filter_state(ck, prev) if prev is not None else None
         now = runtime.now_for_batch(ck, batch_id)
-        s1 = runtime.stage1_schema(pa.schema([pa.field(n, t) for n, t in plan["input_schema"]]))
+        s1 = runtime.stage1_schema(plan)
         stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate), _spark_schema(s1))
         ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
                                                              "cast(2 as tinyint) as __kind")

@@ -144,8 +144,24 @@ def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
 
 
 # -- task 1: filter each input partition ---------------------------------------
-def stage1_schema(input_schema: pa.Schema) -> pa.Schema:
-    fields = [f.with_nullable(True) for f in input_schema]
+def input_schema(plan: dict) -> pa.Schema:
+    return pa.schema([pa.field(n, t) for n, t in plan["input_schema"]])
+
+
+def pre_aggregates(plan: dict) -> bool:
+    """Window plans ship partial aggregates through the shuffle, not rows."""
+    return plan["operator"] is not None and plan["operator"]["kind"] == "window"
+
+
+def data_schema(plan: dict) -> pa.Schema:
+    """The schema of the data rows stage 1 sends to the vnodes."""
+    if pre_aggregates(plan):
+        return make_operator(plan).bind(input_schema(plan)).partial_schema()
+    return input_schema(plan)
+
+
+def stage1_schema(plan: dict) -> pa.Schema:
+    fields = [f.with_nullable(True) for f in data_schema(plan)]
     return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string())])
 
 
@@ -153,15 +169,18 @@ def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.Rec
     from gpuwm.partition import vnode_of
 
     batches = list(batches)
-    schema = pa.schema([pa.field(n, t) for n, t in plan["input_schema"]])
+    schema = input_schema(plan)
     table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
     table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
     f = make_filter(plan)
     if filter_state:
         f.restore(bytes_to_table(filter_state))
     kept, stats = f.filter_local(table)
+    if pre_aggregates(plan):  # partial aggregates per (window, key) of this partition
+        kept = make_operator(plan).partials(kept)
+        schema = kept.schema
     v = plan["vnodes"]
-    out_schema = stage1_schema(schema)
+    out_schema = stage1_schema(plan)
     vn = vnode_of(kept, plan["vnode_keys"], v)
     n = kept.num_rows
     if n:
@@ -185,7 +204,7 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
     kind = table.column("__kind").to_numpy(zero_copy_only=False)
     vnode = int(table.column("__vnode")[0].as_py())
     stats = [json.loads(s) for s in table.filter(pa.array(kind == KIND_STATS)).column("__stats").to_pylist()]
-    schema = pa.schema([pa.field(n, t) for n, t in plan["input_schema"]])
+    schema = data_schema(plan)
     rows = table.filter(pa.array(kind == KIND_DATA)).select(schema.names).cast(schema)
     f = make_filter(plan)
     if filter_state:
@@ -197,7 +216,11 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
     if op is None:
         out = rows
     else:
-        if rows.num_rows:
+        if pre_aggregates(plan):
+            op.bind(input_schema(plan))
+            if rows.num_rows:
+                op.push_partials(rows)
+        elif rows.num_rows:
             op.push(rows)
         out = op.drain(wm)
         if not out.num_columns:  # never saw a row: nothing to emit
