@@ -197,6 +197,11 @@ class WatermarkFilter:
         return remap[idx] if remap.shape[0] else idx.astype(np.int64)
 
     # -- set-up on the first table ---------------------------------------------
+    def bind(self, schema: pa.Schema) -> "WatermarkFilter":
+        """Fix the input schema before any row (checked on every call)."""
+        self._bind(schema)
+        return self
+
     def _bind(self, schema: pa.Schema) -> None:
         if self._schema is not None:
             same_schema(self._schema, schema, "WatermarkFilter.process")

@@ -289,3 +289,38 @@ def test_bad_input_is_refused_before_the_first_batch(spark, tmp_path):
         changed.start()
     assert sorted(glob.glob(f"{tmp_path}/o3/*/*")) == before
     shutil.rmtree(ro)
+
+
+def test_gpu_choice_per_task():
+    from gpuwm.spark.device import choose_device
+
+    assert choose_device(2, "1", ["1"], 5) == 0  # the manager already isolated the GPU
+    assert choose_device(2, None, ["1"], 4) == 1  # the task's resource address
+    assert choose_device(3, None, None, 4) == 1  # local mode: partition id modulo count
+    with pytest.raises(ValueError):
+        choose_device(0, None, None, 0)
+
+
+def test_run_spec_file(spark, tmp_path):
+    import json
+
+    from gpuwm.spark.spec import load_spec, run
+
+    spec = {"source": {"format": "nexmark", "options": dict(NEX, totalEvents=20_000)},
+            "checkpoint": f"{tmp_path}/ck",
+            "watermark": {"column": "date_time", "delay": "2 seconds", "split": "split", "profile": "spark"},
+            "window": {"hop": "4 seconds", "slide": "2 seconds", "by": ["auction"],
+                       "aggs": {"bids": ["*", "count"]}},
+            "sink": {"parquet": f"{tmp_path}/out"}}
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(spec))
+    p = run(spark, load_spec(str(path)), verbose=False)
+    assert len(p.history) == 2 and read_out(f"{tmp_path}/out").num_rows > 0
+    m = p.history[-1]
+    assert {"input_rows", "late_rows", "watermark", "watermark_lag", "rows_emitted", "state_rows",
+            "state_bytes", "kernel_s", "backend"} <= set(m)
+    assert m["watermark_lag"] >= 2_000_000  # at least the delay, in microseconds
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(dict(spec, sorting={})))
+    with pytest.raises(gpuwm.ConfigError, match="unknown key"):
+        load_spec(str(bad))

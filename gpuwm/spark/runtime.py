@@ -168,6 +168,9 @@ def stage1_schema(plan: dict) -> pa.Schema:
 def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from gpuwm.partition import vnode_of
 
+    from .device import use_task_gpu
+
+    use_task_gpu(plan["backend"])
     batches = list(batches)
     schema = input_schema(plan)
     table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
@@ -201,12 +204,15 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
                table: pa.Table) -> pa.Table:
     import gpuwm
 
+    from .device import use_task_gpu
+
+    use_task_gpu(plan["backend"])
     kind = table.column("__kind").to_numpy(zero_copy_only=False)
     vnode = int(table.column("__vnode")[0].as_py())
     stats = [json.loads(s) for s in table.filter(pa.array(kind == KIND_STATS)).column("__stats").to_pylist()]
     schema = data_schema(plan)
     rows = table.filter(pa.array(kind == KIND_DATA)).select(schema.names).cast(schema)
-    f = make_filter(plan)
+    f = make_filter(plan).bind(input_schema(plan))
     if filter_state:
         f.restore(bytes_to_table(filter_state))
     f.advance(stats, datetime.fromisoformat(now_iso))
