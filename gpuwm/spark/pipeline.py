@@ -56,8 +56,13 @@ class Pipeline:
     df : a streaming DataFrame (``spark.readStream...load()``).
     checkpoint : the query's checkpoint location; gpuwm keeps its state under
         ``<checkpoint>/gpuwm/``, versioned by batch id.
-    vnodes : state partitions (default: 1 for a sort — one totally ordered
-        stream — and ``spark.sql.shuffle.partitions`` capped at 8 for windows).
+    vnodes : state partitions (default 1). With 1, each micro-batch is one
+        narrow Spark stage — input partitions coalesced into one task, no
+        shuffle — which is fastest while one core keeps up (the kernels run at
+        tens of millions of rows/s); a sort then yields one totally ordered
+        stream. With N > 1, input partitions filter (and pre-aggregate window
+        partials) in parallel and a hash shuffle on the vnode feeds N tasks;
+        sort output is then ordered within each vnode.
     backend : ``auto``/``cpu``/``gpu`` for the executors (default: Spark conf
         ``spark.gpuwm.backend``, else ``auto``).
     on_batch : called on the driver with each batch's metrics dict (also kept
@@ -170,8 +175,7 @@ class Pipeline:
         arrow = to_arrow_schema(self.df.schema)
         vnodes = self.vnodes
         if vnodes is None:
-            parts = int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
-            vnodes = 1 if (self._op is None or self._op["kind"] == "sort") else max(1, min(parts, 8))
+            vnodes = 1
         if vnodes < 1:
             raise ConfigError(f"vnodes must be >= 1, got {vnodes}")
         return {
@@ -242,14 +246,23 @@ class Pipeline:
                                f"(have {committed}); the checkpoint was damaged")
         fstate = runtime.load_filter_state(ck, prev) if prev is not None else None
         now = runtime.now_for_batch(ck, batch_id)
-        s1 = runtime.stage1_schema(plan)
-        stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate), _spark_schema(s1))
-        ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
-                                                             "cast(2 as tinyint) as __kind")
-        rows = stage1.unionByName(ticks, allowMissingColumns=True)
-        res = rows.groupBy("__vnode").applyInArrow(
-            _vnode_fn((plan, fstate, now, batch_id, prev)),
-            "vnode int, metrics string, filter_state binary, payload binary").collect()
+        result_schema = "vnode int, metrics string, filter_state binary, payload binary"
+        t_job = time.perf_counter()
+        if plan["vnodes"] == 1:
+            # one state partition: one narrow stage, no shuffle (input
+            # partitions are concatenated in order inside the task)
+            res = df.coalesce(1).mapInArrow(
+                partial(runtime.single_task, plan, fstate, now, batch_id, prev), result_schema).collect()
+        else:
+            s1 = runtime.stage1_schema(plan)
+            stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate), _spark_schema(s1))
+            ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
+                                                                 "cast(2 as tinyint) as __kind")
+            rows = stage1.unionByName(ticks, allowMissingColumns=True)
+            # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
+            res = rows.repartition(plan["vnodes"], "__vnode").mapInArrow(
+                partial(runtime.vnodes_task, plan, fstate, now, batch_id, prev), result_schema).collect()
+        t_job = time.perf_counter() - t_job
         res = sorted(res, key=lambda r: r["vnode"])
         per = [json.loads(r["metrics"]) for r in res]
         head = per[0]
@@ -262,7 +275,9 @@ class Pipeline:
             "max_event_time": head["max_event_time"],
             "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
             else head["max_event_time"] - head["watermark"],
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": time.perf_counter() - t0, "job_s": t_job,
+            "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
+            "vnode_tasks_s": sum(p["vnode_task_s"] for p in per),
         }
         runtime.commit_batch(ck, batch_id, bytes(res[0]["filter_state"]), m)
         self.history.append(m)

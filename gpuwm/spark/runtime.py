@@ -170,8 +170,10 @@ def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.Rec
 
     from .device import use_task_gpu
 
+    t_start = time.perf_counter()
     use_task_gpu(plan["backend"])
     batches = list(batches)
+    t_read = time.perf_counter()
     schema = input_schema(plan)
     table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
     table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
@@ -191,6 +193,8 @@ def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.Rec
         data = data.append_column("__kind", pa.array([KIND_DATA] * n, pa.int8()))
         data = data.append_column("__stats", pa.nulls(n, pa.string()))
         yield from data.cast(out_schema).to_batches()
+    stats["task_s"] = time.perf_counter() - t_read
+    stats["read_s"] = t_read - t_start
     st = json.dumps(stats)
     cols = {f.name: pa.nulls(v, f.type) for f in schema}
     cols["__vnode"] = pa.array(range(v), pa.int32())
@@ -206,6 +210,7 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
 
     from .device import use_task_gpu
 
+    t_start = time.perf_counter()
     use_task_gpu(plan["backend"])
     kind = table.column("__kind").to_numpy(zero_copy_only=False)
     vnode = int(table.column("__vnode")[0].as_py())
@@ -256,10 +261,36 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
         "watermark": f.watermark_raw, "output_watermark": f.output_watermark_raw,
         "kernel_s": kernel_s, "backend": gpuwm.get_backend(plan["backend"]).name,
         "max_event_time": f.max_event_time_raw,
+        "filter_task_s": sum(s.get("task_s", 0) for s in stats), "read_s": sum(s.get("read_s", 0) for s in stats),
+        "vnode_task_s": time.perf_counter() - t_start,
     }
     fstate = table_to_bytes(f.snapshot()) if vnode == 0 else b""
     return pa.table({"vnode": [vnode], "metrics": [json.dumps(metrics)], "filter_state": [fstate],
                      "payload": [payload]}, schema=RESULT_SCHEMA)
+
+
+def vnodes_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a shuffle partition: every vnode hashed into it."""
+    import numpy as np
+
+    batches = list(batches)
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches)
+    vn = table.column("__vnode").to_numpy(zero_copy_only=False)
+    for v in np.unique(vn).tolist():  # a few vnodes per partition
+        part = table if len(batches) and (vn == v).all() else table.filter(pa.array(vn == v))
+        yield from vnode_task(plan, filter_state, now_iso, batch_id, prev_batch, part).to_batches()
+
+
+def single_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One vnode, one task: the whole batch (input partitions coalesced, each
+    still contiguous and in order) is filtered, aggregated and drained here,
+    with no shuffle. The same two steps as the shuffled path."""
+    rows = pa.Table.from_batches(list(filter_task(plan, filter_state, batches)), schema=stage1_schema(plan))
+    yield from vnode_task(plan, filter_state, now_iso, batch_id, prev_batch, rows).to_batches()
 
 
 def now_for_batch(checkpoint: str, batch_id: int) -> str:
