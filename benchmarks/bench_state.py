@@ -1,0 +1,186 @@
+"""Per-batch cost as the state grows: fixed input rate, growing watermark delay.
+
+Run:  .venv/bin/python benchmarks/bench_state.py [--skip-spark]
+
+1. Operators (no Spark): 200 k events per batch (1 s of event time, 0.5 s of
+   disorder, 100 k keys). For each delay, batches run until the state is in
+   steady state, then 5 batches are timed (push + drain with the watermark).
+   Stream sort: delays 0.05 s .. 50 s -> ~10 k .. 10 M buffered rows;
+   tumbling 1 s window count/max: delays 0 .. 100 s -> ~0.1 M .. 9 M state rows.
+2. Spark local[2] (unless --skip-spark): the same stream as one Parquet file
+   per micro-batch; Spark's native ``withWatermark`` + 1 s tumbling
+   ``groupBy`` + append next to gpuwm's pipeline (profile spark), delays
+   1 / 10 / 30 s; median ``triggerExecution`` of the last 5 batches.
+
+Each timed result is checked: sort output ordered and below the watermark;
+on Spark, gpuwm's open state rows must equal native's (same windows kept). Writes
+``results/state-scaling/results.{json,md}`` and ``state_scaling.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gpuwm  # noqa: E402
+
+RATE = 200_000  # events per batch = per second of event time
+KEYS = 100_000
+BASE_MS = 1_767_225_600_000
+
+
+def batch(i: int, rng) -> pa.Table:
+    ts = BASE_MS + i * 1000 + rng.integers(0, 1000, RATE) - rng.integers(0, 500, RATE)
+    return pa.table({"ts": pa.array(ts, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+                     "k": rng.integers(0, KEYS, RATE), "price": rng.integers(1, 100_000, RATE)})
+
+
+def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict]:
+    out = []
+    for d in delays_ms:
+        rng = np.random.default_rng(d)
+        if kind == "sort":
+            op = gpuwm.StreamSort("ts", key=["k"], backend="cpu")
+        else:
+            op = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "1 second"), by=["k"],
+                                       aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
+        warm = int(d / 1000) + 3
+        times, state = [], 0
+        for i in range(warm + timed):
+            t = batch(i, rng)
+            wm = BASE_MS + (i + 1) * 1000 - 500 - d  # max event time - delay
+            t0 = time.perf_counter()
+            op.push(t)
+            res = op.drain(wm)
+            dt = time.perf_counter() - t0
+            if i >= warm:
+                times.append(dt)
+                if kind == "sort":
+                    ts = res.column("ts").cast(pa.int64()).to_numpy()
+                    assert np.all(np.diff(ts) >= 0) and (ts.size == 0 or ts[-1] < wm), "sort output wrong"
+            state = op.buffered_rows if kind == "sort" else op.state_rows
+        out.append({"operator": kind, "delay_ms": d, "state_rows": int(state), "median_s": statistics.median(times),
+                    "min_s": min(times), "max_s": max(times)})
+        print(f"{kind:6s} delay {d / 1000:7.2f} s  state {state:>10,} rows  per batch {statistics.median(times) * 1e3:7.1f} ms "
+              f"({min(times) * 1e3:.1f}..{max(times) * 1e3:.1f})", flush=True)
+    return out
+
+
+def spark_curve(delays_s: list[int], timed: int = 5) -> list[dict]:
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark import Pipeline, local_session
+
+    spark = local_session(app="gpuwm-state", cores=2)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    schema = "ts timestamp, k bigint, price bigint"
+    rows = []
+    for d in delays_s:
+        work = tempfile.mkdtemp(prefix="gpuwm-state-")
+        src = os.path.join(work, "in")
+        os.makedirs(src)
+        rng = np.random.default_rng(d)
+        n = d + 3 + timed
+        t0 = time.time() - 10_000
+        for i in range(n):
+            p = os.path.join(src, f"part-{i:05d}.parquet")
+            pq.write_table(batch(i, rng), p)
+            os.utime(p, (t0 + i, t0 + i))
+        res = {}
+        nat = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+               .withWatermark("ts", f"{d} seconds").groupBy(F.window("ts", "1 second"), "k")
+               .agg(F.count("*").alias("n"), F.max("price").alias("mx")))
+        q = (nat.writeStream.format("noop").option("checkpointLocation", f"{work}/nck").outputMode("append")
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
+        state = [p["stateOperators"][0]["numRowsTotal"] for p in prog]
+        res["spark native"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:], state[-1])
+        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+        pl = (Pipeline(df, f"{work}/gck").watermark("ts", delay=f"{d} seconds", profile="spark")
+              .window(gpuwm.Tumble("ts", "1 second"), by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
+              .write_parquet(f"{work}/gout"))
+        q = pl.start(trigger={"availableNow": True})
+        q.awaitTermination()
+        prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
+        res["gpuwm"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:],
+                        pl.history[-1]["state_rows"])
+        assert res["gpuwm"][1] == res["spark native"][1], "gpuwm and Spark native keep different state"
+        for name, (times, st) in res.items():
+            rows.append({"engine": name, "delay_s": d, "state_rows": int(st), "median_s": statistics.median(times),
+                         "min_s": min(times), "max_s": max(times)})
+            print(f"spark {name:13s} delay {d:3d} s  state {st:>9,} rows  per batch {statistics.median(times):.2f} s "
+                  f"({min(times):.2f}..{max(times):.2f})", flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+    spark.stop()
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--skip-spark", action="store_true")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "state-scaling"))
+    args = ap.parse_args()
+    ops = operator_curve("sort", [50, 500, 5_000, 50_000]) + operator_curve("window", [0, 1_000, 10_000, 100_000])
+    sp = [] if args.skip_spark else spark_curve([1, 10, 30])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"operators": ops, "spark": sp, "date": time.strftime("%Y-%m-%d"),
+                                                  "events_per_batch": RATE, "keys": KEYS}, indent=2))
+    md = [f"# Per-batch cost vs state size ({time.strftime('%Y-%m-%d')}, 2 cores, {RATE:,} events/batch, "
+          f"{KEYS:,} keys)", "", "## Operators (CPU backend, push + drain per batch)", "",
+          "| operator | delay | state rows | median ms | spread ms |", "|---|---|---|---|---|"]
+    md += [f"| {r['operator']} | {r['delay_ms'] / 1000:g} s | {r['state_rows']:,} | {r['median_s'] * 1e3:.1f} | "
+           f"{r['min_s'] * 1e3:.1f}..{r['max_s'] * 1e3:.1f} |" for r in ops]
+    if sp:
+        md += ["", "## Spark local[2], 1 s tumbling count/max, Parquet file per batch", "",
+               "| engine | delay | state rows | median s per batch | spread s |", "|---|---|---|---|---|"]
+        md += [f"| {r['engine']} | {r['delay_s']} s | {r['state_rows']:,} | {r['median_s']:.2f} | "
+               f"{r['min_s']:.2f}..{r['max_s']:.2f} |" for r in sp]
+    (out / "results.md").write_text("\n".join(md) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2 if sp else 1, figsize=(11 if sp else 6, 4))
+        axes = np.atleast_1d(axes)
+        for kind in ("sort", "window"):
+            r = [x for x in ops if x["operator"] == kind]
+            axes[0].plot([x["state_rows"] for x in r], [x["median_s"] * 1e3 for x in r], "o-", label=kind)
+        axes[0].set(xscale="log", xlabel="rows in state", ylabel="ms per batch (200 k events)",
+                    title="gpuwm operators: per-batch time vs state")
+        axes[0].set_ylim(bottom=0)
+        axes[0].legend()
+        if sp:
+            for eng in ("spark native", "gpuwm"):
+                r = [x for x in sp if x["engine"] == eng]
+                axes[1].plot([x["state_rows"] for x in r], [x["median_s"] for x in r], "o-", label=eng)
+            axes[1].set(xscale="log", xlabel="rows in state", ylabel="s per micro-batch",
+                        title="Spark local[2]: native vs gpuwm")
+            axes[1].set_ylim(bottom=0)
+            axes[1].legend()
+        fig.tight_layout()
+        fig.savefig(out / "state_scaling.png", dpi=110)
+    except ImportError:
+        pass
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
