@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 PERSON_PROPORTION, AUCTION_PROPORTION, BID_PROPORTION = 1, 3, 46
 TOTAL_PROPORTION = PERSON_PROPORTION + AUCTION_PROPORTION + BID_PROPORTION
@@ -73,3 +74,89 @@ def bids(cfg: NexmarkConfig, start: int, stop: int, split: int | None = None) ->
         pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         pa.array((ev % cfg.splits).astype(np.int32)), pa.array(ev),
     ], schema=BID_SCHEMA)
+
+
+# -- persons and auctions (separate streams: option kind="person" / "auction") --
+FIRST_CATEGORY_ID, NUM_CATEGORIES = 10, 5
+HOT_SELLER_RATIO = 100
+_FIRST_NAMES = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"]
+_LAST_NAMES = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"]
+_CITIES = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent",
+           "Cheyenne"]
+_STATES = ["AZ", "CA", "ID", "OR", "WA", "WY"]
+
+PERSON_SCHEMA = pa.schema([
+    ("id", pa.int64()), ("name", pa.string()), ("email", pa.string()), ("credit_card", pa.string()),
+    ("city", pa.string()), ("state", pa.string()), ("date_time", pa.timestamp("us", tz="UTC")),
+    ("split", pa.int32()), ("event_id", pa.int64()),
+])
+AUCTION_SCHEMA = pa.schema([
+    ("id", pa.int64()), ("item_name", pa.string()), ("initial_bid", pa.int64()), ("reserve", pa.int64()),
+    ("date_time", pa.timestamp("us", tz="UTC")), ("expires", pa.timestamp("us", tz="UTC")),
+    ("seller", pa.int64()), ("category", pa.int64()), ("split", pa.int32()), ("event_id", pa.int64()),
+])
+
+
+def _events(cfg: NexmarkConfig, start: int, stop: int, split: int | None, lo: int, hi: int, salt: int):
+    ev = np.arange(start, stop, dtype=np.int64)
+    off = ev % TOTAL_PROPORTION
+    ev = ev[(off >= lo) & (off < hi)]
+    seed = [cfg.seed, start, stop, salt]
+    if split is not None:
+        ev = ev[ev % cfg.splits == split]
+        seed.append(split)
+    return ev, np.random.default_rng(seed)
+
+
+def _pick(rng, words: list[str], n: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(rng.integers(0, len(words), n), pa.int32()),
+                                          pa.array(words)).cast(pa.string())
+
+
+def _time(cfg: NexmarkConfig, ev: np.ndarray, rng) -> np.ndarray:
+    ts = BASE_TIME_US + (ev * cfg.inter_event_delay_us).astype(np.int64)
+    late = rng.random(ev.shape[0]) < cfg.out_of_order_fraction
+    return ts - np.where(late, rng.integers(0, cfg.max_delay_ms * 1000 + 1, ev.shape[0]), 0)
+
+
+def persons(cfg: NexmarkConfig, start: int, stop: int, split: int | None = None) -> pa.Table:
+    """The persons among events ``[start, stop)`` (``event_id % 50 == 0``)."""
+    ev, rng = _events(cfg, start, stop, split, 0, PERSON_PROPORTION, 1)
+    n = ev.shape[0]
+    pid = ev // TOTAL_PROPORTION + FIRST_PERSON_ID
+    first, last = _pick(rng, _FIRST_NAMES, n), _pick(rng, _LAST_NAMES, n)
+    name = pa.compute.binary_join_element_wise(first, last, " ")
+    email = pa.compute.binary_join_element_wise(pa.compute.utf8_lower(first), pa.array(
+        [f"{x}@example.com" for x in (pid % 1000).tolist()]) if n else pa.array([], pa.string()), ".")
+    card = pa.array([f"{x:016d}" for x in rng.integers(0, 10**16, n).tolist()], pa.string())
+    return pa.Table.from_arrays([
+        pa.array(pid), name, email, card, _pick(rng, _CITIES, n), _pick(rng, _STATES, n),
+        pa.array(_time(cfg, ev, rng), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array((ev % cfg.splits).astype(np.int32)), pa.array(ev),
+    ], schema=PERSON_SCHEMA)
+
+
+def auctions(cfg: NexmarkConfig, start: int, stop: int, split: int | None = None) -> pa.Table:
+    """The auctions among events ``[start, stop)`` (``1 <= event_id % 50 < 4``)."""
+    ev, rng = _events(cfg, start, stop, split, PERSON_PROPORTION, PERSON_PROPORTION + AUCTION_PROPORTION, 2)
+    n = ev.shape[0]
+    epoch = ev // TOTAL_PROPORTION
+    aid = epoch * AUCTION_PROPORTION + (ev % TOTAL_PROPORTION - PERSON_PROPORTION) + FIRST_AUCTION_ID
+    hot = rng.integers(0, HOT_SELLER_RATIO, n) > 0
+    last_person = epoch * PERSON_PROPORTION
+    seller = np.where(hot, (last_person // HOT_SELLER_RATIO) * HOT_SELLER_RATIO,
+                      np.maximum(last_person - rng.integers(0, 1000, n), 0)) + FIRST_PERSON_ID
+    initial = np.rint(10.0 ** (rng.random(n) * 6.0) * 100.0).astype(np.int64)
+    ts = _time(cfg, ev, rng)
+    expires = ts + rng.integers(1, 20, n) * 1_000_000
+    return pa.Table.from_arrays([
+        pa.array(aid), pa.array([f"item-{x}" for x in aid.tolist()], pa.string()), pa.array(initial),
+        pa.array(initial + np.rint(10.0 ** (rng.random(n) * 6.0) * 100.0).astype(np.int64)),
+        pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(expires, pa.int64()).cast(pa.timestamp("us", tz="UTC")), pa.array(seller),
+        pa.array(FIRST_CATEGORY_ID + rng.integers(0, NUM_CATEGORIES, n)),
+        pa.array((ev % cfg.splits).astype(np.int32)), pa.array(ev),
+    ], schema=AUCTION_SCHEMA)
+
+
+GENERATORS = {"bid": (bids, BID_SCHEMA), "auction": (auctions, AUCTION_SCHEMA), "person": (persons, PERSON_SCHEMA)}

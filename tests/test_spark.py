@@ -324,3 +324,37 @@ def test_run_spec_file(spark, tmp_path):
     bad.write_text(json.dumps(dict(spec, sorting={})))
     with pytest.raises(gpuwm.ConfigError, match="unknown key"):
         load_spec(str(bad))
+
+
+def test_on_update_emits_changed_windows_each_batch(spark, tmp_path):
+    opts = dict(NEX, totalEvents=30_000)
+    df = read_nexmark(spark, f"{tmp_path}/ck", **opts)
+    p = (Pipeline(df, f"{tmp_path}/ck", vnodes=2).watermark("date_time", delay="2 seconds", split="split")
+         .window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"], aggs={"bids": ("*", "count")},
+                 emit="on-update")
+         .write_parquet(f"{tmp_path}/out"))
+    run_to_end(p)
+    got = read_out(f"{tmp_path}/out")
+    f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split")
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"], aggs={"bids": ("*", "count")},
+                              emit="on-update")
+    exp = []
+    for b in nexmark_batches(opts):
+        exp.append(a.push(f.process(b)))
+        a.drain(f.output_watermark)
+    cols = ["window_start", "auction", "bids"]
+    assert rows_of(got, cols) == rows_of(pa.concat_tables(exp), cols) and got.num_rows > 0
+
+
+def test_nexmark_source_kinds_batch_and_stream(spark):
+    from gpuwm.nexmark import GENERATORS
+
+    cfg = NexmarkConfig(splits=2, seed=5)
+    for kind, (gen, schema) in GENERATORS.items():
+        df = (spark.read.format("nexmark").option("kind", kind).option("totalEvents", 5_000)
+              .option("splits", 2).option("seed", 5).load())
+        assert df.columns == schema.names
+        got = sorted(r["event_id"] for r in df.select("event_id").collect())
+        assert got == sorted(gen(cfg, 0, 5_000).column("event_id").to_pylist())
+    with pytest.raises(Exception, match="kind='trade'"):
+        spark.read.format("nexmark").option("kind", "trade").load().collect()

@@ -1,6 +1,7 @@
 """gpuwm on Spark Structured Streaming (imports pyspark; the rest of gpuwm does not).
 
->>> from gpuwm.spark import Pipeline, local_session, read_nexmark   # doctest: +SKIP
+``Pipeline`` (the builder), ``local_session`` (a local SparkSession set up
+for gpuwm), ``read_nexmark`` (the embedded source), ``register_sources``.
 """
 
 from __future__ import annotations

@@ -15,8 +15,13 @@ Options: ``eventsPerSecond`` (event-time rate, default 100000),
 query's offset log, because Spark 4.1 tells a Python source neither its
 start offset nor a read limit).
 
-Columns: ``auction``, ``bidder``, ``price`` (bigint), ``date_time``
-(timestamp), ``split`` (int), ``event_id`` (bigint). Only bids are generated.
+Option ``kind`` picks the stream — the three Nexmark event kinds are three
+streams over the same event numbers: ``bid`` (default: ``auction``,
+``bidder``, ``price``, ``date_time``, ``split``, ``event_id``), ``auction``
+(``id``, ``item_name``, ``initial_bid``, ``reserve``, ``date_time``,
+``expires``, ``seller``, ``category``, ``split``, ``event_id``) and
+``person`` (``id``, ``name``, ``email``, ``credit_card``, ``city``,
+``state``, ``date_time``, ``split``, ``event_id``).
 """
 
 from __future__ import annotations
@@ -28,9 +33,16 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from ..errors import ConfigError
-from ..nexmark import NexmarkConfig, bids
+from ..nexmark import GENERATORS, NexmarkConfig
 
 SCHEMA = "auction bigint, bidder bigint, price bigint, date_time timestamp, split int, event_id bigint"
+
+
+def _kind(options: dict) -> str:
+    kind = str(options.get("kind", "bid")).lower()
+    if kind not in GENERATORS:
+        raise ConfigError(f"nexmark option kind={kind!r}: expected one of {sorted(GENERATORS)}")
+    return kind
 
 
 @dataclass
@@ -89,6 +101,7 @@ def _resume_offset(checkpoint: str | None) -> int:
 class NexmarkStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.cfg, self.total, self.step = config_from_options(options)
+        self.gen = GENERATORS[_kind(options)][0]
         self._known = _resume_offset(options.get("checkpointLocation"))
 
     def initialOffset(self) -> dict:
@@ -109,7 +122,7 @@ class NexmarkStreamReader(DataSourceStreamReader):
         return [NexmarkPartition(a, b, s) for s in range(self.cfg.splits)]
 
     def read(self, partition: NexmarkPartition):
-        yield from bids(self.cfg, partition.start, partition.end, partition.split).to_batches()
+        yield from self.gen(self.cfg, partition.start, partition.end, partition.split).to_batches()
 
     def commit(self, end: dict) -> None:
         pass
@@ -118,6 +131,7 @@ class NexmarkStreamReader(DataSourceStreamReader):
 class NexmarkBatchReader(DataSourceReader):
     def __init__(self, options: dict):
         self.cfg, self.total, _ = config_from_options(options)
+        self.gen = GENERATORS[_kind(options)][0]
         if not self.total:
             raise ConfigError("spark.read.format('nexmark') needs totalEvents > 0")
 
@@ -125,7 +139,7 @@ class NexmarkBatchReader(DataSourceReader):
         return [NexmarkPartition(0, self.total, s) for s in range(self.cfg.splits)]
 
     def read(self, partition: NexmarkPartition):
-        yield from bids(self.cfg, partition.start, partition.end, partition.split).to_batches()
+        yield from self.gen(self.cfg, partition.start, partition.end, partition.split).to_batches()
 
 
 class NexmarkDataSource(DataSource):
@@ -136,8 +150,10 @@ class NexmarkDataSource(DataSource):
     def name(cls) -> str:
         return "nexmark"
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(GENERATORS[_kind(dict(self.options))][1])
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return NexmarkStreamReader(dict(self.options))

@@ -1,12 +1,14 @@
-"""A small builder over a streaming DataFrame: watermark -> operator -> sink.
+"""A small builder over a streaming DataFrame: watermark -> operator -> sink::
 
->>> from gpuwm.spark import Pipeline                      # doctest: +SKIP
->>> q = (Pipeline(spark.readStream.format("nexmark").load(), checkpoint="ck/")
-...        .watermark("date_time", delay="4 seconds", split="split", profile="spark")
-...        .window(gpuwm.Tumble("date_time", "10 seconds"), by=["auction"],
-...                aggs={"bids": ("*", "count"), "max_price": ("price", "max")})
-...        .write_parquet("out/q_tumble")
-...        .start())
+    from gpuwm.spark import Pipeline, read_nexmark
+    q = (Pipeline(read_nexmark(spark, "ck/"), checkpoint="ck/")
+           .watermark("date_time", delay="4 seconds", split="split", profile="spark")
+           .window(gpuwm.Tumble("date_time", "10 seconds"), by=["auction"],
+                   aggs={"bids": ("*", "count"), "max_price": ("price", "max")})
+           .write_parquet("out/q_tumble")
+           .start())
+
+(``tests/test_spark.py`` runs this shape end to end.)
 
 Each micro-batch runs through ``foreachBatch`` as one Spark job (see
 :mod:`gpuwm.spark.runtime`); the driver only fixes the batch's processing

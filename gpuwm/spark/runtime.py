@@ -227,13 +227,16 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
     if op is None:
         out = rows
     else:
+        updates = None
         if pre_aggregates(plan):
             op.bind(input_schema(plan))
             if rows.num_rows:
-                op.push_partials(rows)
+                updates = op.push_partials(rows)  # a table under emit="on-update", else None
         elif rows.num_rows:
             op.push(rows)
         out = op.drain(wm)
+        if updates is not None:  # on-update: the changed windows' current values (drain only evicts)
+            out = updates
         if not out.num_columns:  # never saw a row: nothing to emit
             out = None
     kernel_s = time.perf_counter() - t0
