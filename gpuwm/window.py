@@ -290,8 +290,18 @@ class WindowAggregate:
         ``emit="on-update"`` the changed (window, key) rows' current values."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
-        self._bind(table.schema)
         self.rows_in += table.num_rows
+        grouped = self._aggregate(table, drop_closed=True)
+        if grouped is None:
+            return self._empty_out() if self.emit == "on-update" else None
+        return self._ingest(self._backend.xp, *grouped)
+
+    def _aggregate(self, table: pa.Table, drop_closed: bool) -> tuple[list[Any], list[Any]] | None:
+        """The chunk's (row, window) pairs grouped by (window index, keys) with
+        their accumulators; None when no pair is left. Null event times are
+        dropped and counted; with ``drop_closed``, pairs of windows an earlier
+        drain closed are dropped and counted as late."""
+        self._bind(table.schema)
         b = self._backend
         xp = b.xp
         frame = Frame.from_arrow(table, b)
@@ -303,7 +313,7 @@ class WindowAggregate:
             base = xp.nonzero(valid)[0]
             ts = ts[base]
         rows, widx = assign_windows(xp, ts, self._size, self._slide)
-        if self._drained is not None and rows.shape[0]:
+        if drop_closed and self._drained is not None and rows.shape[0]:
             # open: start + size > W + close, with start = widx * slide
             open_ = widx > (self._drained + self._close - self._size) // self._slide
             nlate = int(rows.shape[0] - xp.count_nonzero(open_))
@@ -314,14 +324,14 @@ class WindowAggregate:
         if base is not None:
             rows = base[rows]
         if rows.shape[0] == 0:
-            return self._empty_out() if self.emit == "on-update" else None
+            return None
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         # windows are keyed by index (start // slide): a narrow key packs into
         # one sort word with the group keys
         keys = [widx] + [c if identity else c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, None if identity else rows, rows.shape[0])
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
-        return self._ingest(xp, gkeys, gaccs)
+        return gkeys, gaccs
 
     def _ingest(self, xp: Any, gkeys: list[Any], gaccs: list[Any]) -> pa.Table | None:
         changed = self._merge(xp, gkeys, gaccs)
@@ -347,28 +357,14 @@ class WindowAggregate:
         event times are dropped (counted in ``null_rows`` here)."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
-        self._bind(table.schema)
-        b = self._backend
-        xp = b.xp
-        frame = Frame.from_arrow(table, b)
-        ts, valid = frame.values(self.window.column)
-        ts = ts.astype(xp.int64, copy=False)
-        base = None
-        if valid is not None:
-            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
-            base = xp.nonzero(valid)[0]
-            ts = ts[base]
-        rows, widx = assign_windows(xp, ts, self._size, self._slide)
-        identity = base is None and self._size == self._slide
-        if base is not None:
-            rows = base[rows]
-        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
-        keys = [widx] + [c if identity else c[rows] for c in codes]
-        accs = self._acc_inputs(xp, frame, None if identity else rows, rows.shape[0])
-        gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
-        cols = [pa.array(b.to_numpy(gkeys[0]))]
-        cols += [c.decode(b.to_numpy(k)) for c, k in zip(self._codecs, gkeys[1:])]
-        cols += [pa.array(b.to_numpy(a)) for a in gaccs]
+        grouped = self._aggregate(table, drop_closed=False)
+        if grouped is None:
+            return self.partial_schema().empty_table()
+        gkeys, gaccs = grouped
+        to_np = self._backend.to_numpy
+        cols = [pa.array(to_np(gkeys[0]))]
+        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, gkeys[1:])]
+        cols += [pa.array(to_np(a)) for a in gaccs]
         return pa.Table.from_arrays(cols, schema=self.partial_schema())
 
     def push_partials(self, partials: pa.Table) -> pa.Table | None:
