@@ -358,3 +358,23 @@ def test_nexmark_source_kinds_batch_and_stream(spark):
         assert got == sorted(gen(cfg, 0, 5_000).column("event_id").to_pylist())
     with pytest.raises(Exception, match="kind='trade'"):
         spark.read.format("nexmark").option("kind", "trade").load().collect()
+
+
+def test_on_event_refuses_a_split_spread_over_partitions(spark, tmp_path):
+    src = f"{tmp_path}/in"
+    _write_batches(src, [[(1, 0, 1), (2, 0, 2)], [(3, 0, 3)]])
+    df = (spark.readStream.schema("ts timestamp, k bigint, price bigint").option("maxFilesPerTrigger", 2)
+          .parquet(src))
+    p = (Pipeline(df, f"{tmp_path}/ck", vnodes=2).watermark("ts", delay="1 second", split="k", profile="flink")
+         .window(gpuwm.Tumble("ts", "1 second"), by=["k"]).write_parquet(f"{tmp_path}/out"))
+    old = {k: spark.conf.get(k) for k in ("spark.sql.files.maxPartitionBytes", "spark.sql.files.openCostInBytes")}
+    for k in old:
+        spark.conf.set(k, "1024")  # one partition per (tiny) file
+    try:
+        q = p.start(trigger={"availableNow": True})
+        with pytest.raises(Exception, match="needs each split's rows in one input partition"):
+            q.awaitTermination()
+    finally:
+        for k, v in old.items():
+            spark.conf.set(k, v)
+    assert read_out(f"{tmp_path}/out") is None

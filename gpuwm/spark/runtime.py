@@ -220,6 +220,8 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
     f = make_filter(plan).bind(input_schema(plan))
     if filter_state:
         f.restore(bytes_to_table(filter_state))
+    if f.profile.emit == "on-event":
+        _check_split_locality(stats)
     f.advance(stats, datetime.fromisoformat(now_iso))
     wm = f.output_watermark
     t0 = time.perf_counter()
@@ -285,6 +287,23 @@ def vnodes_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: 
     for v in np.unique(vn).tolist():  # a few vnodes per partition
         part = table if len(batches) and (vn == v).all() else table.filter(pa.array(vn == v))
         yield from vnode_task(plan, filter_state, now_iso, batch_id, prev_batch, part).to_batches()
+
+
+def _check_split_locality(stats: list[dict]) -> None:
+    """``on-event`` orders a split's rows by arrival, which only holds when
+    each split's rows of a batch came from one input partition."""
+    seen: set = set()
+    for st in stats:
+        for key, _ in st["splits"]:
+            key = tuple(key) if isinstance(key, list) else key
+            if key in seen:
+                from gpuwm.errors import ConfigError
+
+                raise ConfigError(
+                    f"emit='on-event' needs each split's rows in one input partition, but split {key!r} came "
+                    "from several in this micro-batch; use emit='on-batch', vnodes=1, or a source partitioned "
+                    "by split (Kafka, nexmark)")
+            seen.add(key)
 
 
 def single_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
