@@ -52,6 +52,11 @@ def schema_from_text(text: str | None) -> pa.Schema | None:
     return None if text is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+def split_key(key: Any) -> Any:
+    """A split key back from JSON (lists were tuples)."""
+    return tuple(key) if isinstance(key, list) else key
+
+
 def same_schema(expected: pa.Schema, got: pa.Schema, op: str) -> None:
     if not expected.equals(got, check_metadata=False):
         raise SchemaError(f"{op}: schema changed between calls.\nexpected: {expected}\ngot:      {got}")
@@ -292,7 +297,7 @@ class WatermarkFilter:
         self._wm_lag = self._wm.copy()
         for st in stats:
             for key, wm in st["splits"]:
-                key = tuple(key) if isinstance(key, list) else key
+                key = split_key(key)
                 code = self._code[key] if key in self._code else self._add_split(key)
                 self._active_at[code] = now
                 if wm is not None and wm > self._wm[code]:
@@ -301,8 +306,6 @@ class WatermarkFilter:
             self.null_rows += st["nulls"]
             self.null_rows_dropped += st["nulls_dropped"]
             self.rows_in += st["rows"]
-        if len(self._wm_lag) < len(self._wm):  # splits first seen in this batch
-            self._wm_lag = np.append(self._wm_lag, np.full(len(self._wm) - len(self._wm_lag), NONE))
         self._combined_prev = self._combined
         self._combine(now)
         self.batches += 1
@@ -338,7 +341,7 @@ class WatermarkFilter:
     def output_watermark(self) -> Any:
         """The watermark downstream operators drain with after this batch:
         the combined watermark, or (``lag=1``, Spark) the one before it."""
-        return self._out(self._combined_prev if self.profile.lag else self._combined)
+        return self._out(self.output_watermark_raw)
 
     @property
     def max_event_time_raw(self) -> int | None:
@@ -411,8 +414,7 @@ class WatermarkFilter:
             combined = _max_opt(combined, meta["combined"])
             combined_prev = _max_opt(combined_prev, meta["combined_prev"])
             for row in snap.to_pylist():
-                key = json.loads(row["split"])
-                key = tuple(key) if isinstance(key, list) else key
+                key = split_key(json.loads(row["split"]))
                 code = self._code[key] if key in self._code else self._add_split(key)
                 for arr, col in ((self._wm, "watermark"), (self._wm_lag, "watermark_lag")):
                     if row[col] is not None and (arr[code] == NONE or row[col] > arr[code]):

@@ -259,7 +259,7 @@ class Pipeline:
             s1 = runtime.stage1_schema(plan)
             stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate), _spark_schema(s1))
             ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
-                                                                 "cast(2 as tinyint) as __kind")
+                                                                 f"cast({runtime.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
             # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
             res = rows.repartition(plan["vnodes"], "__vnode").mapInArrow(
@@ -304,13 +304,6 @@ def gpuwm_time(raw_us: int) -> str:
     from datetime import datetime, timezone
 
     return datetime.fromtimestamp(raw_us / 1e6, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-
-
-def _vnode_fn(args: tuple):
-    def vnode(table: pa.Table) -> pa.Table:  # type hints: Spark infers the UDF kind from them
-        return runtime.vnode_task(*args, table)
-
-    return vnode
 
 
 def _spark_schema(schema: pa.Schema):

@@ -6,8 +6,8 @@ One job per micro-batch (DESIGN.md, "Running inside Spark"):
    the watermark filter as of the previous batch, filters its rows, tags each
    kept row with its vnode, and emits its statistics (per-split watermark
    candidates, counts) once *per vnode*.
-2. ``vnode_task`` (``groupBy("__vnode").applyInArrow``, one call per vnode;
-   a tick row per vnode makes every vnode run, rows or not): folds every
+2. ``vnode_task`` (``repartition(vnodes, "__vnode").mapInArrow``, once per
+   vnode; a tick row per vnode makes every vnode run, rows or not): folds every
    partition's statistics into the filter — the same deterministic function
    everywhere — so each vnode knows the combined watermark of this batch,
    then pushes its rows into its operator (kept in executor memory between
@@ -19,6 +19,9 @@ No kernel math here: the tasks call :mod:`gpuwm`'s operators. State files
 are Arrow IPC under ``<checkpoint>/gpuwm/state/<batch_id>/``; a batch's
 output and state are a function of (state at batch_id - 1, batch input), so
 a replayed batch rewrites the same files.
+
+With one vnode, ``single_task`` runs both steps in one task over the
+coalesced input: one narrow stage, no shuffle.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..watermark import split_key
+
 KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
-META_COLS = ("__vnode", "__kind", "__stats")
 RESULT_SCHEMA = pa.schema([
     ("vnode", pa.int32()), ("metrics", pa.string()), ("filter_state", pa.binary()), ("payload", pa.binary()),
 ])
@@ -285,7 +289,7 @@ def vnodes_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: 
     table = pa.Table.from_batches(batches)
     vn = table.column("__vnode").to_numpy(zero_copy_only=False)
     for v in np.unique(vn).tolist():  # a few vnodes per partition
-        part = table if len(batches) and (vn == v).all() else table.filter(pa.array(vn == v))
+        part = table if (vn == v).all() else table.filter(pa.array(vn == v))
         yield from vnode_task(plan, filter_state, now_iso, batch_id, prev_batch, part).to_batches()
 
 
@@ -295,7 +299,7 @@ def _check_split_locality(stats: list[dict]) -> None:
     seen: set = set()
     for st in stats:
         for key, _ in st["splits"]:
-            key = tuple(key) if isinstance(key, list) else key
+            key = split_key(key)
             if key in seen:
                 from gpuwm.errors import ConfigError
 
