@@ -40,39 +40,61 @@ def _fixed_dtype(t: pa.DataType) -> np.dtype | None:
     return None
 
 
-def _unpack_bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
-    bits = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
-    return bits[offset : offset + n].astype(bool)
+def _unpack_bits(buf: pa.Buffer, offset: int, n: int, xp: Any = np, asarray: Any = None) -> Any:
+    """Bits ``offset .. offset+n`` of an Arrow bitmap as a bool array on
+    ``xp``: only the packed bytes are copied to the device, and unpacked there."""
+    first, stop = offset // 8, (offset + n + 7) // 8
+    packed = np.frombuffer(buf, dtype=np.uint8, count=stop)[first:]
+    if asarray is not None:
+        packed = asarray(packed)
+    bits = xp.unpackbits(packed, bitorder="little")
+    lo = offset - 8 * first
+    return bits[lo : lo + n].astype(bool)
 
 
-def arrow_to_numpy(arr: pa.Array, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
-    """(values, valid) host views of a fixed-width Arrow array; valid is None
-    when no value is null. Values under nulls are unspecified."""
+def _pack_bits(a: Any, xp: Any = np, to_numpy: Any = None) -> pa.Buffer:
+    """A bool array (on ``xp``) as an Arrow bitmap: packed on the device,
+    then only the packed bytes are copied back."""
+    packed = xp.packbits(a, bitorder="little")
+    return pa.py_buffer(packed if to_numpy is None else to_numpy(packed))
+
+
+def arrow_to_numpy(arr: pa.Array, dtype: np.dtype, backend: Backend | None = None) -> tuple[Any, Any | None]:
+    """(values, valid) of a fixed-width Arrow array, host views (or, with a
+    GPU ``backend``, device arrays: one copy of the data buffer and of the
+    packed validity bits); valid is None when no value is null. Values under
+    nulls are unspecified."""
+    xp, asarray = (np, None) if backend is None or not backend.is_gpu else (backend.xp, backend.asarray)
     n = len(arr)
     if n == 0:
-        return np.empty(0, dtype=dtype), None
+        return xp.empty(0, dtype=dtype), None
     bufs = arr.buffers()
     off = arr.offset
     if dtype == np.dtype(bool):
-        values = _unpack_bits(bufs[1], off, n)
+        values = _unpack_bits(bufs[1], off, n, xp, asarray)
     else:
         values = np.frombuffer(bufs[1], dtype=dtype, count=off + n)[off:]
+        if asarray is not None:
+            values = asarray(values)
     valid = None
     if arr.null_count:
-        valid = _unpack_bits(bufs[0], off, n)
+        valid = _unpack_bits(bufs[0], off, n, xp, asarray)
     return values, valid
 
 
-def numpy_to_arrow(t: pa.DataType, values: np.ndarray, valid: np.ndarray | None) -> pa.Array:
+def numpy_to_arrow(t: pa.DataType, values: Any, valid: Any | None, backend: Backend | None = None) -> pa.Array:
+    """The inverse of :func:`arrow_to_numpy`; with a GPU ``backend`` the
+    arrays are on the device and only the Arrow buffers come back."""
+    xp, to_numpy = (np, None) if backend is None or not backend.is_gpu else (backend.xp, backend.to_numpy)
     n = values.shape[0]
-    if valid is not None and valid.all():
+    nulls = 0 if valid is None else int(n - xp.count_nonzero(valid))
+    if not nulls:
         valid = None
-    vbuf = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    vbuf = None if valid is None else _pack_bits(valid, xp, to_numpy)
     if values.dtype == np.dtype(bool):
-        data = pa.py_buffer(np.packbits(values, bitorder="little"))
+        data = _pack_bits(values, xp, to_numpy)
     else:
-        data = pa.py_buffer(np.ascontiguousarray(values))
-    nulls = 0 if valid is None else int(n - np.count_nonzero(valid))
+        data = pa.py_buffer(np.ascontiguousarray(values if to_numpy is None else to_numpy(values)))
     return pa.Array.from_buffers(t, n, [vbuf, data], null_count=nulls)
 
 
@@ -112,12 +134,8 @@ class Frame:
             if dtype is None:
                 cols[field.name] = Column(field.type, arr, None)
                 continue
-            values, valid = arrow_to_numpy(arr, dtype)
-            cols[field.name] = Column(
-                field.type,
-                backend.asarray(values),
-                None if valid is None else backend.asarray(valid),
-            )
+            values, valid = arrow_to_numpy(arr, dtype, backend)
+            cols[field.name] = Column(field.type, values, valid)
         return cls(backend, table.schema, cols, table.num_rows)
 
     def to_arrow(self) -> pa.Table:
@@ -127,9 +145,19 @@ class Frame:
             if c.on_host:
                 arrays.append(c.values)
             else:
-                valid = None if c.valid is None else self.backend.to_numpy(c.valid)
-                arrays.append(numpy_to_arrow(c.type, self.backend.to_numpy(c.values), valid))
+                arrays.append(numpy_to_arrow(c.type, c.values, c.valid, self.backend))
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    @classmethod
+    def of(cls, data: "pa.Table | pa.RecordBatch | Frame", backend: Backend) -> "Frame":
+        """``data`` as a Frame on ``backend``: a Frame passes through (no copy),
+        Arrow goes through :meth:`from_arrow`."""
+        if isinstance(data, Frame):
+            if data.backend.name != backend.name:
+                raise ValueError(f"a Frame on backend {data.backend.name!r} was given to an operator on "
+                                 f"{backend.name!r}")
+            return data
+        return cls.from_arrow(data, backend)
 
     @classmethod
     def empty(cls, schema: pa.Schema, backend: Backend) -> "Frame":

@@ -26,7 +26,17 @@ _SIGN = np.uint64(1 << 63)
 
 
 class KeyCodec:
-    """Encodes one key column's values as int64 codes (and decodes them)."""
+    """Encodes one key column's values as int64 codes (and decodes them).
+
+    A dictionary-coded column's dictionary would grow with every distinct
+    key ever seen; operators call :meth:`compact_codes` after a drain so that
+    it holds only the keys their state still references (state stays
+    bounded).
+    """
+
+    #: a dictionary is compacted once it is larger than this and more than
+    #: twice the state rows (so at least half of it is dead)
+    COMPACT_MIN = 1 << 16
 
     def __init__(self, name: str, type_: pa.DataType):
         self.name = name
@@ -81,6 +91,29 @@ class KeyCodec:
         dictionary = pa.array(self._values, type=self.type)
         idx = pa.array(np.where(valid, codes, 0), mask=~valid)
         return dictionary.take(idx)
+
+    # -- dictionary size ----------------------------------------------------------
+    def __len__(self) -> int:
+        """Entries in the dictionary (0 for value-coded columns)."""
+        return len(self._values)
+
+    def compact_codes(self, xp: Any, parts: list[Any], state_rows: int, to_numpy: Any) -> list[Any] | None:
+        """Drop dictionary entries no code in ``parts`` (every code array the
+        operator keeps) refers to, when the dictionary has grown past
+        :attr:`COMPACT_MIN` and twice ``state_rows``. Returns ``parts``
+        re-coded, or None when nothing was done. The re-coding is monotone
+        (the k-th live code becomes k), so arrays sorted by code stay sorted."""
+        if self.ordered or len(self._values) <= max(self.COMPACT_MIN, 2 * state_rows):
+            return None
+        if parts:
+            live = xp.unique(xp.concatenate(parts))
+            live = live[live != NULL_CODE]
+        else:
+            live = xp.zeros(0, dtype=xp.int64)
+        live_h = to_numpy(live)
+        dictionary = pa.array(self._values, type=self.type).take(pa.array(live_h))
+        self.load_dictionary(dictionary)
+        return [xp.where(p == NULL_CODE, NULL_CODE, xp.searchsorted(live, p)) for p in parts]
 
     # -- state -----------------------------------------------------------------
     def dictionary(self) -> pa.Array | None:

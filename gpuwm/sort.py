@@ -18,31 +18,18 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-import pandas as pd
 import pyarrow as pa
 
 from kernels import cut, merge_released, sort_rows
 
 from .backend import Backend, get_backend
+from .drained import Drained
 from .errors import SchemaError, WatermarkError
 from .frame import Frame, sort_table
 from .keys import KeyCodec
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain
 from .watermark import same_schema
-
-
-def _encode_instant(v: Any) -> Any:
-    """A watermark given before the column type was known, as JSON."""
-    if v is None or isinstance(v, int):
-        return v
-    return {"datetime": pd.Timestamp(v).isoformat()}
-
-
-def _decode_instant(v: Any) -> Any:
-    if isinstance(v, dict):
-        return pd.Timestamp(v["datetime"])
-    return v
 
 
 class _Run:
@@ -55,7 +42,7 @@ class _Run:
         return _Run(self.frame.slice(a, b), self.ts[a:b], [k[a:b] for k in self.keys])
 
 
-class StreamSort:
+class StreamSort(Drained):
     """Buffer rows and release them in event-time order below a watermark.
 
     Parameters
@@ -95,12 +82,7 @@ class StreamSort:
         self._domain: TimeDomain | None = None
         self._codecs: list[KeyCodec] = []
         self._runs: list[_Run] = []
-        self._drained: int | None = None
-        self._pending_drain: Any = None
-        self.late_rows = 0
-        self.null_rows = 0
-        self.rows_in = 0
-        self.rows_out = 0
+        self._init_drained()
 
     def _bind(self, schema: pa.Schema) -> None:
         if self._schema is not None:
@@ -112,8 +94,7 @@ class StreamSort:
                 raise SchemaError(f"sort key column {k!r} not found; the table has columns {schema.names}")
         self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.key]
         self._schema = schema
-        if self._pending_drain is not None:
-            self._drained = self._domain.to_raw(self._pending_drain)
+        self._bind_pending_drain()
 
     @property
     def buffered_rows(self) -> int:
@@ -123,8 +104,9 @@ class StreamSort:
     def buffered_bytes(self) -> int:
         return sum(r.frame.nbytes() for r in self._runs)
 
-    def push(self, table: pa.Table) -> None:
-        """Buffer a chunk (sorted once, here)."""
+    def push(self, table: pa.Table | Frame) -> None:
+        """Buffer a chunk (sorted once, here). ``table``: Arrow, or a
+        :class:`~gpuwm.frame.Frame` already on this operator's backend."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         self._bind(table.schema)
@@ -133,7 +115,7 @@ class StreamSort:
             return
         b = self._backend
         xp = b.xp
-        frame = Frame.from_arrow(table, b)
+        frame = Frame.of(table, b)
         ts, valid = frame.values(self.column)
         ts = ts.astype(xp.int64, copy=False)
         keep = None
@@ -171,21 +153,9 @@ class StreamSort:
 
     def drain(self, watermark: Any) -> pa.Table:
         """Release, in ``(ts, key...)`` order, every buffered row below ``watermark``."""
-        if self._schema is None:
-            # nothing pushed yet: no rows, no schema; remember the watermark
-            # so that later rows behind it count as late
-            if watermark is not None:
-                self._pending_drain = watermark
-            return pa.table({})
-        if watermark is None:
-            return self._schema.empty_table()
-        w = self._domain.to_raw(watermark)
-        if self._drained is not None and w < self._drained:
-            raise WatermarkError(
-                f"watermark went backwards: drain({watermark!r}) after a drain at "
-                f"{self._domain.from_raw(self._drained)!r}"
-            )
-        self._drained = w
+        w = self._drain_to(watermark)
+        if w is None:
+            return pa.table({}) if self._schema is None else self._schema.empty_table()
         xp = self._backend.xp
         released: list[_Run] = []
         kept: list[_Run] = []
@@ -196,6 +166,7 @@ class StreamSort:
             if c < run.frame.num_rows:
                 kept.append(run.slice(c, run.frame.num_rows) if c else run)
         self._runs = kept
+        self._compact_keys()
         if not released:
             return self._schema.empty_table()
         if len(released) == 1:
@@ -212,6 +183,16 @@ class StreamSort:
             table = self._order_unordered_keys(table)
         return table
 
+    def _compact_keys(self) -> None:
+        """Forget dictionary keys no buffered row references any more (the
+        released rows carry their values, not codes)."""
+        b = self._backend
+        rows = self.buffered_rows
+        for i, c in enumerate(self._codecs):
+            new = c.compact_codes(b.xp, [r.keys[i] for r in self._runs], rows, b.to_numpy)
+            for r, codes in zip(self._runs, new or ()):
+                r.keys[i] = codes
+
     def _order_unordered_keys(self, table: pa.Table) -> pa.Table:
         # dictionary-coded keys (strings...) were grouped by code, not value:
         # order ties on event time by the real values (a stable host sort of
@@ -221,8 +202,7 @@ class StreamSort:
     # -- state -----------------------------------------------------------------
     def snapshot(self) -> pa.Table:
         """Buffered rows, oldest run first, with the sort's counters in metadata."""
-        meta = {"drained": self._drained, "pending": _encode_instant(self._pending_drain), "late_rows": self.late_rows, "null_rows": self.null_rows,
-                "rows_in": self.rows_in, "rows_out": self.rows_out}
+        meta = self._drained_meta()
         if self._schema is None:
             return pa.table({}).replace_schema_metadata({"gpuwm.sort": json.dumps(meta)})
         if self._runs:
@@ -239,15 +219,7 @@ class StreamSort:
             raise WatermarkError("restore() must be called on a fresh StreamSort")
         md = dict(snapshot.schema.metadata or {})
         meta = json.loads(md.pop(b"gpuwm.sort"))
-        if snapshot.num_columns:
-            table = snapshot.replace_schema_metadata(md or None)
-            drained = meta["drained"]
-            self._drained = None  # rows in the snapshot were accepted already
-            self.push(table)
-            self._drained = drained
-        else:
-            self._drained = meta["drained"]
-            self._pending_drain = _decode_instant(meta.get("pending"))
-        self.late_rows, self.null_rows = meta["late_rows"], meta["null_rows"]
-        self.rows_in, self.rows_out = meta["rows_in"], meta["rows_out"]
+        if snapshot.num_columns:  # rows in the snapshot were accepted already: no drain yet
+            self.push(snapshot.replace_schema_metadata(md or None))
+        self._load_drained_meta(meta)
         return self

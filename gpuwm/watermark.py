@@ -22,7 +22,7 @@ from kernels import NONE, watermark_filter
 
 from .backend import Backend, get_backend
 from .errors import ConfigError, SchemaError, WatermarkError
-from .frame import Frame, arrow_to_numpy, filter_table
+from .frame import Frame, arrow_to_numpy, filter_table, numpy_to_arrow
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain, parse_interval
 
@@ -176,25 +176,48 @@ class WatermarkFilter:
         self._active_at.append(None)
         return code
 
-    def _split_codes(self, table: pa.Table) -> np.ndarray | None:
+    def _split_codes(self, data: pa.Table | Frame) -> Any | None:
+        """Each row's split code, on the backend (or on the host for host
+        input on the CPU); new split keys are registered."""
         if self.split is None:
             return None
-        if self.split not in table.column_names:
-            raise SchemaError(f"split column {self.split!r} not found; the table has columns {table.column_names}")
-        col = table.column(self.split)
-        if col.null_count:
-            raise SchemaError(f"split column {self.split!r} has {col.null_count} null value(s); every row needs a split")
-        if pa.types.is_integer(col.type) and col.num_chunks:
-            # small non-negative integer splits (Kafka partitions): a lookup
-            # table indexed by value, O(rows), no hashing
+        if self.split not in data.schema.names:
+            raise SchemaError(f"split column {self.split!r} not found; the table has columns {data.schema.names}")
+        xp, col = np, None
+        if isinstance(data, Frame):
+            c = data.columns[self.split]
+            if c.on_host:
+                col = pa.chunked_array([c.values])
+            elif not pa.types.is_integer(c.type):  # rare: keyed by value on the host
+                b = self._backend
+                col = pa.chunked_array([numpy_to_arrow(c.type, b.to_numpy(c.values),
+                                                       None if c.valid is None else b.to_numpy(c.valid))])
+            else:
+                xp = self._backend.xp
+                v, valid = c.values, c.valid
+                nulls = 0 if valid is None else int(valid.shape[0] - xp.count_nonzero(valid))
+        else:
+            col = data.column(self.split)
+        if col is not None:
+            nulls = col.null_count
+        if nulls:
+            raise SchemaError(f"split column {self.split!r} has {nulls} null value(s); every row needs a split")
+        if col is not None and pa.types.is_integer(col.type) and col.num_chunks:
             vals = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
             v = arrow_to_numpy(vals, np.dtype(vals.type.to_pandas_dtype()))[0]
+        if col is None or (pa.types.is_integer(col.type) and col.num_chunks):
+            # small non-negative integer splits (Kafka partitions): a lookup
+            # table indexed by value, O(rows), no hashing
             if v.shape[0] and 0 <= int(v.min()) and int(v.max()) < 1 << 16:
-                present = np.flatnonzero(np.bincount(v, minlength=1))
+                v = v.astype(xp.int64, copy=False)
+                present = self._backend.to_numpy(xp.flatnonzero(xp.bincount(v))) if xp is not np else \
+                    np.flatnonzero(np.bincount(v))
                 lut = np.zeros(int(present[-1]) + 1, dtype=np.int64)
                 for value in present.tolist():  # one per distinct split
                     lut[value] = self._code[value] if value in self._code else self._add_split(value)
-                return lut[v]
+                return xp.asarray(lut)[v]
+            if col is None:
+                col = pa.chunked_array([pa.array(self._backend.to_numpy(v))])
         enc = pc.dictionary_encode(col).combine_chunks()
         remap = np.array([self._code.get(v) if v in self._code else self._add_split(v)
                           for v in enc.dictionary.to_pylist()], dtype=np.int64)
@@ -230,7 +253,7 @@ class WatermarkFilter:
         self.advance([stats], now)
         return kept
 
-    def filter_local(self, table: pa.Table) -> tuple[pa.Table, dict]:
+    def filter_local(self, table: pa.Table | Frame) -> tuple[pa.Table | Frame, dict]:
         """The first half of :meth:`process`; it changes no state (new split keys are
         registered, with no watermark):
         the kept rows and this chunk's statistics (per-split watermark
@@ -240,16 +263,21 @@ class WatermarkFilter:
         task against the same prior state, and :meth:`advance` once with all
         the tasks' statistics: under ``on-batch`` that equals one
         :meth:`process` over the whole batch (maxima and counts combine).
+
+        ``table`` may be a :class:`~gpuwm.frame.Frame` already on this
+        filter's backend; the kept rows then stay a Frame, on the device, for
+        the next operator (the Spark runtime moves a batch to the GPU once).
         """
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         self._bind(table.schema)
-        codes_h = self._split_codes(table)
+        codes = self._split_codes(table)
         b = self._backend
         xp = b.xp
-        frame = None
-        if b.is_gpu:
+        frame = table if isinstance(table, Frame) else None
+        if frame is None and b.is_gpu:
             frame = Frame.from_arrow(table, b)
+        if frame is not None:
             ts, valid = frame.values(self.column)
         else:
             col = table.column(self.column)
@@ -266,7 +294,7 @@ class WatermarkFilter:
                 f"{self.profile.name!r} refuses nulls (nulls='error'); filter them out or set nulls='drop'/'keep'"
             )
         test = self._wm_lag if self.profile.lag else self._wm
-        codes = None if codes_h is None else b.asarray(codes_h)
+        codes = None if codes is None else b.asarray(codes)
         res = watermark_filter(
             xp, ts, valid, codes, len(self._keys), b.asarray(test), b.asarray(self._wm),
             delay=self._eff_delay, inclusive=self.profile.late_inclusive,
@@ -274,16 +302,20 @@ class WatermarkFilter:
             drop_nulls=self.profile.nulls == "drop",
         )
         new_wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
-        if n:
-            seen = np.flatnonzero(np.bincount(codes_h)) if codes_h is not None else np.array([0])
-        else:
+        if not n:
             seen = np.zeros(0, dtype=np.int64)
+        elif codes is None:
+            seen = np.array([0])
+        else:
+            seen = np.flatnonzero(b.to_numpy(xp.bincount(codes)))
         stats = {
             "splits": [[self._keys[c], None if new_wm[c] == NONE else int(new_wm[c])] for c in seen.tolist()],
             "late": res.late, "nulls": nnull, "nulls_dropped": res.nulls_dropped, "rows": n,
         }
         if res.keep is None:
             kept = table
+        elif isinstance(table, Frame):
+            kept = frame.filter(res.keep)
         elif frame is not None:
             kept = frame.filter(res.keep).to_arrow()
         else:

@@ -28,12 +28,12 @@ import pyarrow as pa
 from kernels import assign_windows, derive_watermarks, group_reduce
 
 from .backend import Backend, get_backend
+from .drained import Drained
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
 from .keys import KeyCodec
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain, parse_interval
-from .sort import _decode_instant, _encode_instant
 from .watermark import same_schema, schema_from_text, schema_to_text
 
 AGG_FUNCS = ("count", "sum", "min", "max", "mean")
@@ -128,7 +128,7 @@ class _Acc:
     op: str  # add, min, max
 
 
-class WindowAggregate:
+class WindowAggregate(Drained):
     """Aggregate rows per (window, group key); emit and forget closed windows.
 
     Parameters
@@ -193,12 +193,7 @@ class WindowAggregate:
         self._backend: Backend = get_backend(backend)
         self._schema: pa.Schema | None = None
         self._blocks: dict[int, tuple[list[Any], list[Any]]] = {}
-        self._drained: int | None = None
-        self._pending_drain: Any = None
-        self.late_rows = 0
-        self.null_rows = 0
-        self.rows_in = 0
-        self.rows_out = 0
+        self._init_drained()
 
     # -- set-up ----------------------------------------------------------------
     def bind(self, schema: pa.Schema) -> "WindowAggregate":
@@ -254,8 +249,7 @@ class WindowAggregate:
         self._domain = dom
         self._out_schema = pa.schema(out_fields)
         self._schema = schema
-        if self._pending_drain is not None:
-            self._drained = dom.to_raw(self._pending_drain)
+        self._bind_pending_drain()
 
     # -- push ------------------------------------------------------------------
     def _acc_inputs(self, xp: Any, frame: Frame, rows: Any | None, m: int) -> list[Any]:
@@ -285,9 +279,11 @@ class WindowAggregate:
             return np.inf if acc.op == "min" else -np.inf
         return _I64.max if acc.op == "min" else _I64.min
 
-    def push(self, table: pa.Table) -> pa.Table | None:
+    def push(self, table: pa.Table | Frame) -> pa.Table | None:
         """Aggregate a chunk into the open windows. Returns None, or under
-        ``emit="on-update"`` the changed (window, key) rows' current values."""
+        ``emit="on-update"`` the changed (window, key) rows' current values.
+        ``table``: Arrow, or a :class:`~gpuwm.frame.Frame` already on this
+        operator's backend."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         self.rows_in += table.num_rows
@@ -296,7 +292,7 @@ class WindowAggregate:
             return self._empty_out() if self.emit == "on-update" else None
         return self._ingest(self._backend.xp, *grouped)
 
-    def _aggregate(self, table: pa.Table, drop_closed: bool) -> tuple[list[Any], list[Any]] | None:
+    def _aggregate(self, table: pa.Table | Frame, drop_closed: bool) -> tuple[list[Any], list[Any]] | None:
         """The chunk's (row, window) pairs grouped by (window index, keys) with
         their accumulators; None when no pair is left. Null event times are
         dropped and counted; with ``drop_closed``, pairs of windows an earlier
@@ -304,7 +300,7 @@ class WindowAggregate:
         self._bind(table.schema)
         b = self._backend
         xp = b.xp
-        frame = Frame.from_arrow(table, b)
+        frame = Frame.of(table, b)
         ts, valid = frame.values(self.window.column)
         ts = ts.astype(xp.int64, copy=False)
         base = None
@@ -350,7 +346,7 @@ class WindowAggregate:
         fields += [pa.field(f"__acc{j}", pa.from_numpy_dtype(a.dtype)) for j, a in enumerate(self._accs)]
         return pa.schema(fields)
 
-    def partials(self, table: pa.Table) -> pa.Table:
+    def partials(self, table: pa.Table | Frame) -> pa.Table:
         """This chunk's partial aggregates per (window, key), without touching
         the state: what :meth:`push_partials` merges, possibly elsewhere (the
         Spark runtime ships partials, not rows, through the shuffle). Null
@@ -429,35 +425,35 @@ class WindowAggregate:
     # -- drain -----------------------------------------------------------------
     def drain(self, watermark: Any) -> pa.Table:
         """Emit (``on-window-close``) and delete every window closed by ``watermark``."""
-        if self._schema is None:
-            # nothing pushed yet: no rows, no schema; remember the watermark
-            # so that later rows behind it count as late
-            if watermark is not None:
-                self._pending_drain = watermark
-            return pa.table({})
-        if watermark is None:
-            return self._empty_out()
-        w = self._domain.to_raw(watermark)
-        if self._drained is not None and w < self._drained:
-            raise WatermarkError(
-                f"watermark went backwards: drain({watermark!r}) after a drain at "
-                f"{self._domain.from_raw(self._drained)!r}"
-            )
-        self._drained = w
+        w = self._drain_to(watermark)
+        if w is None:
+            return pa.table({}) if self._schema is None else self._empty_out()
         closed = sorted(s for s in self._blocks if s + self._size <= w + self._close)
         if not closed:
             return self._empty_out()
         xp = self._backend.xp
         blocks = [self._blocks.pop(s) for s in closed]
         if self.emit == "on-update":
+            self._compact_keys()
             return self._empty_out()
         nrows = [blk[1][0].shape[0] for blk in blocks]
         wins = xp.concatenate([xp.full(n, s, dtype=xp.int64) for s, n in zip(closed, nrows)])
         keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
         accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
-        out = self._finalize(wins, keys, accs)
+        out = self._finalize(wins, keys, accs)  # decodes the keys: compact after
+        self._compact_keys()
         self.rows_out += out.num_rows
         return out
+
+    def _compact_keys(self) -> None:
+        """Forget dictionary keys no open window references any more."""
+        b = self._backend
+        starts = list(self._blocks)
+        rows = self.state_rows
+        for i, c in enumerate(self._codecs):
+            new = c.compact_codes(b.xp, [self._blocks[s][0][i] for s in starts], rows, b.to_numpy)
+            for s, codes in zip(starts, new or ()):
+                self._blocks[s][0][i] = codes
 
     # -- output ----------------------------------------------------------------
     def _empty_out(self) -> pa.Table:
@@ -506,9 +502,7 @@ class WindowAggregate:
 
     def snapshot(self) -> dict[str, pa.Table]:
         """``{"state": rows of every open window, "dict.<col>": key dictionaries}``."""
-        meta = {"drained": self._drained, "pending": _encode_instant(self._pending_drain), "late_rows": self.late_rows, "null_rows": self.null_rows,
-                "rows_in": self.rows_in, "rows_out": self.rows_out,
-                "schema": schema_to_text(self._schema)}
+        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema)}
         out: dict[str, pa.Table] = {}
         cols: dict[str, Any] = {"window_start": pa.array([], pa.int64())}
         if self._schema is not None:
@@ -551,9 +545,5 @@ class WindowAggregate:
             for i, s in enumerate(starts.tolist()):
                 lo, hi = int(bounds[i]), int(bounds[i + 1])
                 self._blocks[s] = ([k[lo:hi] for k in keys], [a[lo:hi] for a in accs])
-        self._drained = meta["drained"]
-        if meta["schema"] is None:
-            self._pending_drain = _decode_instant(meta.get("pending"))
-        self.late_rows, self.null_rows = meta["late_rows"], meta["null_rows"]
-        self.rows_in, self.rows_out = meta["rows_in"], meta["rows_out"]
+        self._load_drained_meta(meta)
         return self

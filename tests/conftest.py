@@ -21,13 +21,32 @@ settings.load_profile("gpuwm")
 _HAS_GPU = gpuwm.gpu_available()
 
 
+class HostGpu(gpuwm.backend.Backend):
+    """A "GPU" backend on NumPy: every ``is_gpu`` branch of gpuwm (Frames,
+    explicit host<->device copies, packed validity bits) runs in CI, on the
+    shared kernels; what it cannot check is CuPy itself."""
+
+    def to_numpy(self, a):
+        import numpy as np
+
+        return np.asarray(a)
+
+
 @pytest.fixture(
     params=[
         "cpu",
+        "gpu-sim",
         pytest.param("gpu", marks=[pytest.mark.gpu,
                                    pytest.mark.skipif(not _HAS_GPU, reason="no usable GPU (cupy)")]),
     ]
 )
-def backend(request) -> str:
-    """The backend name an operator is built with: ``backend=backend``."""
+def backend(request, monkeypatch) -> str:
+    """The backend name an operator is built with: ``backend=backend``.
+    ``gpu-sim`` builds operators with ``backend="gpu"`` on :class:`HostGpu`."""
+    if request.param == "gpu-sim":
+        import numpy as np
+
+        monkeypatch.setattr(gpuwm.backend, "gpu_available", lambda: True)
+        monkeypatch.setattr(gpuwm.backend, "_gpu_backend", lambda: HostGpu("gpu", np))
+        return "gpu"
     return request.param

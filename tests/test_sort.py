@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gpuwm
+from gpuwm.keys import KeyCodec
 
 from .reference import RefSort
 
@@ -37,7 +38,8 @@ ops_st = st.lists(
 @pytest.mark.parametrize("profile", ["risingwave", "spark"])
 @pytest.mark.parametrize("keytype", ["int", "str", "none"])
 @given(ops=ops_st)
-def test_sort_matches_reference(backend, profile, keytype, ops):
+def test_sort_matches_reference(backend, profile, keytype, ops, monkeypatch):
+    monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)  # compact string keys at every drain that can
     key = [] if keytype == "none" else ["k"]
     s = gpuwm.StreamSort("t", key=key, profile=profile, backend=backend)
     ref = RefSort(inclusive=profile == "spark", key_of=(lambda r: ()) if keytype == "none" else (lambda r: (r[1],)))
@@ -111,3 +113,18 @@ def test_sort_errors():
         s.drain(2)
     with pytest.raises(gpuwm.SchemaError, match="schema changed"):
         s.push(pa.table({"t": pa.array([1], pa.int32())}))
+
+
+def test_string_key_dictionary_stays_bounded(backend, monkeypatch):
+    monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 64)
+    s = gpuwm.StreamSort("t", key=["k"], backend=backend)
+    for i in range(100):
+        t = [i * 10 + j % 10 for j in range(40)]
+        k = [f"session-{i}-{j}" for j in range(40)]
+        s.push(pa.table({"t": t, "k": k}))
+        out = s.drain(i * 10 - 20)
+        if i >= 3:  # rows of batch i-3 (t in [i*10-30, i*10-20)) come out, by (t, k)
+            exp = sorted((tt, kk) for tt, kk in zip([(i - 3) * 10 + j % 10 for j in range(40)],
+                                                    [f"session-{i - 3}-{j}" for j in range(40)]))
+            assert list(zip(out.column("t").to_pylist(), out.column("k").to_pylist())) == exp
+        assert len(s._codecs[0]) <= max(64, 2 * s.buffered_rows) + 40

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gpuwm
+from gpuwm.keys import KeyCodec
 
 from .reference import RefWindow
 
@@ -71,7 +72,9 @@ def _cmp(got: pa.Table, exp: list[tuple], by: bool, keytype: str):
 @pytest.mark.parametrize("emit", ["on-window-close", "on-update"])
 @pytest.mark.parametrize("keys", ["int", "str", "none"])
 @given(ops=ops_st)
-def test_window_matches_reference(backend, window, profile, emit, keys, ops):
+def test_window_matches_reference(backend, window, profile, emit, keys, ops, monkeypatch):
+    if keys == "str":  # compact the key dictionary at every drain that can
+        monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
     size, slide = window
     by = [] if keys == "none" else ["k"]
     spec = gpuwm.Tumble("t", size) if size == slide else gpuwm.Hop("t", size=size, slide=slide)
@@ -98,7 +101,8 @@ def test_window_matches_reference(backend, window, profile, emit, keys, ops):
 
 @given(ops=ops_st, stop=st.integers(0, 12))
 @pytest.mark.parametrize("keys", ["int", "str"])
-def test_window_snapshot_restore(backend, ops, stop, keys):
+def test_window_snapshot_restore(backend, ops, stop, keys, monkeypatch):
+    monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Hop("t", size=10, slide=5), by=["k"],  # noqa: E731
                                        aggs={"s": ("v", "sum"), "m": ("v", "mean"), "n": ("*", "count")},
                                        backend=backend)
@@ -114,6 +118,31 @@ def test_window_snapshot_restore(backend, ops, stop, keys):
             w += arg
             assert a.drain(w).to_pydict() == b.drain(w).to_pydict()
     assert (a.state_rows, a.late_rows, a.null_rows) == (b.state_rows, b.late_rows, b.null_rows)
+
+
+@pytest.mark.parametrize("emit", ["on-window-close", "on-update"])
+def test_string_key_dictionary_stays_bounded(backend, emit, monkeypatch):
+    """Fresh string keys every batch for 120 batches: the key dictionary
+    holds only what open windows reference, and output stays exact."""
+    monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 64)
+    aggs = {"n": ("*", "count"), "s": (2, "sum")}
+    a = gpuwm.WindowAggregate(gpuwm.Hop("t", size=20, slide=10), by=["k"], aggs={"n": ("*", "count"), "s": ("v", "sum")},
+                              emit=emit, backend=backend)
+    ref = RefWindow(size=20, slide=10, close_minus_one=False, key_of=lambda r: (r[1],), aggs=aggs,
+                    on_update=emit == "on-update")
+    peak = 0
+    for i in range(120):
+        rows = [(i * 10 + j % 10, f"user-{i}-{j % 37}", j) for j in range(50)] + [(i * 10, "steady", 1)]
+        got = a.push(pa.table({"t": [r[0] for r in rows], "k": [r[1] for r in rows], "v": [r[2] for r in rows]}))
+        exp = ref.push(rows)
+        if emit == "on-update":
+            assert sorted(tuple(r.values()) for r in got.to_pylist()) == sorted(exp)
+        out = a.drain(i * 10 - 15)
+        assert [tuple(r.values()) for r in out.to_pylist()] == ref.drain(i * 10 - 15)
+        peak = max(peak, len(a._codecs[0]))
+        assert len(a._codecs[0]) <= max(64, 2 * a.state_rows) + 38  # + one batch of new keys
+    assert peak >= 64  # it did compact, more than once: 120 * 37 keys went through
+    assert a.state_rows == len(ref.state)
 
 
 def test_state_is_deleted_when_windows_close():

@@ -169,8 +169,13 @@ def stage1_schema(plan: dict) -> pa.Schema:
     return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string())])
 
 
-def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    from gpuwm.partition import vnode_of
+def _filter_partition(plan: dict, filter_state: bytes | None,
+                      batches: Iterator[pa.RecordBatch]) -> tuple[Any, dict]:
+    """Filter one input partition against the previous batch's filter state.
+    On the GPU the Arrow batch moves to the device here, once, and the kept
+    rows come back as a device :class:`~gpuwm.frame.Frame`."""
+    import gpuwm
+    from gpuwm.frame import Frame
 
     from .device import use_task_gpu
 
@@ -184,10 +189,24 @@ def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.Rec
     f = make_filter(plan)
     if filter_state:
         f.restore(bytes_to_table(filter_state))
-    kept, stats = f.filter_local(table)
+    backend = gpuwm.get_backend(plan["backend"])
+    data = Frame.from_arrow(table, backend) if backend.is_gpu else table
+    kept, stats = f.filter_local(data)
+    stats["read_s"] = t_read - t_start
+    stats["t_read"] = t_read
+    return kept, stats
+
+
+def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from gpuwm.partition import vnode_of
+
+    kept, stats = _filter_partition(plan, filter_state, batches)
+    schema = input_schema(plan)
     if pre_aggregates(plan):  # partial aggregates per (window, key) of this partition
         kept = make_operator(plan).partials(kept)
         schema = kept.schema
+    elif not isinstance(kept, pa.Table):  # device rows go back to the host for the shuffle
+        kept = kept.to_arrow()
     v = plan["vnodes"]
     out_schema = stage1_schema(plan)
     vn = vnode_of(kept, plan["vnode_keys"], v)
@@ -197,8 +216,7 @@ def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.Rec
         data = data.append_column("__kind", pa.array([KIND_DATA] * n, pa.int8()))
         data = data.append_column("__stats", pa.nulls(n, pa.string()))
         yield from data.cast(out_schema).to_batches()
-    stats["task_s"] = time.perf_counter() - t_read
-    stats["read_s"] = t_read - t_start
+    stats["task_s"] = time.perf_counter() - stats.pop("t_read")
     st = json.dumps(stats)
     cols = {f.name: pa.nulls(v, f.type) for f in schema}
     cols["__vnode"] = pa.array(range(v), pa.int32())
@@ -210,17 +228,28 @@ def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.Rec
 # -- task 2: one vnode --------------------------------------------------------------
 def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
                table: pa.Table) -> pa.Table:
-    import gpuwm
-
-    from .device import use_task_gpu
-
+    """One vnode's rows (or partials) and every input partition's statistics,
+    as the shuffle delivers them."""
     t_start = time.perf_counter()
-    use_task_gpu(plan["backend"])
     kind = table.column("__kind").to_numpy(zero_copy_only=False)
     vnode = int(table.column("__vnode")[0].as_py())
     stats = [json.loads(s) for s in table.filter(pa.array(kind == KIND_STATS)).column("__stats").to_pylist()]
     schema = data_schema(plan)
     rows = table.filter(pa.array(kind == KIND_DATA)).select(schema.names).cast(schema)
+    return _run_vnode(plan, filter_state, now_iso, batch_id, prev_batch, vnode, stats, rows,
+                      pre_aggregated=pre_aggregates(plan), t_start=t_start)
+
+
+def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+               vnode: int, stats: list[dict], rows: Any, pre_aggregated: bool, t_start: float) -> pa.Table:
+    """Fold the statistics into the filter (the combined watermark of this
+    batch), push ``rows`` (Arrow, or a device Frame) into the vnode's
+    operator, drain, save state and sink output; returns the metrics row."""
+    import gpuwm
+
+    from .device import use_task_gpu
+
+    use_task_gpu(plan["backend"])
     f = make_filter(plan).bind(input_schema(plan))
     if filter_state:
         f.restore(bytes_to_table(filter_state))
@@ -231,15 +260,15 @@ def vnode_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
     t0 = time.perf_counter()
     op = load_operator(plan, prev_batch, vnode)
     if op is None:
-        out = rows
+        out = rows if isinstance(rows, pa.Table) else rows.to_arrow()
     else:
         updates = None
-        if pre_aggregates(plan):
+        if pre_aggregated:
             op.bind(input_schema(plan))
             if rows.num_rows:
                 updates = op.push_partials(rows)  # a table under emit="on-update", else None
         elif rows.num_rows:
-            op.push(rows)
+            updates = op.push(rows)
         out = op.drain(wm)
         if updates is not None:  # on-update: the changed windows' current values (drain only evicts)
             out = updates
@@ -313,10 +342,14 @@ def _check_split_locality(stats: list[dict]) -> None:
 def single_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One vnode, one task: the whole batch (input partitions coalesced, each
-    still contiguous and in order) is filtered, aggregated and drained here,
-    with no shuffle. The same two steps as the shuffled path."""
-    rows = pa.Table.from_batches(list(filter_task(plan, filter_state, batches)), schema=stage1_schema(plan))
-    yield from vnode_task(plan, filter_state, now_iso, batch_id, prev_batch, rows).to_batches()
+    still contiguous and in order) is filtered and handed straight to the
+    operator, with no shuffle and no Arrow round trip in between (on the
+    GPU the rows stay on the device from the filter to the drain). The same
+    two steps as the shuffled path."""
+    kept, stats = _filter_partition(plan, filter_state, batches)
+    stats["task_s"] = time.perf_counter() - stats.pop("t_read")
+    yield from _run_vnode(plan, filter_state, now_iso, batch_id, prev_batch, 0, [stats], kept,
+                          pre_aggregated=False, t_start=time.perf_counter()).to_batches()
 
 
 def now_for_batch(checkpoint: str, batch_id: int) -> str:

@@ -1,0 +1,78 @@
+"""What :class:`~gpuwm.StreamSort` and :class:`~gpuwm.WindowAggregate` share:
+the watermark of the last drain (it never goes back, and rows behind it are
+late), a drain seen before the first row fixed the column type, and the row
+counters — with their place in a snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .errors import WatermarkError
+
+
+def _encode_instant(v: Any) -> Any:
+    """A watermark given before the column type was known, as JSON."""
+    if v is None or isinstance(v, int):
+        return v
+    return {"datetime": pd.Timestamp(v).isoformat()}
+
+
+def _decode_instant(v: Any) -> Any:
+    if isinstance(v, dict):
+        return pd.Timestamp(v["datetime"])
+    return v
+
+
+class Drained:
+    """Mixin: needs ``self._schema`` (None until bound) and ``self._domain``."""
+
+    _schema: Any
+    _domain: Any
+
+    def _init_drained(self) -> None:
+        self._drained: int | None = None
+        self._pending_drain: Any = None
+        self.late_rows = 0
+        self.null_rows = 0
+        self.rows_in = 0
+        self.rows_out = 0
+
+    def _bind_pending_drain(self) -> None:
+        """On binding the schema: a drain seen before any row now has a type."""
+        if self._pending_drain is not None:
+            self._drained = self._domain.to_raw(self._pending_drain)
+
+    def _drain_to(self, watermark: Any) -> int | None:
+        """Record a drain at ``watermark`` (raising if it goes back); its raw
+        value, or None when there is nothing to release (no row seen yet, or
+        no watermark)."""
+        if self._schema is None:
+            # nothing pushed yet: no rows, no schema; remember the watermark
+            # so that later rows behind it count as late
+            if watermark is not None:
+                self._pending_drain = watermark
+            return None
+        if watermark is None:
+            return None
+        w = self._domain.to_raw(watermark)
+        if self._drained is not None and w < self._drained:
+            raise WatermarkError(
+                f"watermark went backwards: drain({watermark!r}) after a drain at "
+                f"{self._domain.from_raw(self._drained)!r}"
+            )
+        self._drained = w
+        return w
+
+    def _drained_meta(self) -> dict:
+        return {"drained": self._drained, "pending": _encode_instant(self._pending_drain),
+                "late_rows": self.late_rows, "null_rows": self.null_rows,
+                "rows_in": self.rows_in, "rows_out": self.rows_out}
+
+    def _load_drained_meta(self, meta: dict) -> None:
+        self._drained = meta["drained"]
+        if self._schema is None:
+            self._pending_drain = _decode_instant(meta.get("pending"))
+        self.late_rows, self.null_rows = meta["late_rows"], meta["null_rows"]
+        self.rows_in, self.rows_out = meta["rows_in"], meta["rows_out"]
