@@ -71,7 +71,7 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict
                 if kind == "sort":
                     ts = res.column("ts").cast(pa.int64()).to_numpy()
                     assert np.all(np.diff(ts) >= 0) and (ts.size == 0 or ts[-1] < wm), "sort output wrong"
-            state = op.buffered_rows if kind == "sort" else op.state_rows
+            state = op.state_rows
         out.append({"operator": kind, "delay_ms": d, "state_rows": int(state), "median_s": statistics.median(times),
                     "min_s": min(times), "max_s": max(times)})
         print(f"{kind:6s} delay {d / 1000:7.2f} s  state {state:>10,} rows  per batch {statistics.median(times) * 1e3:7.1f} ms "

@@ -52,6 +52,20 @@ def run_all(backend: str, chunks: list[pa.Table]) -> list:
         outs.append(u.push(c).to_pydict())
         w += 700
         outs += [s.drain(w).to_pydict(), a.drain(w).to_pydict(), u.drain(w).to_pydict()]
+    # the Spark runtime's chain: one copy to the device, a Frame from the filter to the operators
+    from gpuwm.frame import Frame
+
+    b = gpuwm.get_backend(backend)
+    f = gpuwm.WatermarkFilter("t", delay=300, profile="spark", split="s", backend=backend)
+    s = gpuwm.StreamSort("t", key=["name", "k"], profile="spark", backend=backend)
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("t", 250), by=["name"], aggs={"n": ("*", "count"), "m": ("v", "min")},
+                              profile="spark", backend=backend)
+    for c in chunks:
+        kept, stats = f.filter_local(Frame.from_arrow(c, b))
+        f.advance([stats])
+        s.push(kept)
+        a.push(kept)
+        outs += [stats, s.drain(f.output_watermark).to_pydict(), a.drain(f.output_watermark).to_pydict()]
     return outs
 
 

@@ -104,6 +104,10 @@ class StreamSort(Drained):
     def buffered_bytes(self) -> int:
         return sum(r.frame.nbytes() for r in self._runs)
 
+    # the names every stateful operator answers to (metrics)
+    state_rows = buffered_rows
+    state_bytes = buffered_bytes
+
     def push(self, table: pa.Table | Frame) -> None:
         """Buffer a chunk (sorted once, here). ``table``: Arrow, or a
         :class:`~gpuwm.frame.Frame` already on this operator's backend."""

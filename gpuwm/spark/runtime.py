@@ -21,7 +21,9 @@ output and state are a function of (state at batch_id - 1, batch input), so
 a replayed batch rewrites the same files.
 
 With one vnode, ``single_task`` runs both steps in one task over the
-coalesced input: one narrow stage, no shuffle.
+coalesced input: one narrow stage, no shuffle, and the kept rows go from the
+filter to the operator as they are (on the GPU, a device Frame: the batch
+crosses to the device once).
 """
 
 from __future__ import annotations
@@ -294,8 +296,8 @@ def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
         "vnode": vnode, "input_rows": sum(s["rows"] for s in stats), "late_rows": sum(s["late"] for s in stats),
         "null_rows": sum(s["nulls"] for s in stats), "rows_to_operator": rows.num_rows,
         "rows_emitted": 0 if out is None else out.num_rows,
-        "state_rows": 0 if op is None else (op.buffered_rows if hasattr(op, "buffered_rows") else op.state_rows),
-        "state_bytes": 0 if op is None else (op.buffered_bytes if hasattr(op, "buffered_bytes") else op.state_bytes),
+        "state_rows": 0 if op is None else op.state_rows,
+        "state_bytes": 0 if op is None else op.state_bytes,
         "watermark": f.watermark_raw, "output_watermark": f.output_watermark_raw,
         "kernel_s": kernel_s, "backend": gpuwm.get_backend(plan["backend"]).name,
         "max_event_time": f.max_event_time_raw,
