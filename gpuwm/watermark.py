@@ -151,6 +151,7 @@ class WatermarkFilter:
         # per split state (host arrays; tiny: one value per split)
         self._keys: list[Any] = []
         self._code: dict[Any, int] = {}
+        self._self_coded = 0  # splits 0..n-1 (ints) have codes 0..n-1: no lookup needed
         self._wm = np.zeros(0, dtype=np.int64)
         self._wm_lag = np.zeros(0, dtype=np.int64)
         self._active_at: list[datetime | None] = []
@@ -169,6 +170,8 @@ class WatermarkFilter:
     # -- splits ----------------------------------------------------------------
     def _add_split(self, key: Any) -> int:
         code = len(self._keys)
+        if type(key) is int and key == code == self._self_coded:
+            self._self_coded += 1
         self._keys.append(key)
         self._code[key] = code
         self._wm = np.append(self._wm, np.int64(NONE))
@@ -176,9 +179,10 @@ class WatermarkFilter:
         self._active_at.append(None)
         return code
 
-    def _split_codes(self, data: pa.Table | Frame) -> Any | None:
+    def _split_codes(self, data: pa.Table | Frame) -> tuple[Any, np.ndarray] | None:
         """Each row's split code, on the backend (or on the host for host
-        input on the CPU); new split keys are registered."""
+        input on the CPU), and the distinct codes present (host); new split
+        keys are registered."""
         if self.split is None:
             return None
         if self.split not in data.schema.names:
@@ -208,21 +212,26 @@ class WatermarkFilter:
         if col is None or (pa.types.is_integer(col.type) and col.num_chunks):
             # small non-negative integer splits (Kafka partitions): a lookup
             # table indexed by value, O(rows), no hashing
-            if v.shape[0] and 0 <= int(v.min()) and int(v.max()) < 1 << 16:
-                v = v.astype(xp.int64, copy=False)
+            if v.shape[0] and 0 <= int(v.min()) and (top := int(v.max())) < 1 << 16:
+                if v.dtype == xp.uint64:  # not safely castable to an index type
+                    v = v.astype(xp.int64)
+                if top < self._self_coded:  # known splits, each its own code (Kafka partitions)
+                    return v, None  # the splits present: from the kernel's per-split maxima
                 present = self._backend.to_numpy(xp.flatnonzero(xp.bincount(v))) if xp is not np else \
                     np.flatnonzero(np.bincount(v))
                 lut = np.zeros(int(present[-1]) + 1, dtype=np.int64)
                 for value in present.tolist():  # one per distinct split
                     lut[value] = self._code[value] if value in self._code else self._add_split(value)
-                return xp.asarray(lut)[v]
+                if np.array_equal(lut[present], present):  # splits 0..k-1 are their own codes: no gather
+                    return v, present
+                return xp.asarray(lut)[v], lut[present]
             if col is None:
                 col = pa.chunked_array([pa.array(self._backend.to_numpy(v))])
         enc = pc.dictionary_encode(col).combine_chunks()
         remap = np.array([self._code.get(v) if v in self._code else self._add_split(v)
                           for v in enc.dictionary.to_pylist()], dtype=np.int64)
         idx = enc.indices.to_numpy(zero_copy_only=False)
-        return remap[idx] if remap.shape[0] else idx.astype(np.int64)
+        return (remap[idx] if remap.shape[0] else idx.astype(np.int64)), remap
 
     # -- set-up on the first table ---------------------------------------------
     def bind(self, schema: pa.Schema) -> "WatermarkFilter":
@@ -271,7 +280,8 @@ class WatermarkFilter:
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         self._bind(table.schema)
-        codes = self._split_codes(table)
+        split = self._split_codes(table)
+        codes, present = (None, None) if split is None else split
         b = self._backend
         xp = b.xp
         frame = table if isinstance(table, Frame) else None
@@ -307,7 +317,10 @@ class WatermarkFilter:
         elif codes is None:
             seen = np.array([0])
         else:
-            seen = np.flatnonzero(b.to_numpy(xp.bincount(codes)))
+            if present is None:  # self-coded splits: those with rows (a null-ts row still counts)
+                present = np.flatnonzero(b.to_numpy(res.top) != NONE) if valid is None else \
+                    np.flatnonzero(b.to_numpy(xp.bincount(codes)))
+            seen = np.sort(present)
         stats = {
             "splits": [[self._keys[c], None if new_wm[c] == NONE else int(new_wm[c])] for c in seen.tolist()],
             "late": res.late, "nulls": nnull, "nulls_dropped": res.nulls_dropped, "rows": n,

@@ -32,6 +32,7 @@ class FilterResult:
     late: int  #: non-null rows dropped as late
     nulls_dropped: int  #: null rows dropped
     kept: int  #: rows kept
+    top: Any = None  #: int64 per split: the chunk's largest non-null event time (NONE: no such row)
 
 
 def per_split_max(xp: Any, v: Any, codes: Any | None, nsplits: int, init: Any) -> Any:
@@ -152,7 +153,7 @@ def watermark_filter(
     top = per_split_max(xp, src, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
     new_wm = xp.where(top != NONE, xp.maximum(prev_wm, top - delay), prev_wm)
     if n == 0:
-        return FilterResult(None, new_wm, 0, 0, 0)
+        return FilterResult(None, new_wm, 0, 0, 0, top)
 
     if on_event:
         cand = xp.where(src != NONE, src - delay, NONE) if valid is not None else ts - delay
@@ -166,8 +167,8 @@ def watermark_filter(
     if valid is None:
         nlate = n - int(xp.count_nonzero(keep))
         if nlate == 0:
-            return FilterResult(None, new_wm, 0, 0, n)
-        return FilterResult(keep, new_wm, nlate, 0, n - nlate)
+            return FilterResult(None, new_wm, 0, 0, n, top)
+        return FilterResult(keep, new_wm, nlate, 0, n - nlate, top)
     late = valid & ~keep
     nlate = int(xp.count_nonzero(late))
     if drop_nulls:
@@ -176,6 +177,6 @@ def watermark_filter(
     else:
         null_drop, ndrop = None, 0
     if nlate == 0 and ndrop == 0:
-        return FilterResult(None, new_wm, 0, 0, n)
+        return FilterResult(None, new_wm, 0, 0, n, top)
     drop = late if null_drop is None else late | null_drop
-    return FilterResult(~drop, new_wm, nlate, ndrop, n - nlate - ndrop)
+    return FilterResult(~drop, new_wm, nlate, ndrop, n - nlate - ndrop, top)

@@ -80,9 +80,12 @@ batch_st = st.lists(
 )
 
 
+SPLIT_TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "int8": pa.int8(), "str": pa.string()}
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("emit", ["on-batch", "on-event"])
-@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("split", [None, *SPLIT_TYPES])
 @given(batches=batch_st, delay=st.integers(0, 12))
 def test_filter_matches_reference(backend, profile, emit, split, batches, delay):
     p = PROFILES[profile]
@@ -98,7 +101,8 @@ def test_filter_matches_reference(backend, profile, emit, split, batches, delay)
         rows = [(t, s, ids + i) for i, (t, s) in enumerate(rows)]
         ids += len(rows)
         table = pa.table({"t": pa.array([r[0] for r in rows], pa.int64()),
-                          "s": pa.array([r[1] for r in rows], pa.int64()),
+                          "s": pa.array([r[1] if split != "str" else f"split-{r[1]}" for r in rows],
+                                        SPLIT_TYPES.get(split, pa.int64())),
                           "id": pa.array([r[2] for r in rows], pa.int64())})
         out = f.process(table)
         exp = ref.process(rows, (lambda r: r[1]) if split else (lambda r: None))
