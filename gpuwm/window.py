@@ -252,19 +252,21 @@ class WindowAggregate(Drained):
         self._bind_pending_drain()
 
     # -- push ------------------------------------------------------------------
-    def _acc_inputs(self, xp: Any, frame: Frame, rows: Any | None, m: int) -> list[Any]:
-        """Accumulator inputs per (row, window) pair; ``rows`` None = identity."""
+    def _acc_inputs(self, xp: Any, frame: Frame, rows: Any | None) -> list[Any]:
+        """Accumulator inputs per (row, window) pair; ``rows`` None = identity.
+        A count over rows that are all non-null is None: group_reduce counts
+        it from the grouping, with no column of ones."""
         out = []
         take = (lambda a: a) if rows is None else (lambda a: a[rows])
         for acc in self._accs:
             col, fn = self.aggs.get(acc.agg, ("*", "count"))
             if acc.role == "n" and col == "*":
-                out.append(xp.ones(m, dtype=xp.int64))
+                out.append(None)
                 continue
             values, valid = frame.values(col)
             ok = None if valid is None else take(valid)
             if acc.role in ("n", "nn"):
-                out.append(xp.ones(m, dtype=xp.int64) if ok is None else ok.astype(xp.int64))
+                out.append(None if ok is None else ok.astype(xp.int64))
                 continue
             v = take(values).astype(acc.dtype, copy=False)
             if ok is not None:
@@ -325,7 +327,7 @@ class WindowAggregate(Drained):
         # windows are keyed by index (start // slide): a narrow key packs into
         # one sort word with the group keys
         keys = [widx] + [c if identity else c[rows] for c in codes]
-        accs = self._acc_inputs(xp, frame, None if identity else rows, rows.shape[0])
+        accs = self._acc_inputs(xp, frame, None if identity else rows)
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
         return gkeys, gaccs
 
@@ -393,7 +395,11 @@ class WindowAggregate(Drained):
         b = self._backend
         slide = self._slide
         wins = gkeys[0]  # window index = start // slide
-        touched = np.unique(b.to_numpy(wins)).tolist()  # few: one per window in the chunk
+        # wins is sorted (the first group key): its distinct values without a
+        # hash, and only those cross to the host
+        first = xp.ones(wins.shape[0], dtype=bool)
+        first[1:] = wins[1:] != wins[:-1]
+        touched = b.to_numpy(wins[first]).tolist()  # few: one per window in the chunk
         existing = [w for w in touched if w * slide in self._blocks]
         on_update = self.emit == "on-update"
         ops = [a.op for a in self._accs]

@@ -77,6 +77,10 @@ def group_reduce(
 ) -> tuple[list[Any], list[Any], Any, Any]:
     """Group rows by ``keys`` (int64 arrays) and reduce each accumulator.
 
+    An accumulator given as ``None`` (op ``"add"``) counts rows: the reduce of
+    a column of ones, without materialising or scattering it (the group
+    sizes fall out of the grouping itself).
+
     Returns ``(group_keys, reduced_accs, order, starts)``: groups ordered by
     their keys; ``order`` is the row permutation used and ``starts`` the
     index of each group's first row in that order (for callers that reduce
@@ -87,12 +91,15 @@ def group_reduce(
     >>> k[0].tolist(), a[0].tolist()
     ([1, 2], [6, 12])
     """
-    for op in ops:
+    for a, op in zip(accs, ops):
         if op not in _REDUCERS:
             raise ValueError(f"unknown reducer {op!r}; expected one of {_REDUCERS}")
+        if a is None and op != "add":
+            raise ValueError("a None accumulator counts rows: its reducer must be 'add'")
     n = int(keys[0].shape[0])
     if n == 0:
-        return [k[:0] for k in keys], [a[:0] for a in accs], xp.zeros(0, xp.int64), xp.zeros(0, xp.int64)
+        return ([k[:0] for k in keys], [xp.zeros(0, xp.int64) if a is None else a[:0] for a in accs],
+                xp.zeros(0, xp.int64), xp.zeros(0, xp.int64))
     ranges = [(int(k.min()), int(k.max())) for k in keys]
     cells = 1
     for lo, hi in ranges:
@@ -105,7 +112,13 @@ def group_reduce(
     starts = xp.nonzero(group_starts(xp, sk))[0]
     gkeys = [k[starts] for k in sk]
     out = []
+    sizes = None
     for a, op in zip(accs, ops):
+        if a is None:
+            if sizes is None:
+                sizes = xp.diff(xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)])).astype(xp.int64)
+            out.append(sizes)
+            continue
         sa = a[order]
         uf = {"add": xp.add, "min": xp.minimum, "max": xp.maximum}[op]
         out.append(uf.reduceat(sa, starts))
@@ -119,19 +132,29 @@ def _dense_reduce(xp, keys, accs, ops, ranges, cells):
     Same output as sorting; O(rows + cells), no permutation of the rows."""
     from .xp import scatter_add, scatter_max, scatter_min
 
-    cell = xp.zeros(keys[0].shape[0], dtype=xp.int64)
     strides = []
     stride = 1
     for (lo, hi) in reversed(ranges):
         strides.append(stride)
         stride *= hi - lo + 1
     strides.reverse()
-    for k, (lo, _), st in zip(keys, ranges, strides):
-        cell += (k - lo) * st
-    occupied = xp.nonzero(xp.bincount(cell, minlength=cells))[0]
+    cell = None
+    for k, (lo, _), st in zip(keys, ranges, strides):  # one temporary per key, the rest in place
+        term = k - lo
+        if st != 1:
+            term *= st
+        if cell is None:
+            cell = term
+        else:
+            cell += term
+    counts = xp.bincount(cell, minlength=cells)
+    occupied = xp.nonzero(counts)[0]
     gkeys = [(occupied // st) % (hi - lo + 1) + lo for (lo, hi), st in zip(ranges, strides)]
     out = []
     for a, op in zip(accs, ops):
+        if a is None:  # a row count: the bincount above
+            out.append(counts[occupied].astype(xp.int64))
+            continue
         if op == "add":
             acc = xp.zeros(cells, dtype=a.dtype)
             scatter_add(xp, acc, cell, a)

@@ -57,6 +57,23 @@ def test_group_reduce(rows):
     assert hi.tolist() == [max(exp[x]) for x in sorted(exp)]
 
 
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 400), st.integers(-9, 9)), max_size=80),
+       st.booleans())
+def test_group_reduce_row_counts_without_ones(rows, dense):
+    """A None accumulator is the row count, on the dense and the sort path."""
+    k1 = np.array([r[0] for r in rows], dtype=np.int64)
+    k2 = np.array([r[1] for r in rows], dtype=np.int64)
+    v = np.array([r[2] for r in rows], dtype=np.int64)
+    ones = np.ones(len(rows), dtype=np.int64)
+    got = group_reduce(np, [k1, k2], [None, v, None], ["add", "max", "add"], allow_dense=dense)
+    exp = group_reduce(np, [k1, k2], [ones, v, ones], ["add", "max", "add"], allow_dense=False)
+    assert [a.tolist() for a in got[0]] == [a.tolist() for a in exp[0]]
+    assert [a.tolist() for a in got[1]] == [a.tolist() for a in exp[1]]
+    assert all(a.dtype == np.int64 for a in (got[1][0], got[1][2]))
+    with pytest.raises(ValueError, match="must be 'add'"):
+        group_reduce(np, [k1], [None], ["max"])
+
+
 @given(st.lists(st.integers(-100, 100), max_size=30), st.integers(1, 5), st.integers(1, 4))
 def test_assign_windows(ts, slide, k):
     size = slide * k
