@@ -47,9 +47,14 @@ def per_split_max(xp: Any, v: Any, codes: Any | None, nsplits: int, init: Any) -
     return out
 
 
-def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int) -> Any:
+def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, loop_max: int = 256) -> Any:
     """For every row, the max of ``v`` over the earlier rows of its split
-    (NONE where there is none). ``v`` uses NONE for rows that don't count."""
+    (NONE where there is none). ``v`` uses NONE for rows that don't count.
+
+    Rows are sorted by split (stable: arrival order inside a split), which
+    makes each split a contiguous segment. Up to ``loop_max`` splits, one
+    running max per segment (a loop over splits, never rows); beyond, one
+    global running max over values lifted into disjoint per-split ranges."""
     n = v.shape[0]
     out = xp.empty(n, dtype=xp.int64)
     if n == 0:
@@ -59,12 +64,23 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int) 
         if n > 1:
             out[1:] = xp.maximum.accumulate(v[:-1])
         return out
-    # Sort rows by split (stable keeps arrival order inside a split), then one
-    # global running max over values lifted into disjoint per-split ranges.
     # narrow codes sort by radix (numpy) instead of merge sort
     order = stable_argsort(xp, codes.astype(xp.int16) if nsplits < (1 << 15) else codes)
-    sc = codes[order]
     sv = v[order]
+    if nsplits <= loop_max:
+        counts = xp.bincount(codes, minlength=nsplits)
+        ends = [int(x) for x in (counts.cumsum().get() if not is_numpy(xp) else counts.cumsum())]
+        ex = xp.empty(n, dtype=xp.int64)
+        start = 0
+        for end in ends:
+            if end > start:
+                ex[start] = NONE
+                if end - start > 1:
+                    ex[start + 1 : end] = xp.maximum.accumulate(sv[start : end - 1])
+            start = end
+        out[order] = ex
+        return out
+    sc = codes[order]
     valid = sv != NONE
     lo = xp.full(nsplits, INT64_MAX, dtype=xp.int64)
     hi = xp.full(nsplits, NONE, dtype=xp.int64)

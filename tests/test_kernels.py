@@ -96,14 +96,16 @@ def _ref_excl(v, c):
 def test_segmented_exclusive_cummax(rows):
     v = np.array([r[0] for r in rows], dtype=np.int64)
     c = np.array([r[1] for r in rows], dtype=np.int64)
-    assert _segment_exclusive_cummax(np, v, c, 5).tolist() == _ref_excl(v.tolist(), c.tolist())
+    exp = _ref_excl(v.tolist(), c.tolist())
+    assert _segment_exclusive_cummax(np, v, c, 5).tolist() == exp  # a running max per split
+    assert _segment_exclusive_cummax(np, v, c, 5, loop_max=0).tolist() == exp  # lifted ranges, one running max
 
 
 @given(st.lists(st.tuples(st.one_of(st.just(NONE), I64), st.integers(0, 3)), max_size=30))
 def test_segmented_exclusive_cummax_overflow_fallback(rows):
     v = np.array([r[0] for r in rows], dtype=np.int64)
     c = np.array([r[1] for r in rows], dtype=np.int64)
-    assert _segment_exclusive_cummax(np, v, c, 4).tolist() == _ref_excl(v.tolist(), c.tolist())
+    assert _segment_exclusive_cummax(np, v, c, 4, loop_max=0).tolist() == _ref_excl(v.tolist(), c.tolist())
 
 
 def test_frame_round_trip_types_and_nulls(backend):
