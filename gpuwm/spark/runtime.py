@@ -122,9 +122,9 @@ def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any) -> None:
     os.makedirs(batch_dir(checkpoint, batch_id), exist_ok=True)
 
     def write(d: str) -> None:
-        for name, t in tables.items():
-            with pa.OSFile(os.path.join(d, f"{name}.arrow"), "wb") as fh:
-                fh.write(table_to_bytes(t))
+        for name, t in tables.items():  # IPC straight into the file: no in-memory copy of the state
+            with pa.OSFile(os.path.join(d, f"{name}.arrow"), "wb") as fh, pa.ipc.new_stream(fh, t.schema) as w:
+                w.write_table(t)
 
     _atomic_dir(os.path.join(batch_dir(checkpoint, batch_id), f"vnode-{vnode:05d}"), write)
 
@@ -144,8 +144,8 @@ def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
         raise FileNotFoundError(f"gpuwm: state of vnode {vnode} for batch {batch_id} is missing under {d}")
     tables = {}
     for f in sorted(os.listdir(d)):
-        with open(os.path.join(d, f), "rb") as fh:
-            tables[f.removesuffix(".arrow")] = bytes_to_table(fh.read())
+        with pa.OSFile(os.path.join(d, f), "rb") as fh:
+            tables[f.removesuffix(".arrow")] = pa.ipc.open_stream(fh).read_all()
     return op.restore(tables["sort"] if "sort" in tables else tables)
 
 
