@@ -102,3 +102,40 @@ def test_tasks_equal_operators(backend, op, vnodes, tmp_path, monkeypatch):
         else:  # per vnode: compare as sets of rows
             key = e.column_names
             assert sorted(g.select(key).to_pylist(), key=repr) == sorted(e.to_pylist(), key=repr)
+
+
+def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, monkeypatch):
+    """Saving the state fails after the operator took the batch: Spark
+    retries the task, which must start again from batch_id - 1, not from the
+    operator the failed attempt changed (it stays in executor memory)."""
+    import gpuwm.spark.device as device
+
+    monkeypatch.setattr(device, "use_task_gpu", lambda b: None)
+    batches = _batches()
+    plan = _pipeline(tmp_path, "window", backend, 1)._plan()
+    real = runtime.save_operator
+    calls = {"n": 0}
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full")
+        return real(*a, **k)
+
+    monkeypatch.setattr(runtime, "save_operator", flaky)
+    fstate, prev, outs = None, None, []
+    for batch_id, parts in enumerate(batches):
+        for attempt in (1, 2):
+            try:
+                res = pa.Table.from_batches(list(runtime.single_task(
+                    plan, fstate, NOW, batch_id, prev, iter(pa.concat_tables(parts).to_batches()))))
+                break
+            except OSError:
+                assert attempt == 1
+        fstate, prev = [s for s in res.column("filter_state").to_pylist() if s][0], batch_id
+        files = glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet"))
+        outs.append(pa.concat_tables([pq.read_table(f) for f in files]) if files else None)
+    assert calls["n"] > 3
+    exp = _operators("window", batches)
+    for g, e in zip(outs, exp):
+        assert (g is None and not e.num_rows) or sorted(g.to_pylist(), key=repr) == sorted(e.to_pylist(), key=repr)

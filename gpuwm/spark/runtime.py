@@ -136,7 +136,9 @@ def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
     if op is None or batch_id is None:
         return op
     key = (plan["checkpoint"], vnode)
-    hit = _CACHE.get(key)
+    # taken out of the cache while in use: a task that fails after changing
+    # it must not leave it behind as the state of batch_id (the retry reloads)
+    hit = _CACHE.pop(key, None)
     if hit is not None and hit[0] == batch_id:
         return hit[1]
     d = os.path.join(batch_dir(plan["checkpoint"], batch_id), f"vnode-{vnode:05d}")
