@@ -193,6 +193,7 @@ class WindowAggregate(Drained):
         self._backend: Backend = get_backend(backend)
         self._schema: pa.Schema | None = None
         self._blocks: dict[int, tuple[list[Any], list[Any]]] = {}
+        self._dirty: set[int] = set()  # window starts changed since mark_saved()
         self._init_drained()
 
     # -- set-up ----------------------------------------------------------------
@@ -400,6 +401,7 @@ class WindowAggregate(Drained):
         first = xp.ones(wins.shape[0], dtype=bool)
         first[1:] = wins[1:] != wins[:-1]
         touched = b.to_numpy(wins[first]).tolist()  # few: one per window in the chunk
+        self._dirty.update(w * slide for w in touched)
         existing = [w for w in touched if w * slide in self._blocks]
         on_update = self.emit == "on-update"
         ops = [a.op for a in self._accs]
@@ -458,6 +460,8 @@ class WindowAggregate(Drained):
         rows = self.state_rows
         for i, c in enumerate(self._codecs):
             new = c.compact_codes(b.xp, [self._blocks[s][0][i] for s in starts], rows, b.to_numpy)
+            if new is not None:  # every window's key codes changed
+                self._dirty.update(starts)
             for s, codes in zip(starts, new or ()):
                 self._blocks[s][0][i] = codes
 
@@ -506,30 +510,53 @@ class WindowAggregate(Drained):
     def open_windows(self) -> int:
         return len(self._blocks)
 
-    def snapshot(self) -> dict[str, pa.Table]:
-        """``{"state": rows of every open window, "dict.<col>": key dictionaries}``."""
+    def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
+        """``{"state": rows of every open window, "dict.<col>": key dictionaries}``.
+        With ``rows=False`` the state table has the columns and counters but
+        no rows: a store that saves windows one by one
+        (:meth:`snapshot_window`) puts their rows back before :meth:`restore`."""
         meta = {**self._drained_meta(), "schema": schema_to_text(self._schema)}
         out: dict[str, pa.Table] = {}
         cols: dict[str, Any] = {"window_start": pa.array([], pa.int64())}
         if self._schema is not None:
-            b = self._backend
-            xp = b.xp
-            starts = sorted(self._blocks)
-            blocks = [self._blocks[s] for s in starts]
-            n = [blk[1][0].shape[0] for blk in blocks]
-            cols = {"window_start": np.repeat(np.asarray(starts, dtype=np.int64), n)}
-            for i, k in enumerate(self.by):
-                cols[f"key.{k}"] = b.to_numpy(xp.concatenate([blk[0][i] for blk in blocks])) if blocks else \
-                    np.zeros(0, np.int64)
-            for j, acc in enumerate(self._accs):
-                cols[f"acc.{acc.agg}.{acc.role}"] = b.to_numpy(xp.concatenate([blk[1][j] for blk in blocks])) \
-                    if blocks else np.zeros(0, acc.dtype)
+            cols = self._state_columns(sorted(self._blocks) if rows else [])
             for c in self._codecs:
                 d = c.dictionary()
                 if d is not None:
                     out[f"dict.{c.name}"] = pa.table({"value": d})
         out["state"] = pa.table(cols).replace_schema_metadata({"gpuwm.window": json.dumps(meta)})
         return out
+
+    def snapshot_window(self, start: int) -> pa.Table:
+        """The state rows of one open window (raw start), as in :meth:`snapshot`."""
+        return pa.table(self._state_columns([start]))
+
+    @property
+    def window_starts(self) -> list[int]:
+        """Raw starts of the open windows, ascending."""
+        return sorted(self._blocks)
+
+    def changed_windows(self) -> set[int]:
+        """Open windows whose state changed since :meth:`mark_saved` (or since
+        the operator was built or restored)."""
+        return self._dirty & set(self._blocks)
+
+    def mark_saved(self) -> None:
+        self._dirty = set()
+
+    def _state_columns(self, starts: list[int]) -> dict[str, Any]:
+        b = self._backend
+        xp = b.xp
+        blocks = [self._blocks[s] for s in starts]
+        n = [blk[1][0].shape[0] for blk in blocks]
+        cols: dict[str, Any] = {"window_start": np.repeat(np.asarray(starts, dtype=np.int64), n)}
+        for i, k in enumerate(self.by):
+            cols[f"key.{k}"] = b.to_numpy(xp.concatenate([blk[0][i] for blk in blocks])) if blocks else \
+                np.zeros(0, np.int64)
+        for j, acc in enumerate(self._accs):
+            cols[f"acc.{acc.agg}.{acc.role}"] = b.to_numpy(xp.concatenate([blk[1][j] for blk in blocks])) \
+                if blocks else np.zeros(0, acc.dtype)
+        return cols
 
     def restore(self, snapshot: Mapping[str, pa.Table]) -> "WindowAggregate":
         """Continue exactly where the snapshotted operator stopped."""

@@ -116,17 +116,51 @@ def _atomic_dir(final: str, write) -> None:
     os.replace(tmp, final)
 
 
-def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any) -> None:
-    snap = op.snapshot()
+def _vnode_dir(checkpoint: str, batch_id: int, vnode: int) -> str:
+    return os.path.join(batch_dir(checkpoint, batch_id), f"vnode-{vnode:05d}")
+
+
+def _write_table(path: str, t: pa.Table) -> None:
+    with pa.OSFile(path, "wb") as fh, pa.ipc.new_stream(fh, t.schema) as w:  # no in-memory copy
+        w.write_table(t)
+
+
+def _win_file(start: int) -> str:
+    return f"win.{start}.arrow"
+
+
+def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any, prev_batch: int | None = None) -> None:
+    """Write the operator's state as version ``batch_id``. Window state goes
+    one file per open window; a window this batch did not change is a hard
+    link to its file in version ``prev_batch`` (the one the operator was
+    loaded from), so a batch writes what it touched, not the whole state."""
+    windowed = hasattr(op, "changed_windows")
+    snap = op.snapshot(rows=False) if windowed else op.snapshot()
     tables = snap if isinstance(snap, dict) else {"sort": snap}
     os.makedirs(batch_dir(checkpoint, batch_id), exist_ok=True)
+    prev = None if prev_batch is None else _vnode_dir(checkpoint, prev_batch, vnode)
 
     def write(d: str) -> None:
-        for name, t in tables.items():  # IPC straight into the file: no in-memory copy of the state
-            with pa.OSFile(os.path.join(d, f"{name}.arrow"), "wb") as fh, pa.ipc.new_stream(fh, t.schema) as w:
-                w.write_table(t)
+        for name, t in tables.items():
+            _write_table(os.path.join(d, f"{name}.arrow"), t)
+        if not windowed:
+            return
+        changed = op.changed_windows()
+        for start in op.window_starts:
+            name = _win_file(start)
+            src = None if prev is None else os.path.join(prev, name)
+            if start not in changed and src is not None and os.path.exists(src):
+                try:
+                    os.link(src, os.path.join(d, name))
+                    continue
+                except OSError:  # no hard links on this file system: copy
+                    shutil.copyfile(src, os.path.join(d, name))
+                    continue
+            _write_table(os.path.join(d, name), op.snapshot_window(start))
 
-    _atomic_dir(os.path.join(batch_dir(checkpoint, batch_id), f"vnode-{vnode:05d}"), write)
+    _atomic_dir(_vnode_dir(checkpoint, batch_id, vnode), write)
+    if windowed:
+        op.mark_saved()
 
 
 def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
@@ -141,14 +175,24 @@ def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
     hit = _CACHE.pop(key, None)
     if hit is not None and hit[0] == batch_id:
         return hit[1]
-    d = os.path.join(batch_dir(plan["checkpoint"], batch_id), f"vnode-{vnode:05d}")
+    d = _vnode_dir(plan["checkpoint"], batch_id, vnode)
     if not os.path.isdir(d):
         raise FileNotFoundError(f"gpuwm: state of vnode {vnode} for batch {batch_id} is missing under {d}")
-    tables = {}
-    for f in sorted(os.listdir(d)):
+    tables, windows = {}, []
+    for f in os.listdir(d):
         with pa.OSFile(os.path.join(d, f), "rb") as fh:
-            tables[f.removesuffix(".arrow")] = pa.ipc.open_stream(fh).read_all()
-    return op.restore(tables["sort"] if "sort" in tables else tables)
+            t = pa.ipc.open_stream(fh).read_all()
+        if f.startswith("win."):
+            windows.append((int(f.split(".")[1]), t))
+        else:
+            tables[f.removesuffix(".arrow")] = t
+    if "sort" in tables:
+        return op.restore(tables["sort"])
+    if windows:  # one file per window, in window order, back into the state table
+        state = tables["state"]
+        rows = pa.concat_tables([state.replace_schema_metadata(None)] + [t for _, t in sorted(windows, key=lambda w: w[0])])
+        tables["state"] = rows.replace_schema_metadata(state.schema.metadata)
+    return op.restore(tables)
 
 
 # -- task 1: filter each input partition ---------------------------------------
@@ -280,7 +324,7 @@ def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
             out = None
     kernel_s = time.perf_counter() - t0
     if op is not None:
-        save_operator(plan["checkpoint"], batch_id, vnode, op)
+        save_operator(plan["checkpoint"], batch_id, vnode, op, prev_batch)
         _CACHE[(plan["checkpoint"], vnode)] = (batch_id, op)
     payload = b""
     sink = plan["sink"]
