@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kernels import NONE, watermark_filter
+from kernels.xp import to_numpy
 
 from .backend import Backend, get_backend
 from .errors import ConfigError, SchemaError, WatermarkError
@@ -193,9 +194,7 @@ class WatermarkFilter:
             if c.on_host:
                 col = pa.chunked_array([c.values])
             elif not pa.types.is_integer(c.type):  # rare: keyed by value on the host
-                b = self._backend
-                col = pa.chunked_array([numpy_to_arrow(c.type, b.to_numpy(c.values),
-                                                       None if c.valid is None else b.to_numpy(c.valid))])
+                col = pa.chunked_array([numpy_to_arrow(c.type, c.values, c.valid, self._backend)])
             else:
                 xp = self._backend.xp
                 v, valid = c.values, c.valid
@@ -217,8 +216,7 @@ class WatermarkFilter:
                     v = v.astype(xp.int64)
                 if top < self._self_coded:  # known splits, each its own code (Kafka partitions)
                     return v, None  # the splits present: from the kernel's per-split maxima
-                present = self._backend.to_numpy(xp.flatnonzero(xp.bincount(v))) if xp is not np else \
-                    np.flatnonzero(np.bincount(v))
+                present = to_numpy(xp, xp.flatnonzero(xp.bincount(v)))
                 lut = np.zeros(int(present[-1]) + 1, dtype=np.int64)
                 for value in present.tolist():  # one per distinct split
                     lut[value] = self._code[value] if value in self._code else self._add_split(value)

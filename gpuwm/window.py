@@ -314,7 +314,7 @@ class WindowAggregate(Drained):
         rows, widx = assign_windows(xp, ts, self._size, self._slide)
         if drop_closed and self._drained is not None and rows.shape[0]:
             # open: start + size > W + close, with start = widx * slide
-            open_ = widx > (self._drained + self._close - self._size) // self._slide
+            open_ = self._open(widx)
             nlate = int(rows.shape[0] - xp.count_nonzero(open_))
             if nlate:
                 self.late_rows += nlate
@@ -331,6 +331,11 @@ class WindowAggregate(Drained):
         accs = self._acc_inputs(xp, frame, None if identity else rows)
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
         return gkeys, gaccs
+
+    def _open(self, widx: Any) -> Any:
+        """Which window indexes the last drain left open: start + size > W + close,
+        with start = widx * slide."""
+        return widx > (self._drained + self._close - self._size) // self._slide
 
     def _ingest(self, xp: Any, gkeys: list[Any], gaccs: list[Any]) -> pa.Table | None:
         changed = self._merge(xp, gkeys, gaccs)
@@ -380,7 +385,7 @@ class WindowAggregate(Drained):
         accs = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         if self._drained is not None and widx.shape[0]:
-            open_ = widx > (self._drained + self._close - self._size) // self._slide
+            open_ = self._open(widx)
             nlate = int(accs[-1][~open_].sum())
             if nlate:
                 self.late_rows += nlate

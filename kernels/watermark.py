@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .xp import INT64_MAX, NONE, is_numpy, scatter_max, scatter_min, stable_argsort
+from .xp import INT64_MAX, NONE, scatter_max, scatter_min, stable_argsort, to_numpy
 
 
 @dataclass
@@ -69,7 +69,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     sv = v[order]
     if nsplits <= loop_max:
         counts = xp.bincount(codes, minlength=nsplits)
-        ends = [int(x) for x in (counts.cumsum().get() if not is_numpy(xp) else counts.cumsum())]
+        ends = to_numpy(xp, counts.cumsum()).tolist()
         ex = xp.empty(n, dtype=xp.int64)
         start = 0
         for end in ends:
@@ -89,8 +89,8 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     empty = hi == NONE
     lo = xp.where(empty, 1, lo)
     hi = xp.where(empty, 0, hi)
-    lo_h = [int(x) for x in (lo.get() if not is_numpy(xp) else lo)]
-    hi_h = [int(x) for x in (hi.get() if not is_numpy(xp) else hi)]
+    lo_h = to_numpy(xp, lo).tolist()
+    hi_h = to_numpy(xp, hi).tolist()
     # value x of split s maps to base[s] + (x - (lo[s] - 1)); nulls map to base[s]
     spans = [h - (l - 1) + 1 for l, h in zip(lo_h, hi_h)]
     total = sum(spans)

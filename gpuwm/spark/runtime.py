@@ -152,11 +152,10 @@ def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any, prev_batc
             if start not in changed and src is not None and os.path.exists(src):
                 try:
                     os.link(src, os.path.join(d, name))
-                    continue
                 except OSError:  # no hard links on this file system: copy
                     shutil.copyfile(src, os.path.join(d, name))
-                    continue
-            _write_table(os.path.join(d, name), op.snapshot_window(start))
+            else:
+                _write_table(os.path.join(d, name), op.snapshot_window(start))
 
     _atomic_dir(_vnode_dir(checkpoint, batch_id, vnode), write)
     if windowed:
@@ -166,15 +165,15 @@ def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any, prev_batc
 def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
     """The operator as of ``batch_id`` (memory if cached there, else disk),
     or a fresh one when ``batch_id`` is None (before the first batch)."""
-    op = make_operator(plan)
-    if op is None or batch_id is None:
-        return op
+    if plan["operator"] is None or batch_id is None:
+        return make_operator(plan)
     key = (plan["checkpoint"], vnode)
     # taken out of the cache while in use: a task that fails after changing
     # it must not leave it behind as the state of batch_id (the retry reloads)
     hit = _CACHE.pop(key, None)
     if hit is not None and hit[0] == batch_id:
         return hit[1]
+    op = make_operator(plan)
     d = _vnode_dir(plan["checkpoint"], batch_id, vnode)
     if not os.path.isdir(d):
         raise FileNotFoundError(f"gpuwm: state of vnode {vnode} for batch {batch_id} is missing under {d}")
