@@ -7,19 +7,24 @@ Run:  .venv/bin/python benchmarks/bench_state.py [--skip-spark]
    steady state, then 5 batches are timed (push + drain with the watermark).
    Stream sort: delays 0.05 s .. 50 s -> ~10 k .. 10 M buffered rows;
    tumbling 1 s window count/max: delays 0 .. 100 s -> ~0.1 M .. 9 M state rows.
+   After each batch the state is saved as the Spark runtime saves it (a new
+   version, unchanged parts linked from the previous one), timed apart.
 2. Spark local[2] (unless --skip-spark): the same stream as one Parquet file
    per micro-batch; Spark's native ``withWatermark`` + 1 s tumbling
-   ``groupBy`` + append next to gpuwm's pipeline (profile spark), delays
-   1 / 10 / 30 s; median ``triggerExecution`` of the last 5 batches.
+   ``groupBy`` + append next to gpuwm's pipeline (profile spark), and
+   gpuwm's stream sort (Spark has none), delays 1 / 10 / 30 s; median
+   ``triggerExecution`` of the last 5 batches.
 
 Each timed result is checked: sort output ordered and below the watermark;
-on Spark, gpuwm's open state rows must equal native's (same windows kept). Writes
+on Spark, gpuwm's open state rows must equal native's (same windows kept),
+and the sort's written + buffered + late rows must add up to the input. Writes
 ``results/state-scaling/results.{json,md}`` and ``state_scaling.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -49,6 +54,8 @@ def batch(i: int, rng) -> pa.Table:
 
 
 def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict]:
+    from gpuwm.spark import runtime  # the state store (no pyspark needed)
+
     out = []
     for d in delays_ms:
         rng = np.random.default_rng(d)
@@ -58,7 +65,8 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict
             op = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "1 second"), by=["k"],
                                        aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
         warm = int(d / 1000) + 3
-        times, state = [], 0
+        times, saves, state = [], [], 0
+        store = tempfile.mkdtemp(prefix="gpuwm-store-")
         for i in range(warm + timed):
             t = batch(i, rng)
             wm = BASE_MS + (i + 1) * 1000 - 500 - d  # max event time - delay
@@ -66,20 +74,29 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict
             op.push(t)
             res = op.drain(wm)
             dt = time.perf_counter() - t0
+            # what the Spark runtime does next: save the new state version
+            runtime.save_operator(store, i, 0, op, i - 1 if i else None)
+            ds = time.perf_counter() - t0 - dt
+            if i >= 2:
+                shutil.rmtree(runtime.batch_dir(store, i - 2))
             if i >= warm:
                 times.append(dt)
+                saves.append(ds)
                 if kind == "sort":
                     ts = res.column("ts").cast(pa.int64()).to_numpy()
                     assert np.all(np.diff(ts) >= 0) and (ts.size == 0 or ts[-1] < wm), "sort output wrong"
             state = op.state_rows
+        shutil.rmtree(store, ignore_errors=True)
         out.append({"operator": kind, "delay_ms": d, "state_rows": int(state), "median_s": statistics.median(times),
-                    "min_s": min(times), "max_s": max(times)})
+                    "min_s": min(times), "max_s": max(times), "save_median_s": statistics.median(saves),
+                    "save_min_s": min(saves), "save_max_s": max(saves)})
         print(f"{kind:6s} delay {d / 1000:7.2f} s  state {state:>10,} rows  per batch {statistics.median(times) * 1e3:7.1f} ms "
-              f"({min(times) * 1e3:.1f}..{max(times) * 1e3:.1f})", flush=True)
+              f"({min(times) * 1e3:.1f}..{max(times) * 1e3:.1f})  state save {statistics.median(saves) * 1e3:6.1f} ms "
+              f"({min(saves) * 1e3:.1f}..{max(saves) * 1e3:.1f})", flush=True)
     return out
 
 
-def spark_curve(delays_s: list[int], timed: int = 5) -> list[dict]:
+def spark_curve(delays_s: list[int], timed: int = 5, engines: tuple[str, ...] = ("window", "sort")) -> list[dict]:
     from pyspark.sql import functions as F
 
     from gpuwm.spark import Pipeline, local_session
@@ -100,25 +117,41 @@ def spark_curve(delays_s: list[int], timed: int = 5) -> list[dict]:
             pq.write_table(batch(i, rng), p)
             os.utime(p, (t0 + i, t0 + i))
         res = {}
-        nat = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
-               .withWatermark("ts", f"{d} seconds").groupBy(F.window("ts", "1 second"), "k")
-               .agg(F.count("*").alias("n"), F.max("price").alias("mx")))
-        q = (nat.writeStream.format("noop").option("checkpointLocation", f"{work}/nck").outputMode("append")
-             .trigger(availableNow=True).start())
-        q.awaitTermination()
-        prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
-        state = [p["stateOperators"][0]["numRowsTotal"] for p in prog]
-        res["spark native"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:], state[-1])
-        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
-        pl = (Pipeline(df, f"{work}/gck").watermark("ts", delay=f"{d} seconds", profile="spark")
-              .window(gpuwm.Tumble("ts", "1 second"), by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
-              .write_parquet(f"{work}/gout"))
-        q = pl.start(trigger={"availableNow": True})
-        q.awaitTermination()
-        prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
-        res["gpuwm"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:],
-                        pl.history[-1]["state_rows"])
-        assert res["gpuwm"][1] == res["spark native"][1], "gpuwm and Spark native keep different state"
+        if "window" in engines:
+            nat = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+                   .withWatermark("ts", f"{d} seconds").groupBy(F.window("ts", "1 second"), "k")
+                   .agg(F.count("*").alias("n"), F.max("price").alias("mx")))
+            q = (nat.writeStream.format("noop").option("checkpointLocation", f"{work}/nck").outputMode("append")
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+            prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
+            state = [p["stateOperators"][0]["numRowsTotal"] for p in prog]
+            res["spark native"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:], state[-1])
+            df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+            pl = (Pipeline(df, f"{work}/gck").watermark("ts", delay=f"{d} seconds", profile="spark")
+                  .window(gpuwm.Tumble("ts", "1 second"), by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
+                  .write_parquet(f"{work}/gout"))
+            q = pl.start(trigger={"availableNow": True})
+            q.awaitTermination()
+            prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
+            res["gpuwm"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:],
+                            pl.history[-1]["state_rows"])
+            assert res["gpuwm"][1] == res["spark native"][1], "gpuwm and Spark native keep different state"
+        if "sort" in engines:  # Spark has no event-time sort: gpuwm's curve alone
+            df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+            pl = (Pipeline(df, f"{work}/sck").watermark("ts", delay=f"{d} seconds", profile="spark")
+                  .sort(key=["k"]).write_parquet(f"{work}/sout"))
+            q = pl.start(trigger={"availableNow": True})
+            q.awaitTermination()
+            prog = [p for p in q.recentProgress if p["numInputRows"] > 0]
+            h = pl.history[-1]
+            # check: every input row not late is either written, ordered, or still buffered
+            per = [pq.read_table(b, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
+                   for b in sorted(glob.glob(f"{work}/sout/batch_id=*"), key=lambda b: int(b.rsplit("=", 1)[1]))]
+            out_ts = np.concatenate(per) if per else np.zeros(0, np.int64)
+            assert np.all(np.diff(out_ts) >= 0), "sorted stream out of order"
+            assert out_ts.size + h["state_rows"] + sum(x["late_rows"] for x in pl.history) == n * RATE, "sort lost rows"
+            res["gpuwm sort"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:], h["state_rows"])
         for name, (times, st) in res.items():
             rows.append({"engine": name, "delay_s": d, "state_rows": int(st), "median_s": statistics.median(times),
                          "min_s": min(times), "max_s": max(times)})
@@ -132,21 +165,28 @@ def spark_curve(delays_s: list[int], timed: int = 5) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-spark", action="store_true")
+    ap.add_argument("--skip-operators", action="store_true")
+    ap.add_argument("--spark-engines", default="window,sort",
+                    help="on Spark: window (native and gpuwm), sort (gpuwm), or both")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "state-scaling"))
     args = ap.parse_args()
-    ops = operator_curve("sort", [50, 500, 5_000, 50_000]) + operator_curve("window", [0, 1_000, 10_000, 100_000])
-    sp = [] if args.skip_spark else spark_curve([1, 10, 30])
+    ops = [] if args.skip_operators else \
+        operator_curve("sort", [50, 500, 5_000, 50_000]) + operator_curve("window", [0, 1_000, 10_000, 100_000])
+    sp = [] if args.skip_spark else spark_curve([1, 10, 30], engines=tuple(args.spark_engines.split(",")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"operators": ops, "spark": sp, "date": time.strftime("%Y-%m-%d"),
                                                   "events_per_batch": RATE, "keys": KEYS}, indent=2))
     md = [f"# Per-batch cost vs state size ({time.strftime('%Y-%m-%d')}, 2 cores, {RATE:,} events/batch, "
           f"{KEYS:,} keys)", "", "## Operators (CPU backend, push + drain per batch)", "",
-          "| operator | delay | state rows | median ms | spread ms |", "|---|---|---|---|---|"]
+          "| operator | delay | state rows | median ms | spread ms | state save ms (spread) |",
+          "|---|---|---|---|---|---|"]
     md += [f"| {r['operator']} | {r['delay_ms'] / 1000:g} s | {r['state_rows']:,} | {r['median_s'] * 1e3:.1f} | "
-           f"{r['min_s'] * 1e3:.1f}..{r['max_s'] * 1e3:.1f} |" for r in ops]
+           f"{r['min_s'] * 1e3:.1f}..{r['max_s'] * 1e3:.1f} | {r['save_median_s'] * 1e3:.1f} "
+           f"({r['save_min_s'] * 1e3:.1f}..{r['save_max_s'] * 1e3:.1f}) |" for r in ops]
     if sp:
-        md += ["", "## Spark local[2], 1 s tumbling count/max, Parquet file per batch", "",
+        md += ["", "## Spark local[2], Parquet file per batch: 1 s tumbling count/max (native, gpuwm), "
+               "gpuwm stream sort", "",
                "| engine | delay | state rows | median s per batch | spread s |", "|---|---|---|---|---|"]
         md += [f"| {r['engine']} | {r['delay_s']} s | {r['state_rows']:,} | {r['median_s']:.2f} | "
                f"{r['min_s']:.2f}..{r['max_s']:.2f} |" for r in sp]
@@ -155,24 +195,30 @@ def main() -> int:
         import matplotlib
 
         matplotlib.use("Agg")
+        import matplotlib.ticker
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, 2 if sp else 1, figsize=(11 if sp else 6, 4))
         axes = np.atleast_1d(axes)
         for kind in ("sort", "window"):
             r = [x for x in ops if x["operator"] == kind]
-            axes[0].plot([x["state_rows"] for x in r], [x["median_s"] * 1e3 for x in r], "o-", label=kind)
+            line, = axes[0].plot([x["state_rows"] for x in r], [x["median_s"] * 1e3 for x in r], "o-", label=kind)
+            axes[0].plot([x["state_rows"] for x in r], [x["save_median_s"] * 1e3 for x in r], "s--",
+                         color=line.get_color(), label=f"{kind}: save state version")
         axes[0].set(xscale="log", xlabel="rows in state", ylabel="ms per batch (200 k events)",
                     title="gpuwm operators: per-batch time vs state")
         axes[0].set_ylim(bottom=0)
         axes[0].legend()
         if sp:
-            for eng in ("spark native", "gpuwm"):
+            for eng in ("spark native", "gpuwm", "gpuwm sort"):
                 r = [x for x in sp if x["engine"] == eng]
+                if not r:
+                    continue
                 axes[1].plot([x["state_rows"] for x in r], [x["median_s"] for x in r], "o-", label=eng)
             axes[1].set(xscale="log", xlabel="rows in state", ylabel="s per micro-batch",
                         title="Spark local[2]: native vs gpuwm")
             axes[1].set_ylim(bottom=0)
+            axes[1].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             axes[1].legend()
         fig.tight_layout()
         fig.savefig(out / "state_scaling.png", dpi=110)

@@ -33,13 +33,22 @@ from .watermark import same_schema
 
 
 class _Run:
-    __slots__ = ("frame", "ts", "keys")
+    """One pushed chunk, sorted. Drains only ever cut a run's front, so a run
+    is the rows ``[base, end)`` of what was pushed as run ``id``; ``saved`` is
+    the offset its last saved part starts at (None: never saved)."""
 
-    def __init__(self, frame: Frame, ts: Any, keys: list[Any]):
+    __slots__ = ("frame", "ts", "keys", "id", "base", "saved")
+
+    def __init__(self, frame: Frame, ts: Any, keys: list[Any], rid: int, base: int = 0, saved: int | None = None):
         self.frame, self.ts, self.keys = frame, ts, keys
+        self.id, self.base, self.saved = rid, base, saved
 
-    def slice(self, a: int, b: int) -> "_Run":
-        return _Run(self.frame.slice(a, b), self.ts[a:b], [k[a:b] for k in self.keys])
+    def cut_front(self, c: int) -> "_Run":
+        n = self.frame.num_rows
+        return _Run(self.frame.slice(c, n), self.ts[c:n], [k[c:n] for k in self.keys], self.id, self.base + c, self.saved)
+
+    def head(self, c: int) -> "_Run":
+        return _Run(self.frame.slice(0, c), self.ts[:c], [k[:c] for k in self.keys], self.id, self.base)
 
 
 class StreamSort(Drained):
@@ -82,6 +91,7 @@ class StreamSort(Drained):
         self._domain: TimeDomain | None = None
         self._codecs: list[KeyCodec] = []
         self._runs: list[_Run] = []
+        self._next_run = 0
         self._init_drained()
 
     def _bind(self, schema: pa.Schema) -> None:
@@ -139,9 +149,14 @@ class StreamSort(Drained):
             ts = ts[keep]
         if frame.num_rows == 0:
             return
-        keys = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        self._add_run(frame, ts, self._next_run)
+        self._next_run += 1
+
+    def _add_run(self, frame: Frame, ts: Any, rid: int, base: int = 0, saved: int | None = None) -> None:
+        xp = self._backend.xp
+        keys = [c.encode(xp, frame.columns[c.name], self._backend) for c in self._codecs]
         order, (sts, *skeys) = sort_rows(xp, [ts, *keys])
-        self._runs.append(_Run(frame.take(order, self._known(frame, sts, skeys)), sts, skeys))
+        self._runs.append(_Run(frame.take(order, self._known(frame, sts, skeys)), sts, skeys, rid, base, saved))
 
     def _known(self, frame: Frame, sts: Any, skeys: list[Any]) -> dict:
         """Columns equal to a sort column come out of the sort words: no gather."""
@@ -166,9 +181,9 @@ class StreamSort(Drained):
         for run in self._runs:
             c = cut(xp, run.ts, w, self.profile.release_inclusive)
             if c:
-                released.append(run.slice(0, c))
+                released.append(run.head(c))
             if c < run.frame.num_rows:
-                kept.append(run.slice(c, run.frame.num_rows) if c else run)
+                kept.append(run.cut_front(c) if c else run)
         self._runs = kept
         self._compact_keys()
         if not released:
@@ -204,12 +219,18 @@ class StreamSort(Drained):
         return sort_table(table, [self.column, *self.key])
 
     # -- state -----------------------------------------------------------------
-    def snapshot(self) -> pa.Table:
-        """Buffered rows, oldest run first, with the sort's counters in metadata."""
-        meta = self._drained_meta()
+    def snapshot(self, rows: bool = True) -> pa.Table:
+        """Buffered rows, oldest run first, with the sort's counters in metadata.
+
+        With ``rows=False`` the table has the columns, counters and the list of
+        runs but no rows: a store that saves the runs one by one
+        (:meth:`state_parts`, :meth:`snapshot_part`) hands them back to
+        :meth:`restore` beside it."""
+        meta = {**self._drained_meta(), "next_run": self._next_run,
+                "runs": [[r.id, r.base] for r in self._runs]}
         if self._schema is None:
             return pa.table({}).replace_schema_metadata({"gpuwm.sort": json.dumps(meta)})
-        if self._runs:
+        if self._runs and rows:
             table = Frame.concat([r.frame for r in self._runs]).to_arrow()
         else:
             table = self._schema.empty_table()
@@ -217,13 +238,56 @@ class StreamSort(Drained):
         md[b"gpuwm.sort"] = json.dumps(meta).encode()
         return table.replace_schema_metadata(md)
 
-    def restore(self, snapshot: pa.Table) -> "StreamSort":
-        """Continue exactly where the snapshotted sort stopped."""
+    def state_parts(self) -> dict[str, bool]:
+        """The runs as parts of an incremental state store, oldest first:
+        ``{name: must_write}``. A run saved before keeps its part (the store
+        links the previous version's file) until more of that part has been
+        drained than is left, when it is written again, trimmed: each batch
+        writes its new rows plus at most as many rows as drains released."""
+        return {f"run.{r.id}": r.saved is None or r.base - r.saved > r.frame.num_rows for r in self._runs}
+
+    def snapshot_part(self, name: str) -> pa.Table:
+        """The rows of one run (:meth:`state_parts`), as they are now."""
+        run = self._run(name)
+        table = run.frame.to_arrow()
+        return table.replace_schema_metadata({b"gpuwm.run": json.dumps({"id": run.id, "base": run.base}).encode()})
+
+    def mark_saved(self, written: Sequence[str] = ()) -> None:
+        """The store wrote these parts (:meth:`snapshot_part`) and linked the rest."""
+        for name in written:
+            run = self._run(name)
+            run.saved = run.base
+
+    def _run(self, name: str) -> _Run:
+        rid = int(name.removeprefix("run."))
+        for r in self._runs:
+            if r.id == rid:
+                return r
+        raise KeyError(f"no buffered run {name!r}")
+
+    def restore(self, snapshot: pa.Table, parts: dict[str, pa.Table] | None = None) -> "StreamSort":
+        """Continue exactly where the snapshotted sort stopped: from
+        ``snapshot()``, or from ``snapshot(rows=False)`` and its parts."""
         if self._schema is not None:
             raise WatermarkError("restore() must be called on a fresh StreamSort")
         md = dict(snapshot.schema.metadata or {})
         meta = json.loads(md.pop(b"gpuwm.sort"))
-        if snapshot.num_columns:  # rows in the snapshot were accepted already: no drain yet
+        schema = snapshot.schema.with_metadata(md or None)
+        if snapshot.num_columns:
+            self._bind(schema)
+        if parts is not None:
+            for rid, base in meta["runs"]:
+                name = f"run.{rid}"
+                if name not in parts:
+                    raise WatermarkError(f"sort state is missing its part {name!r}")
+                t = parts[name]
+                saved = json.loads(t.schema.metadata[b"gpuwm.run"])["base"]
+                live = t.slice(base - saved).replace_schema_metadata(md or None)
+                frame = Frame.of(live, self._backend)
+                ts = frame.values(self.column)[0].astype(self._backend.xp.int64, copy=False)
+                self._add_run(frame, ts, rid, base, saved)  # stored sorted: a stable sort keeps it
+        elif snapshot.num_rows:  # rows in the snapshot were accepted already: no drain yet
             self.push(snapshot.replace_schema_metadata(md or None))
         self._load_drained_meta(meta)
+        self._next_run = max([meta.get("next_run", 0)] + [r.id + 1 for r in self._runs])
         return self

@@ -519,7 +519,7 @@ class WindowAggregate(Drained):
         """``{"state": rows of every open window, "dict.<col>": key dictionaries}``.
         With ``rows=False`` the state table has the columns and counters but
         no rows: a store that saves windows one by one
-        (:meth:`snapshot_window`) puts their rows back before :meth:`restore`."""
+        (:meth:`state_parts`) hands them to :meth:`restore` beside it."""
         meta = {**self._drained_meta(), "schema": schema_to_text(self._schema)}
         out: dict[str, pa.Table] = {}
         cols: dict[str, Any] = {"window_start": pa.array([], pa.int64())}
@@ -532,21 +532,19 @@ class WindowAggregate(Drained):
         out["state"] = pa.table(cols).replace_schema_metadata({"gpuwm.window": json.dumps(meta)})
         return out
 
-    def snapshot_window(self, start: int) -> pa.Table:
-        """The state rows of one open window (raw start), as in :meth:`snapshot`."""
-        return pa.table(self._state_columns([start]))
+    def state_parts(self) -> dict[str, bool]:
+        """The open windows as parts of an incremental state store, in window
+        order: ``{name: must_write}`` — a window is written again only when
+        its state changed since :meth:`mark_saved` (or since the operator was
+        built or restored); the store links the others' previous files."""
+        return {f"win.{s}": s in self._dirty for s in sorted(self._blocks)}
 
-    @property
-    def window_starts(self) -> list[int]:
-        """Raw starts of the open windows, ascending."""
-        return sorted(self._blocks)
+    def snapshot_part(self, name: str) -> pa.Table:
+        """The state rows of one open window (:meth:`state_parts`), as in :meth:`snapshot`."""
+        return pa.table(self._state_columns([int(name.removeprefix("win."))]))
 
-    def changed_windows(self) -> set[int]:
-        """Open windows whose state changed since :meth:`mark_saved` (or since
-        the operator was built or restored)."""
-        return self._dirty & set(self._blocks)
-
-    def mark_saved(self) -> None:
+    def mark_saved(self, written: Sequence[str] = ()) -> None:
+        """The store saved every part (writing ``written``, linking the rest)."""
         self._dirty = set()
 
     def _state_columns(self, starts: list[int]) -> dict[str, Any]:
@@ -563,11 +561,18 @@ class WindowAggregate(Drained):
                 if blocks else np.zeros(0, acc.dtype)
         return cols
 
-    def restore(self, snapshot: Mapping[str, pa.Table]) -> "WindowAggregate":
-        """Continue exactly where the snapshotted operator stopped."""
+    def restore(self, snapshot: Mapping[str, pa.Table],
+                parts: Mapping[str, pa.Table] | None = None) -> "WindowAggregate":
+        """Continue exactly where the snapshotted operator stopped: from
+        ``snapshot()``, or from ``snapshot(rows=False)`` and its parts
+        (:meth:`snapshot_part`)."""
         if self._schema is not None:
             raise WatermarkError("restore() must be called on a fresh WindowAggregate")
         state = snapshot["state"]
+        if parts:  # one table per window, in window order, back into the state table
+            order = sorted(parts, key=lambda n: int(n.removeprefix("win.")))
+            rows = pa.concat_tables([state.replace_schema_metadata(None)] + [parts[n] for n in order])
+            state = rows.replace_schema_metadata(state.schema.metadata)
         meta = json.loads(state.schema.metadata[b"gpuwm.window"])
         if meta["schema"] is not None:
             self._bind(schema_from_text(meta["schema"]))

@@ -63,14 +63,25 @@ def test_sort_matches_reference(backend, profile, keytype, ops, monkeypatch):
     assert s.late_rows == ref.late and s.null_rows == ref.nulls
 
 
-@given(ops=ops_st, stop=st.integers(0, 14))
-def test_sort_snapshot_restore(backend, ops, stop):
+def _save_parts(s, store: dict) -> dict:
+    """What an incremental store keeps: parts written when the sort asks for
+    it, the earlier version's file otherwise."""
+    new = {n: (s.snapshot_part(n) if must else store[n]) for n, must in s.state_parts().items()}
+    s.mark_saved([n for n, must in s.state_parts().items() if must])
+    return new
+
+
+@given(ops=ops_st, stop=st.integers(0, 14), by_parts=st.booleans())
+def test_sort_snapshot_restore(backend, ops, stop, by_parts):
+    """Restored whole, or from parts saved after every step (most of them
+    linked from the step before), the sort goes on as if never stopped."""
     mk = lambda: gpuwm.StreamSort("t", key=["k"], backend=backend)  # noqa: E731
     a, b = mk(), mk()
-    w = 0
+    w, store = 0, {}
     for i, (op, arg) in enumerate(ops):
+        store = _save_parts(b, store)
         if i == stop:
-            b = mk().restore(b.snapshot())
+            b = mk().restore(b.snapshot(rows=False), store) if by_parts else mk().restore(b.snapshot())
         if op == "push":
             t = pa.table({"t": pa.array([x for x, _ in arg], pa.int64()), "k": pa.array([k for _, k in arg], pa.int64())})
             a.push(t)

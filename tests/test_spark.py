@@ -318,7 +318,8 @@ def test_run_spec_file(spark, tmp_path):
     assert len(p.history) == 2 and read_out(f"{tmp_path}/out").num_rows > 0
     m = p.history[-1]
     assert {"input_rows", "late_rows", "watermark", "watermark_lag", "rows_emitted", "state_rows",
-            "state_bytes", "kernel_s", "backend"} <= set(m)
+            "state_bytes", "kernel_s", "state_save_s", "backend"} <= set(m)
+    assert m["state_save_s"] > 0 and m["kernel_s"] > 0
     assert m["watermark_lag"] >= 2_000_000  # at least the delay, in microseconds
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(dict(spec, sorting={})))

@@ -71,7 +71,7 @@ class Pipeline:
         in :attr:`history` and written to ``<checkpoint>/gpuwm/state/<N>/metrics.json``):
         input/late/null rows, combined and output watermark, the watermark's
         lag behind the newest event time, rows emitted, state rows and bytes,
-        seconds in operators, backend, wall seconds.
+        seconds in operators and saving their state, backend, wall seconds.
     verbose : print one line per micro-batch.
     name : the query name (and the prefix of verbose lines).
     """
@@ -273,7 +273,8 @@ class Pipeline:
             "null_rows": head["null_rows"], "rows_emitted": sum(p["rows_emitted"] for p in per),
             "state_rows": sum(p["state_rows"] for p in per), "state_bytes": sum(p["state_bytes"] for p in per),
             "watermark": head["watermark"], "output_watermark": head["output_watermark"],
-            "kernel_s": sum(p["kernel_s"] for p in per), "backend": head["backend"], "vnodes": len(per),
+            "kernel_s": sum(p["kernel_s"] for p in per), "state_save_s": sum(p["state_save_s"] for p in per),
+            "backend": head["backend"], "vnodes": len(per),
             "max_event_time": head["max_event_time"],
             "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
             else head["max_event_time"] - head["watermark"],

@@ -125,41 +125,44 @@ def _write_table(path: str, t: pa.Table) -> None:
         w.write_table(t)
 
 
-def _win_file(start: int) -> str:
-    return f"win.{start}.arrow"
-
-
 def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any, prev_batch: int | None = None) -> None:
-    """Write the operator's state as version ``batch_id``. Window state goes
-    one file per open window; a window this batch did not change is a hard
-    link to its file in version ``prev_batch`` (the one the operator was
-    loaded from), so a batch writes what it touched, not the whole state."""
-    windowed = hasattr(op, "changed_windows")
-    snap = op.snapshot(rows=False) if windowed else op.snapshot()
+    """Write the operator's state as version ``batch_id``: its small tables
+    (counters, dictionaries) whole, and its parts — one file per open window,
+    one per sort run — under ``parts/``. A part the operator does not need
+    written again is a hard link to its file in version ``prev_batch`` (the
+    version the operator was loaded from; copied where the file system has no
+    hard links), so a batch writes what it changed, not the whole state, and
+    every version stays complete on its own for replay and clean-up."""
+    snap = op.snapshot(rows=False)
     tables = snap if isinstance(snap, dict) else {"sort": snap}
+    parts = op.state_parts()
     os.makedirs(batch_dir(checkpoint, batch_id), exist_ok=True)
-    prev = None if prev_batch is None else _vnode_dir(checkpoint, prev_batch, vnode)
+    prev = None if prev_batch is None else os.path.join(_vnode_dir(checkpoint, prev_batch, vnode), "parts")
+    written: list[str] = []
 
     def write(d: str) -> None:
         for name, t in tables.items():
             _write_table(os.path.join(d, f"{name}.arrow"), t)
-        if not windowed:
-            return
-        changed = op.changed_windows()
-        for start in op.window_starts:
-            name = _win_file(start)
-            src = None if prev is None else os.path.join(prev, name)
-            if start not in changed and src is not None and os.path.exists(src):
+        os.makedirs(os.path.join(d, "parts"))
+        for name, must_write in parts.items():
+            dst = os.path.join(d, "parts", f"{name}.arrow")
+            src = None if prev is None else os.path.join(prev, f"{name}.arrow")
+            if not must_write and src is not None and os.path.exists(src):
                 try:
-                    os.link(src, os.path.join(d, name))
+                    os.link(src, dst)
                 except OSError:  # no hard links on this file system: copy
-                    shutil.copyfile(src, os.path.join(d, name))
+                    shutil.copyfile(src, dst)
             else:
-                _write_table(os.path.join(d, name), op.snapshot_window(start))
+                _write_table(dst, op.snapshot_part(name))
+                written.append(name)
 
     _atomic_dir(_vnode_dir(checkpoint, batch_id, vnode), write)
-    if windowed:
-        op.mark_saved()
+    op.mark_saved(written)
+
+
+def _read_table(path: str) -> pa.Table:
+    with pa.OSFile(path, "rb") as fh:
+        return pa.ipc.open_stream(fh).read_all()
 
 
 def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
@@ -177,21 +180,10 @@ def load_operator(plan: dict, batch_id: int | None, vnode: int) -> Any:
     d = _vnode_dir(plan["checkpoint"], batch_id, vnode)
     if not os.path.isdir(d):
         raise FileNotFoundError(f"gpuwm: state of vnode {vnode} for batch {batch_id} is missing under {d}")
-    tables, windows = {}, []
-    for f in os.listdir(d):
-        with pa.OSFile(os.path.join(d, f), "rb") as fh:
-            t = pa.ipc.open_stream(fh).read_all()
-        if f.startswith("win."):
-            windows.append((int(f.split(".")[1]), t))
-        else:
-            tables[f.removesuffix(".arrow")] = t
-    if "sort" in tables:
-        return op.restore(tables["sort"])
-    if windows:  # one file per window, in window order, back into the state table
-        state = tables["state"]
-        rows = pa.concat_tables([state.replace_schema_metadata(None)] + [t for _, t in sorted(windows, key=lambda w: w[0])])
-        tables["state"] = rows.replace_schema_metadata(state.schema.metadata)
-    return op.restore(tables)
+    tables = {f.removesuffix(".arrow"): _read_table(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".arrow")}
+    pd_ = os.path.join(d, "parts")
+    parts = {f.removesuffix(".arrow"): _read_table(os.path.join(pd_, f)) for f in os.listdir(pd_)}
+    return op.restore(tables.get("sort", tables), parts)
 
 
 # -- task 1: filter each input partition ---------------------------------------
@@ -325,6 +317,7 @@ def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
     if op is not None:
         save_operator(plan["checkpoint"], batch_id, vnode, op, prev_batch)
         _CACHE[(plan["checkpoint"], vnode)] = (batch_id, op)
+    save_s = time.perf_counter() - t0 - kernel_s
     payload = b""
     sink = plan["sink"]
     if out is not None and out.num_rows:
@@ -344,7 +337,7 @@ def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
         "state_rows": 0 if op is None else op.state_rows,
         "state_bytes": 0 if op is None else op.state_bytes,
         "watermark": f.watermark_raw, "output_watermark": f.output_watermark_raw,
-        "kernel_s": kernel_s, "backend": gpuwm.get_backend(plan["backend"]).name,
+        "kernel_s": kernel_s, "state_save_s": save_s, "backend": gpuwm.get_backend(plan["backend"]).name,
         "max_event_time": f.max_event_time_raw,
         "filter_task_s": sum(s.get("task_s", 0) for s in stats), "read_s": sum(s.get("read_s", 0) for s in stats),
         "vnode_task_s": time.perf_counter() - t_start,
