@@ -170,14 +170,52 @@ def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
     # gpuwm, profile spark; one more (empty) file plays Spark's final no-data batch
     src2 = f"{tmp_path}/in2"
     _write_batches(src2, batches + [[]])
-    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src2)
     win = gpuwm.Hop("ts", size="10 seconds", slide="5 seconds") if hop else gpuwm.Tumble("ts", "5 seconds")
-    p = (Pipeline(df, f"{tmp_path}/ck").watermark("ts", delay="10 seconds", profile="spark")
-         .window(win, by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
-         .write_parquet(f"{tmp_path}/out"))
-    p.start(trigger={"availableNow": True}).awaitTermination()
-    got = read_out(f"{tmp_path}/out")
-    assert rows_of(got, ["window_start", "k", "n", "mx"]) == exp_rows
+    for read in ("auto", "spark"):  # the task reads the files itself / Spark's rows through the JVM
+        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src2)
+        p = (Pipeline(df, f"{tmp_path}/ck-{read}", read=read).watermark("ts", delay="10 seconds", profile="spark")
+             .window(win, by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
+             .write_parquet(f"{tmp_path}/out-{read}"))
+        p.start(trigger={"availableNow": True}).awaitTermination()
+        got = read_out(f"{tmp_path}/out-{read}")
+        assert rows_of(got, ["window_start", "k", "n", "mx"]) == exp_rows
+        reads = {m["read"] for m in p.history if m["input_rows"]}
+        assert reads == {"direct" if read == "auto" else "spark"}
+
+
+def test_direct_read_falls_back_per_batch_and_refuses_when_asked(spark, tmp_path):
+    """A file the task cannot read exactly (here: a column missing, which
+    Spark reads as nulls) goes through Spark's reader for its batch alone;
+    several files per batch and vnodes > 1 read directly give Spark's rows;
+    read='direct' on an input that is not a plain Parquet stream is refused."""
+    rng = np.random.default_rng(11)
+    batches = [list(zip((i * 5 + rng.integers(-4, 5, 30)).clip(0).tolist(), rng.integers(0, 4, 30).tolist(),
+                        rng.integers(0, 100, 30).tolist())) for i in range(6)]
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    odd = f"{src}/part-0002.parquet"
+    st = os.stat(odd)
+    pq.write_table(pq.read_table(odd).drop(["price"]), odd)  # price: null for Spark's reader
+    os.utime(odd, (st.st_atime, st.st_mtime))  # same place in the file order
+    schema = "ts timestamp, k bigint, price bigint"
+    outs, hist = {}, {}
+    for read, vnodes in (("spark", 1), ("auto", 1), ("auto", 2)):
+        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 2).parquet(src)
+        name = f"{read}-{vnodes}"
+        p = (Pipeline(df, f"{tmp_path}/ck-{name}", read=read, vnodes=vnodes)
+             .watermark("ts", delay="3 seconds", profile="spark")
+             .window(gpuwm.Tumble("ts", "5 seconds"), by=["k"], aggs={"n": ("*", "count"), "s": ("price", "sum")})
+             .write_parquet(f"{tmp_path}/out-{name}"))
+        p.start(trigger={"availableNow": True}).awaitTermination()
+        outs[name] = rows_of(read_out(f"{tmp_path}/out-{name}"), ["window_start", "k", "n", "s"])
+        hist[name] = [m["read"] for m in p.history if m["input_rows"]]
+    assert len(outs["spark-1"]) > 5 and outs["auto-1"] == outs["spark-1"] and outs["auto-2"] == outs["spark-1"]
+    assert hist["spark-1"] == ["spark"] * 3
+    assert hist["auto-1"] == hist["auto-2"] == ["direct", "spark", "direct"]  # files 2-3 hold the odd one
+    df = spark.readStream.schema(schema).parquet(src).select("ts", "k", "price")
+    with pytest.raises(gpuwm.ConfigError, match="not the source itself"):
+        (Pipeline(df, f"{tmp_path}/ck-x", read="direct").watermark("ts", delay="3 seconds")
+         .sort().write_parquet(f"{tmp_path}/out-x").start())
 
 
 CRASH = """

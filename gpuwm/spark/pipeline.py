@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
+from ..backend import log
 from ..errors import ConfigError, SchemaError
 from ..window import Hop, Tumble, _Window
 from . import runtime
@@ -74,12 +75,24 @@ class Pipeline:
         seconds in operators and saving their state, backend, wall seconds.
     verbose : print one line per micro-batch.
     name : the query name (and the prefix of verbose lines).
+    read : ``"auto"`` (default): when the input is a plain Parquet file
+        stream, the gpuwm task reads each micro-batch's files itself with
+        PyArrow, in Spark's order, instead of receiving Spark's rows through
+        the JVM (several times faster; see :mod:`gpuwm.spark.direct` for when
+        it applies — a batch it cannot read exactly goes through Spark).
+        ``"direct"``: the same, but an input that does not qualify is an
+        error. ``"spark"``: always Spark's reader.
     """
 
     def __init__(self, df, checkpoint: str, *, vnodes: int | None = None, backend: str | None = None,
-                 on_batch: Callable[[dict], None] | None = None, verbose: bool = False, name: str | None = None):
+                 on_batch: Callable[[dict], None] | None = None, verbose: bool = False, name: str | None = None,
+                 read: str = "auto"):
         if not getattr(df, "isStreaming", False):
             raise ConfigError("Pipeline needs a streaming DataFrame (spark.readStream...)")
+        if read not in ("auto", "direct", "spark"):
+            raise ConfigError(f"read must be 'auto', 'direct' or 'spark', got {read!r}")
+        self.read = read
+        self._direct: bool = False
         self.df = df
         self.spark = df.sparkSession
         self.checkpoint = os.path.abspath(checkpoint.removeprefix("file:"))
@@ -224,6 +237,13 @@ class Pipeline:
         passed to ``DataStreamWriter.trigger`` (``{"availableNow": True}``,
         ``{"processingTime": "5 seconds"}``, ...)."""
         plan = self._plan()
+        if self.read != "spark":
+            from .direct import parquet_source
+
+            why = parquet_source(self.df)
+            if why is not None and self.read == "direct":
+                raise ConfigError(f"read='direct' cannot read this input itself: {why}")
+            self._direct = why is None
         self._prepare_checkpoint(plan)
         if plan["sink"]["kind"] == "parquet":
             os.makedirs(plan["sink"]["path"], exist_ok=True)
@@ -250,14 +270,18 @@ class Pipeline:
         now = runtime.now_for_batch(ck, batch_id)
         result_schema = "vnode int, metrics string, filter_state binary, payload binary"
         t_job = time.perf_counter()
+        files = self._direct_files(plan, df)
+        if files is not None:  # the tasks read the files; Spark hands them file indexes
+            df = self.spark.range(0, len(files), 1, len(files) if plan["vnodes"] > 1 else 1)
         if plan["vnodes"] == 1:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
             res = df.coalesce(1).mapInArrow(
-                partial(runtime.single_task, plan, fstate, now, batch_id, prev), result_schema).collect()
+                partial(runtime.single_task, plan, fstate, now, batch_id, prev, files=files),
+                result_schema).collect()
         else:
             s1 = runtime.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate), _spark_schema(s1))
+            stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate, files=files), _spark_schema(s1))
             ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
                                                                  f"cast({runtime.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
@@ -281,6 +305,7 @@ class Pipeline:
             "wall_s": time.perf_counter() - t0, "job_s": t_job,
             "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in per),
+            "read": "spark" if files is None else "direct",
         }
         runtime.commit_batch(ck, batch_id, bytes(res[0]["filter_state"]), m)
         self.history.append(m)
@@ -299,6 +324,25 @@ class Pipeline:
                   f"({m['backend']})", flush=True)
         if self.on_batch:
             self.on_batch(m)
+
+
+    def _direct_files(self, plan: dict, df) -> list[str] | None:
+        """This batch's files when the task can read them itself, else None."""
+        if not self._direct:
+            return None
+        from .direct import batch_files, check_files
+
+        files = batch_files(df)
+        why = "its files could not be found in the batch's scan" if files is None else \
+            (check_files(files, runtime.input_schema(plan)) if files else "it has no files")
+        if why is None:
+            return files
+        if self.read == "direct" and files != []:
+            raise ConfigError(f"read='direct' cannot read this micro-batch itself: {why}")
+        if files != [] and not getattr(self, "_warned_direct", False):
+            self._warned_direct = True
+            log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
+        return None
 
 
 def gpuwm_time(raw_us: int) -> str:

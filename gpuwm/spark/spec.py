@@ -20,7 +20,8 @@ column is the natural split) or any file format with a ``schema`` and
 is a list of SQL expressions applied to the stream (e.g. to parse Kafka
 values). Operator: ``window`` (``tumble`` or ``hop`` + ``slide``) or
 ``sort`` (``{"key": [...]}``) or neither (filter only). ``sink``:
-``{"parquet": path}`` or ``{"console": rows}``.
+``{"parquet": path}`` or ``{"console": rows}``. ``read`` (optional):
+``auto`` (default), ``direct`` or ``spark`` — see ``Pipeline(read=...)``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..window import Hop, Tumble
 
-_TOP = {"source", "checkpoint", "watermark", "window", "sort", "sink", "trigger", "vnodes", "backend"}
+_TOP = {"source", "checkpoint", "watermark", "window", "sort", "sink", "trigger", "vnodes", "backend", "read"}
 
 
 def load_spec(path: str) -> dict:
@@ -73,7 +74,8 @@ def build(spark, spec: dict, verbose: bool = True):
         raise ConfigError("source needs a 'format'")
     if src.get("select"):
         df = df.selectExpr(*src["select"])
-    p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose)
+    p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
+                 read=spec.get("read", "auto"))
     w = dict(spec["watermark"])
     p.watermark(w.pop("column"), w.pop("delay"), **w)
     if "window" in spec:

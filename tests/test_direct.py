@@ -1,0 +1,52 @@
+"""gpuwm.spark.direct without Spark: which files a task may read itself, and
+that it reads them in order, cast to the stream's schema."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpuwm.spark.direct import _castable, check_files, read_files
+
+SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("k", pa.int64()), ("s", pa.string())])
+
+
+@pytest.mark.parametrize("src,dst,ok", [
+    (pa.int32(), pa.int64(), True), (pa.int64(), pa.int32(), False), (pa.uint32(), pa.int64(), True),
+    (pa.uint64(), pa.int64(), False), (pa.int64(), pa.uint64(), False),
+    (pa.timestamp("ms"), pa.timestamp("us", tz="UTC"), True), (pa.int64(), pa.timestamp("us"), False),
+    (pa.float32(), pa.float64(), True), (pa.float64(), pa.float32(), False), (pa.int64(), pa.float64(), False),
+    (pa.large_string(), pa.string(), True), (pa.string(), pa.binary(), False),
+])
+def test_castable_is_exact_widening_only(src, dst, ok):
+    assert _castable(src, dst) is ok
+
+
+def test_files_are_read_in_the_order_spark_sends_and_cast(tmp_path):
+    paths = []
+    for i in range(3):
+        p = str(tmp_path / f"f{i}.parquet")
+        pq.write_table(pa.table({"s": [f"x{i}", f"y{i}"], "k": pa.array([i, 10 + i], pa.int32()),
+                                 "ts": pa.array([i * 1000, i * 1000 + 1], pa.timestamp("ms", tz="UTC")),
+                                 "extra": [1.5, 2.5]}), p)
+        paths.append(p)
+    assert check_files(paths, SCHEMA) is None
+    ids = [pa.record_batch([pa.array([2, 0], pa.int64())], names=["id"]), pa.record_batch([pa.array([1], pa.int64())], names=["id"])]
+    got = pa.Table.from_batches(list(read_files(paths, SCHEMA, iter(ids))))
+    assert got.schema.equals(SCHEMA)
+    assert got.column("s").to_pylist() == ["x2", "y2", "x0", "y0", "x1", "y1"]
+    assert got.column("k").to_pylist() == [2, 12, 0, 10, 1, 11]
+    assert got.column("ts").cast(pa.int64()).to_pylist() == [2_000_000, 2_001_000, 0, 1000, 1_000_000, 1_001_000]
+
+
+def test_files_that_do_not_cast_exactly_are_named(tmp_path):
+    good, missing, wide = (str(tmp_path / f"{n}.parquet") for n in ("good", "missing", "wide"))
+    pq.write_table(pa.table({"ts": pa.array([1], pa.timestamp("us")), "k": [1], "s": ["a"]}), good)
+    pq.write_table(pa.table({"ts": pa.array([1], pa.timestamp("us")), "s": ["a"]}), missing)
+    pq.write_table(pa.table({"ts": pa.array([1], pa.timestamp("us")), "k": [1.5], "s": ["a"]}), wide)
+    assert check_files([good], SCHEMA) is None
+    assert "has no column 'k'" in check_files([good, missing], SCHEMA)
+    assert "column 'k' is double" in check_files([wide], SCHEMA)
+    gone = str(tmp_path / "gone.parquet")
+    assert check_files([good, gone], SCHEMA).startswith(f"{gone}: ")
