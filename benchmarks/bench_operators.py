@@ -1,21 +1,25 @@
 """Operator benchmarks without Spark: watermark filter, range-drain sort,
 tumbling/hopping window aggregation, and the sort drain's cost vs buffer size.
 
-Run:  python benchmarks/bench_operators.py [--backend cpu|gpu] [--rows 10000000] [--out DIR]
+Run:  python benchmarks/bench_operators.py [--backend cpu|gpu] [--rows 10000000] [--sizes 1e6,1e8] [--out DIR]
 
 Every figure is the median of ``--runs`` timed runs after one warm-up, on
 fresh random out-of-order input per run, with the spread (min..max) beside
 it, and the memory-copy floor measured in the same run (numpy copy on CPU,
 cupy copy on GPU, synchronised). Each benchmarked result is checked once per
 run against an independent computation; a wrong answer aborts the run.
-Writes ``results.json`` and ``results.md`` (and ``drain_flat.png`` when
-matplotlib is installed) to ``--out``.
+Every operator is also timed at the chunk sizes of ``--sizes`` (default
+1 M and 100 M rows; a size is skipped where the operator's measured peak
+memory per row would not fit). Writes ``results.json`` and ``results.md``
+(and ``drain_flat.png``, ``sizes.png`` when matplotlib is installed) to
+``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -62,6 +66,19 @@ def events(n: int, seed: int, keys: int = 100_000, disorder: int = 2_000, per_ms
         "v": rng.random(n),
         "split": rng.integers(0, 8, n).astype(np.int32),
     })
+
+
+def backend_free_bytes(backend) -> int:
+    """Memory the benchmark may use: free device memory on the GPU, else
+    available host memory."""
+    if backend.is_gpu:
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
 
 
 def copy_floor(backend, n: int, runs: int) -> float:
@@ -131,11 +148,17 @@ def bench_window(backend, n, runs, hop):
     counts = out.column("n").to_numpy()
     assert int(counts.sum()) == n * (2 if hop else 1), "window counts are wrong"
     if not hop:
-
-        df = t.to_pandas()
         ts = t.column("ts").cast(pa.int64()).to_numpy()
-        df["w"] = ts - ts % 10_000
-        ref = df.groupby(["w", "k"], sort=True)["v"].max().to_numpy()
+        if n <= 10_000_000:  # pandas' groupby as the reference
+            df = t.to_pandas()
+            df["w"] = ts - ts % 10_000
+            ref = df.groupby(["w", "k"], sort=True)["v"].max().to_numpy()
+        else:  # too big for pandas here: a dense (window, key) grid and np.maximum.at
+            w = (ts - ts % 10_000 - ts.min() + ts.min() % 10_000) // 10_000
+            k = t.column("k").to_numpy()
+            grid = np.full((int(w.max()) + 1) * 100_000, -np.inf)
+            np.maximum.at(grid, w * 100_000 + k, t.column("v").to_numpy())
+            ref = grid[np.isfinite(grid)]
         assert np.array_equal(ref, out.column("m").to_numpy()), "window max is wrong"
     return med, lo, hi, {"groups": int(out.num_rows)}
 
@@ -169,6 +192,9 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "operators-cpu"))
+    ap.add_argument("--sizes", default="1000000,100000000",
+                    help="further chunk sizes to time every operator at (besides --rows), where memory allows")
+    ap.add_argument("--sweep-runs", type=int, default=3)
     args = ap.parse_args()
     backend = gpuwm.get_backend(args.backend)
     n = args.rows
@@ -194,13 +220,31 @@ def main() -> int:
               f"{lo * 1e3:.1f}..{hi * 1e3:.1f})  {100 * rate / floor:5.1f}% of copy{tgt}", flush=True)
 
     print(f"backend={backend.name} device={machine} rows={n:,} copy floor {floor / 1e6:.0f} M rows/s (int64)")
-    record("filter on-batch, 1 split", *bench_filter(backend, n, args.runs, "on-batch", False), target=150e6)
-    record("filter on-batch, 8 splits", *bench_filter(backend, n, args.runs, "on-batch", True))
-    record("filter on-event, 1 split", *bench_filter(backend, n, args.runs, "on-event", False))
-    record("filter on-event, 8 splits", *bench_filter(backend, n, args.runs, "on-event", True))
-    record("sort push+drain (ts, k)", *bench_sort(backend, n, args.runs), target=15e6)
-    record("tumble 10s, 100k keys, push+drain", *bench_window(backend, n, args.runs, False), target=15e6)
-    record("hop 10s/5s, 100k keys, push+drain", *bench_window(backend, n, args.runs, True))
+    # name, run(size, runs), target, peak bytes per row (the process's peak RSS / rows, measured at 10 M)
+    ops = [("filter on-batch, 1 split", lambda m, r: bench_filter(backend, m, r, "on-batch", False), 150e6, 100),
+           ("filter on-batch, 8 splits", lambda m, r: bench_filter(backend, m, r, "on-batch", True), None, 110),
+           ("filter on-event, 1 split", lambda m, r: bench_filter(backend, m, r, "on-event", False), None, 100),
+           ("filter on-event, 8 splits", lambda m, r: bench_filter(backend, m, r, "on-event", True), None, 100),
+           ("sort push+drain (ts, k)", lambda m, r: bench_sort(backend, m, r), 15e6, 110),
+           ("tumble 10s, 100k keys, push+drain", lambda m, r: bench_window(backend, m, r, False), 15e6, 140),
+           ("hop 10s/5s, 100k keys, push+drain", lambda m, r: bench_window(backend, m, r, True), None, 160)]
+    for name, run, target, _ in ops:
+        record(name, *run(n, args.runs), target=target)
+    sweep = [{"benchmark": r["benchmark"], "rows": n, "rows_per_s": r["rows_per_s"], "median_s": r["median_s"],
+              "min_s": r["min_s"], "max_s": r["max_s"]} for r in results]
+    free = backend_free_bytes(backend)
+    for m in sorted(int(float(x)) for x in args.sizes.split(",") if x.strip()):
+        if m == n:
+            continue
+        for name, run, _, per_row in ops:
+            if m * per_row > 0.8 * free:
+                print(f"{name:34s} at {m:>11,} rows: skipped, needs ~{m * per_row / 2**30:.0f} GiB "
+                      f"of {free / 2**30:.0f} free", flush=True)
+                continue
+            med, lo, hi, _ = run(m, args.sweep_runs)
+            sweep.append({"benchmark": name, "rows": m, "rows_per_s": m / med, "median_s": med, "min_s": lo, "max_s": hi})
+            print(f"{name:34s} at {m:>11,} rows: {m / med / 1e6:8.1f} M rows/s (median {med * 1e3:.0f} ms, "
+                  f"{lo * 1e3:.0f}..{hi * 1e3:.0f})", flush=True)
     sizes = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
     flat = bench_drain_flat(backend, sizes, release=100_000, runs=args.runs)
     for r in flat:
@@ -208,8 +252,8 @@ def main() -> int:
               f"({r['min_s'] * 1e3:.2f}..{r['max_s'] * 1e3:.2f})")
     meta = {"backend": backend.name, "device": machine, "python": platform.python_version(),
             "numpy": np.__version__, "pyarrow": pa.__version__, "date": time.strftime("%Y-%m-%d")}
-    (out / "results.json").write_text(json.dumps({"meta": meta, "operators": results, "drain_flat": flat},
-                                                 indent=2))
+    (out / "results.json").write_text(json.dumps({"meta": meta, "operators": results, "drain_flat": flat,
+                                                  "sizes": sweep}, indent=2))
     md = [f"# Operator benchmarks ({backend.name}, {machine}, {meta['date']})", "",
           f"{n:,} rows per chunk; median of {args.runs} runs (min..max); copy floor "
           f"{floor / 1e6:.0f} M rows/s (one int64 column).", "",
@@ -222,6 +266,13 @@ def main() -> int:
            "| buffered rows | drain ms (median) | spread ms |", "|---|---|---|"]
     md += [f"| {r['buffered']:,} | {r['median_s'] * 1e3:.2f} | {r['min_s'] * 1e3:.2f}..{r['max_s'] * 1e3:.2f} |"
            for r in flat]
+    sizes = sorted({r["rows"] for r in sweep})
+    md += ["", "Every operator by chunk size (M rows/s, median; sizes other than "
+           f"{n:,} use {args.sweep_runs} runs; blank: not enough memory):", "",
+           "| benchmark | " + " | ".join(f"{m:,} rows" for m in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for name, *_ in ops:
+        by = {r["rows"]: r for r in sweep if r["benchmark"] == name}
+        md.append(f"| {name} | " + " | ".join(f"{by[m]['rows_per_s'] / 1e6:.1f}" if m in by else "" for m in sizes) + " |")
     (out / "results.md").write_text("\n".join(md) + "\n")
     try:
         import matplotlib
@@ -238,6 +289,16 @@ def main() -> int:
         ax.set_title(f"StreamSort drain cost vs buffer size ({backend.name})")
         fig.tight_layout()
         fig.savefig(out / "drain_flat.png", dpi=110)
+        fig, ax = plt.subplots(figsize=(9, 4))
+        for name, *_ in ops:
+            r = sorted((x for x in sweep if x["benchmark"] == name), key=lambda x: x["rows"])
+            ax.plot([x["rows"] for x in r], [x["rows_per_s"] / 1e6 for x in r], "o-", label=name)
+        ax.axhline(floor / 1e6 / 10, color="grey", ls=":", lw=1, label="10% of the copy floor")
+        ax.set(xscale="log", yscale="log", xlabel="rows per chunk", ylabel="M rows/s",
+               title=f"gpuwm operators by chunk size ({backend.name})")
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        fig.savefig(out / "sizes.png", dpi=110)
     except ImportError:
         pass
     print(f"wrote {out}/results.json, results.md")
