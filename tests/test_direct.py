@@ -50,3 +50,38 @@ def test_files_that_do_not_cast_exactly_are_named(tmp_path):
     assert "column 'k' is double" in check_files([wide], SCHEMA)
     gone = str(tmp_path / "gone.parquet")
     assert check_files([good, gone], SCHEMA).startswith(f"{gone}: ")
+
+
+def _offsets(ck, batch_id, *sources):
+    d = ck / "offsets"
+    d.mkdir(exist_ok=True)
+    lines = ["v1", '{"batchWatermarkMs":0,"batchTimestampMs":1}'] + [f'{{"offset":{o}}}' for o in sources]
+    (d / str(batch_id)).write_text("\n".join(lines))
+
+
+def test_nexmark_range_comes_from_sparks_offset_log(tmp_path):
+    from gpuwm.spark.direct import nexmark_range
+
+    _offsets(tmp_path, 0, 100)
+    _offsets(tmp_path, 1, 250)
+    _offsets(tmp_path, 3, 400)
+    _offsets(tmp_path, 4, 500, 7)  # two sources: not ours to read
+    assert nexmark_range(str(tmp_path), 0) == (0, 100)
+    assert nexmark_range(str(tmp_path), 1) == (100, 250)
+    assert nexmark_range(str(tmp_path), 2) is None  # batch 2 not logged
+    assert nexmark_range(str(tmp_path), 3) is None  # its start (batch 2's end) unknown
+    assert nexmark_range(str(tmp_path), 4) is None
+
+
+def test_generated_splits_equal_what_the_source_reads():
+    pytest.importorskip("pyspark")
+    from gpuwm.spark.direct import generate_nexmark
+    from gpuwm.spark.nexmark import NexmarkPartition, NexmarkStreamReader
+
+    opts = {"splits": "3", "eventsPerSecond": "5000", "seed": "9", "outOfOrderFraction": "0.3", "kind": "bid"}
+    reader = NexmarkStreamReader(opts)
+    for split in range(3):
+        exp = pa.Table.from_batches(list(reader.read(NexmarkPartition(1000, 4000, split))))
+        ids = iter([pa.record_batch([pa.array([split], pa.int64())], names=["id"])])
+        got = pa.Table.from_batches(list(generate_nexmark({"options": opts, "start": 1000, "end": 4000}, ids)))
+        assert exp.num_rows > 0 and got.equals(exp)

@@ -66,9 +66,9 @@ def nexmark_batches(opts: dict) -> list[pa.Table]:
     return out
 
 
-def q7_pipeline(spark, tmp, profile="spark", emit="on-batch", vnodes=None):
+def q7_pipeline(spark, tmp, profile="spark", emit="on-batch", vnodes=None, read="auto"):
     df = read_nexmark(spark, f"{tmp}/ck", **NEX)
-    return (Pipeline(df, f"{tmp}/ck", vnodes=vnodes)
+    return (Pipeline(df, f"{tmp}/ck", vnodes=vnodes, read=read)
             .watermark("date_time", delay="2 seconds", split="split", profile=profile, emit=emit)
             .window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"],
                     aggs={"bids": ("*", "count"), "max_price": ("price", "max")})
@@ -84,9 +84,11 @@ def run_to_end(p: Pipeline):
     return q
 
 
-@pytest.mark.parametrize("profile", ["spark", "risingwave"])
-def test_pipeline_equals_operators_over_the_same_batches(spark, tmp_path, profile):
-    p = q7_pipeline(spark, tmp_path, profile=profile, vnodes=3)
+@pytest.mark.parametrize("profile,read", [("spark", "auto"), ("risingwave", "spark")])
+def test_pipeline_equals_operators_over_the_same_batches(spark, tmp_path, profile, read):
+    """read='auto': each task generates its Nexmark splits itself from the
+    offsets Spark logged; 'spark': rows from the source through the JVM."""
+    p = q7_pipeline(spark, tmp_path, profile=profile, vnodes=3, read=read)
     run_to_end(p)
     got = read_out(f"{tmp_path}/out")
     # the engine-independent operators over the same micro-batches
@@ -106,6 +108,7 @@ def test_pipeline_equals_operators_over_the_same_batches(spark, tmp_path, profil
     assert sum(x["input_rows"] for x in m) == sum(b.num_rows for b in nexmark_batches(NEX))
     assert sum(x["late_rows"] for x in m) == f.late_rows > 0
     assert m[-1]["watermark"] == f.watermark_raw
+    assert {x["read"] for x in m if x["input_rows"]} == {"direct" if read == "auto" else "spark"}
 
 
 def test_sorted_stream_is_ordered_and_complete(spark, tmp_path):

@@ -49,4 +49,8 @@ def read_nexmark(spark, checkpoint: str, **options):
     r = spark.readStream.format("nexmark").option("checkpointLocation", os.path.abspath(checkpoint))
     for k, v in options.items():
         r = r.option(k, str(v))
-    return r.load()
+    df = r.load()
+    # lets a Pipeline on this very DataFrame generate each batch in its own task
+    # (gpuwm.spark.direct); a DataFrame derived from it does not carry this
+    df._gpuwm_nexmark = {"checkpoint": os.path.abspath(checkpoint), "options": {k: str(v) for k, v in options.items()}}
+    return df

@@ -1,4 +1,5 @@
-"""Direct Parquet reads: the gpuwm task reads a micro-batch's files itself.
+"""Direct input: the gpuwm task reads a micro-batch's Parquet files, or
+generates its Nexmark events, itself.
 
 A ``mapInArrow`` receives its rows from the JVM: Spark's reader decodes the
 Parquet file into rows, which are written back into Arrow and sent to the
@@ -20,6 +21,12 @@ Used only when it gives the same rows as Spark's reader would:
   wider integer, timestamp to timestamp, float to double, string/binary);
 * ``Pipeline(read="auto")`` (the default) or ``"direct"``; ``"spark"``
   always goes through Spark's reader.
+
+The embedded Nexmark source (:func:`gpuwm.spark.read_nexmark`, the
+DataFrame itself) works the same way: Spark plans each micro-batch's offset
+range and logs it (``<checkpoint>/offsets/<batch_id>``); the task generates
+those events with the generator the source would have run
+(:func:`nexmark_range`, :func:`generate_nexmark`), split by split.
 
 Otherwise the batch goes through Spark's reader as before, decided per batch
 and logged once. Spark's own progress then reports 0 input rows for the batch
@@ -141,3 +148,41 @@ def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch
         for i in b.column(0).to_pylist():
             t = pq.read_table(paths[i], columns=schema.names)
             yield from t.cast(schema).to_batches()
+
+
+def _logged_offset(checkpoint: str, batch_id: int) -> int | None:
+    """The source's end offset of ``batch_id`` in Spark's offset log."""
+    import json
+    import os
+
+    try:
+        with open(os.path.join(checkpoint, "offsets", str(batch_id))) as fh:
+            lines = fh.read().splitlines()
+        return int(json.loads(lines[2])["offset"]) if len(lines) == 3 else None  # "v1", metadata, one source
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def nexmark_range(checkpoint: str, batch_id: int) -> tuple[int, int] | None:
+    """The event range ``[start, end)`` of a Nexmark micro-batch, as Spark
+    planned and logged it, or None when the log does not say."""
+    end = _logged_offset(checkpoint, batch_id)
+    start = 0 if batch_id == 0 else _logged_offset(checkpoint, batch_id - 1)
+    if end is None or start is None or end < start:
+        return None
+    return start, end
+
+
+def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """In a task: the events of the splits whose numbers the task's input
+    carries, exactly as :class:`~gpuwm.spark.nexmark.NexmarkStreamReader`
+    would read them."""
+    from gpuwm.nexmark import GENERATORS
+
+    from .nexmark import _kind, config_from_options
+
+    cfg, _, _ = config_from_options(source["options"])
+    gen = GENERATORS[_kind(source["options"])][0]
+    for b in ids:
+        for split in b.column(0).to_pylist():
+            yield from gen(cfg, source["start"], source["end"], split).to_batches()

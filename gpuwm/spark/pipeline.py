@@ -75,13 +75,14 @@ class Pipeline:
         seconds in operators and saving their state, backend, wall seconds.
     verbose : print one line per micro-batch.
     name : the query name (and the prefix of verbose lines).
-    read : ``"auto"`` (default): when the input is a plain Parquet file
-        stream, the gpuwm task reads each micro-batch's files itself with
-        PyArrow, in Spark's order, instead of receiving Spark's rows through
-        the JVM (several times faster; see :mod:`gpuwm.spark.direct` for when
-        it applies — a batch it cannot read exactly goes through Spark).
-        ``"direct"``: the same, but an input that does not qualify is an
-        error. ``"spark"``: always Spark's reader.
+    read : ``"auto"`` (default): the gpuwm task makes the batch's input
+        itself where it can — reads the files of a plain Parquet file stream
+        with PyArrow, or generates the splits of ``read_nexmark(spark, ck)``
+        over the offsets Spark logged — instead of receiving Spark's rows
+        through the JVM (several times faster; :mod:`gpuwm.spark.direct`
+        says when it applies — a batch it cannot make exactly goes through
+        Spark). ``"direct"``: the same, but an input that does not qualify
+        is an error. ``"spark"``: always Spark's rows.
     """
 
     def __init__(self, df, checkpoint: str, *, vnodes: int | None = None, backend: str | None = None,
@@ -92,7 +93,7 @@ class Pipeline:
         if read not in ("auto", "direct", "spark"):
             raise ConfigError(f"read must be 'auto', 'direct' or 'spark', got {read!r}")
         self.read = read
-        self._direct: bool = False
+        self._direct: bool = False  # the input qualifies for gpuwm.spark.direct
         self.df = df
         self.spark = df.sparkSession
         self.checkpoint = os.path.abspath(checkpoint.removeprefix("file:"))
@@ -240,7 +241,12 @@ class Pipeline:
         if self.read != "spark":
             from .direct import parquet_source
 
-            why = parquet_source(self.df)
+            nex = getattr(self.df, "_gpuwm_nexmark", None)
+            if nex is not None:  # offsets come from this query's own offset log
+                why = None if nex["checkpoint"] == self.checkpoint else \
+                    "read_nexmark() was given another checkpoint than the Pipeline"
+            else:
+                why = parquet_source(self.df)
             if why is not None and self.read == "direct":
                 raise ConfigError(f"read='direct' cannot read this input itself: {why}")
             self._direct = why is None
@@ -270,18 +276,18 @@ class Pipeline:
         now = runtime.now_for_batch(ck, batch_id)
         result_schema = "vnode int, metrics string, filter_state binary, payload binary"
         t_job = time.perf_counter()
-        files = self._direct_files(plan, df)
-        if files is not None:  # the tasks read the files; Spark hands them file indexes
-            df = self.spark.range(0, len(files), 1, len(files) if plan["vnodes"] > 1 else 1)
+        direct, parts = self._direct_input(plan, df, batch_id)
+        if direct is not None:  # the tasks read / generate the input; Spark hands them part numbers
+            df = self.spark.range(0, parts, 1, parts if plan["vnodes"] > 1 else 1)
         if plan["vnodes"] == 1:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
             res = df.coalesce(1).mapInArrow(
-                partial(runtime.single_task, plan, fstate, now, batch_id, prev, files=files),
+                partial(runtime.single_task, plan, fstate, now, batch_id, prev, direct=direct),
                 result_schema).collect()
         else:
             s1 = runtime.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate, files=files), _spark_schema(s1))
+            stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate, direct=direct), _spark_schema(s1))
             ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
                                                                  f"cast({runtime.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
@@ -305,7 +311,7 @@ class Pipeline:
             "wall_s": time.perf_counter() - t0, "job_s": t_job,
             "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in per),
-            "read": "spark" if files is None else "direct",
+            "read": "spark" if direct is None else "direct",
         }
         runtime.commit_batch(ck, batch_id, bytes(res[0]["filter_state"]), m)
         self.history.append(m)
@@ -326,23 +332,39 @@ class Pipeline:
             self.on_batch(m)
 
 
-    def _direct_files(self, plan: dict, df) -> list[str] | None:
-        """This batch's files when the task can read them itself, else None."""
+    def _direct_input(self, plan: dict, df, batch_id: int) -> tuple[dict | None, int]:
+        """What the tasks make this batch's input from themselves (and into
+        how many parts), or (None, 0): Spark's rows. A batch with no input
+        goes through Spark (nothing to read)."""
         if not self._direct:
-            return None
-        from .direct import batch_files, check_files
+            return None, 0
+        from .direct import batch_files, check_files, nexmark_range
 
-        files = batch_files(df)
-        why = "its files could not be found in the batch's scan" if files is None else \
-            (check_files(files, runtime.input_schema(plan)) if files else "it has no files")
-        if why is None:
-            return files
-        if self.read == "direct" and files != []:
+        nex = getattr(self.df, "_gpuwm_nexmark", None)
+        if nex is not None:
+            rng = nexmark_range(self.checkpoint, batch_id)
+            if rng is not None and rng[0] == rng[1]:
+                return None, 0
+            if rng is not None:
+                from .nexmark import config_from_options
+
+                splits = config_from_options(nex["options"])[0].splits
+                return {"nexmark": {"options": nex["options"], "start": rng[0], "end": rng[1]}}, splits
+            why = "its offsets are not in Spark's offset log"
+        else:
+            files = batch_files(df)
+            if files == []:
+                return None, 0
+            why = "its files could not be found in the batch's scan" if files is None else \
+                check_files(files, runtime.input_schema(plan))
+            if why is None:
+                return {"files": files}, len(files)
+        if self.read == "direct":
             raise ConfigError(f"read='direct' cannot read this micro-batch itself: {why}")
-        if files != [] and not getattr(self, "_warned_direct", False):
+        if not getattr(self, "_warned_direct", False):
             self._warned_direct = True
             log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
-        return None
+        return None, 0
 
 
 def gpuwm_time(raw_us: int) -> str:

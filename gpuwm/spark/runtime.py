@@ -236,21 +236,24 @@ def _filter_partition(plan: dict, filter_state: bytes | None,
     return kept, stats
 
 
-def _input(plan: dict, batches: Iterator[pa.RecordBatch], files: list[str] | None) -> Iterator[pa.RecordBatch]:
-    """The task's input rows: from Spark, or — ``files`` given — read here
-    from the files whose indexes Spark sent (:mod:`gpuwm.spark.direct`)."""
-    if files is None:
+def _input(plan: dict, batches: Iterator[pa.RecordBatch], direct: dict | None) -> Iterator[pa.RecordBatch]:
+    """The task's input rows: from Spark, or — ``direct`` given — made here
+    (:mod:`gpuwm.spark.direct`): read from the files, or generated for the
+    Nexmark splits, whose numbers Spark sent."""
+    if direct is None:
         return batches
-    from .direct import read_files
+    from .direct import generate_nexmark, read_files
 
-    return read_files(files, input_schema(plan), batches)
+    if "files" in direct:
+        return read_files(direct["files"], input_schema(plan), batches)
+    return generate_nexmark(direct["nexmark"], batches)
 
 
 def filter_task(plan: dict, filter_state: bytes | None, batches: Iterator[pa.RecordBatch],
-                files: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+                direct: dict | None = None) -> Iterator[pa.RecordBatch]:
     from gpuwm.partition import vnode_of
 
-    batches = _input(plan, batches, files)
+    batches = _input(plan, batches, direct)
     kept, stats = _filter_partition(plan, filter_state, batches)
     schema = input_schema(plan)
     if pre_aggregates(plan):  # partial aggregates per (window, key) of this partition
@@ -392,13 +395,13 @@ def _check_split_locality(stats: list[dict]) -> None:
 
 
 def single_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
-                batches: Iterator[pa.RecordBatch], files: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+                batches: Iterator[pa.RecordBatch], direct: dict | None = None) -> Iterator[pa.RecordBatch]:
     """One vnode, one task: the whole batch (input partitions coalesced, each
     still contiguous and in order) is filtered and handed straight to the
     operator, with no shuffle and no Arrow round trip in between (on the
     GPU the rows stay on the device from the filter to the drain). The same
     two steps as the shuffled path."""
-    kept, stats = _filter_partition(plan, filter_state, _input(plan, batches, files))
+    kept, stats = _filter_partition(plan, filter_state, _input(plan, batches, direct))
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
     yield from _run_vnode(plan, filter_state, now_iso, batch_id, prev_batch, 0, [stats], kept,
                           pre_aggregated=False, t_start=time.perf_counter()).to_batches()
