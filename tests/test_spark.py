@@ -462,3 +462,19 @@ def test_direct_read_replays_a_failed_batch_exactly(spark, tmp_path):
     assert clean.num_rows > 100 and failed.equals(clean)
     ts = clean.column("ts").cast(pa.int64()).to_numpy()
     assert (np.diff(ts) >= 0).all()
+
+
+def test_read_mode_comes_from_spark_conf_and_is_checked(spark, tmp_path):
+    df = read_nexmark(spark, f"{tmp_path}/ck", **NEX)
+    assert Pipeline(df, f"{tmp_path}/ck").read == "auto"
+    spark.conf.set("spark.gpuwm.read", "spark")
+    try:
+        assert Pipeline(df, f"{tmp_path}/ck").read == "spark"
+        assert Pipeline(df, f"{tmp_path}/ck", read="direct").read == "direct"
+    finally:
+        spark.conf.unset("spark.gpuwm.read")
+    with pytest.raises(gpuwm.ConfigError, match="read must be"):
+        Pipeline(df, f"{tmp_path}/ck", read="jvm")
+    with pytest.raises(gpuwm.ConfigError, match="another checkpoint"):  # offsets would come from the wrong log
+        (Pipeline(df, f"{tmp_path}/other", read="direct").watermark("date_time", delay="1 second")
+         .sort().write_parquet(f"{tmp_path}/o").start())

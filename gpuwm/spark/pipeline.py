@@ -82,14 +82,16 @@ class Pipeline:
         through the JVM (several times faster; :mod:`gpuwm.spark.direct`
         says when it applies — a batch it cannot make exactly goes through
         Spark). ``"direct"``: the same, but an input that does not qualify
-        is an error. ``"spark"``: always Spark's rows.
+        is an error. ``"spark"``: always Spark's rows. Default: Spark conf
+        ``spark.gpuwm.read``, else ``"auto"``.
     """
 
     def __init__(self, df, checkpoint: str, *, vnodes: int | None = None, backend: str | None = None,
                  on_batch: Callable[[dict], None] | None = None, verbose: bool = False, name: str | None = None,
-                 read: str = "auto"):
+                 read: str | None = None):
         if not getattr(df, "isStreaming", False):
             raise ConfigError("Pipeline needs a streaming DataFrame (spark.readStream...)")
+        read = read or df.sparkSession.conf.get("spark.gpuwm.read", "auto")
         if read not in ("auto", "direct", "spark"):
             raise ConfigError(f"read must be 'auto', 'direct' or 'spark', got {read!r}")
         self.read = read

@@ -21,7 +21,8 @@ is a list of SQL expressions applied to the stream (e.g. to parse Kafka
 values). Operator: ``window`` (``tumble`` or ``hop`` + ``slide``) or
 ``sort`` (``{"key": [...]}``) or neither (filter only). ``sink``:
 ``{"parquet": path}`` or ``{"console": rows}``. ``read`` (optional):
-``auto`` (default), ``direct`` or ``spark`` — see ``Pipeline(read=...)``.
+``auto``, ``direct`` or ``spark`` — see ``Pipeline(read=...)`` (default:
+Spark conf ``spark.gpuwm.read``, else ``auto``).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def build(spark, spec: dict, verbose: bool = True):
     if src.get("select"):
         df = df.selectExpr(*src["select"])
     p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
-                 read=spec.get("read", "auto"))
+                 read=spec.get("read"))
     w = dict(spec["watermark"])
     p.watermark(w.pop("column"), w.pop("delay"), **w)
     if "window" in spec:
