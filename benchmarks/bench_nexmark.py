@@ -35,10 +35,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PUBLISHED = {"q5": {"Flink Nexmark V2": 74_500}, "q7": {"Flink Nexmark V2": 22_900, "RisingWave": 20_400}}
 
 
-def _times(sq) -> tuple[list[float], float]:
+def _run_row(sq, q: str, label: str, args) -> dict:
+    """Run a Spark-fed query to the end; its row of the results (first batch left out)."""
+    sq.processAllAvailable()
+    sq.stop()
     prog = [x for x in sq.recentProgress if x["numInputRows"] > 0][1:]
-    return [x["durationMs"]["triggerExecution"] / 1000 for x in prog], statistics.median(
-        [x["numInputRows"] for x in prog])
+    times = [x["durationMs"]["triggerExecution"] / 1000 for x in prog]
+    med = statistics.median(times)
+    return {"query": q, "read": label, "events_per_s": args.batch / med,
+            "events_per_s_per_core": args.batch / med / args.cores,
+            "bids_per_batch": statistics.median([x["numInputRows"] for x in prog]), "median_batch_s": med,
+            "min_s": min(times), "max_s": max(times), "published_per_core": PUBLISHED[q]}
 
 
 def native_and_floor(spark, q: str, args, ours) -> list[dict]:
@@ -65,13 +72,7 @@ def native_and_floor(spark, q: str, args, ours) -> list[dict]:
     agg = agg.selectExpr("window.start as window_start", "window.end as window_end", "*").drop("window")
     sq = (agg.writeStream.format("parquet").option("path", f"{work}/native").option("checkpointLocation", f"{work}/nck")
           .outputMode("append").start())
-    sq.processAllAvailable()
-    sq.stop()
-    times, n = _times(sq)
-    med = statistics.median(times)
-    out.append({"query": q, "read": "spark native", "events_per_s": args.batch / med,
-                "events_per_s_per_core": args.batch / med / args.cores, "bids_per_batch": n, "median_batch_s": med,
-                "min_s": min(times), "max_s": max(times), "published_per_core": PUBLISHED[q]})
+    out.append(_run_row(sq, q, "spark native", args))
     nat = spark.read.parquet(f"{work}/native").toArrow()
 
     def key(t):
@@ -90,13 +91,7 @@ def native_and_floor(spark, q: str, args, ours) -> list[dict]:
                       eventsPerSecond=50_000)
     sq = (fl.writeStream.foreachBatch(lambda d, i: d.mapInArrow(count_rows, "n long").collect())
           .option("checkpointLocation", f"{work}/fck").start())
-    sq.processAllAvailable()
-    sq.stop()
-    times, n = _times(sq)
-    med = statistics.median(times)
-    out.append({"query": q, "read": "floor: source through Spark, count", "events_per_s": args.batch / med,
-                "events_per_s_per_core": args.batch / med / args.cores, "bids_per_batch": n, "median_batch_s": med,
-                "min_s": min(times), "max_s": max(times), "published_per_core": PUBLISHED[q]})
+    out.append(_run_row(sq, q, "floor: source through Spark, count", args))
     for r in out:
         print(f"{q}, {r['read']:34s}: {r['events_per_s'] / 1e3:8.1f} k events/s "
               f"(median batch {r['median_batch_s']:.2f} s)", flush=True)
