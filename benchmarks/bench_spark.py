@@ -119,7 +119,9 @@ def main() -> int:
         backend = p.history[-1]["backend"]
 
     # floors: the same batches, only counted
-    from gpuwm.spark.direct import batch_files
+    from gpuwm.spark.direct import batch_files, read_files
+
+    in_schema = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("k", pa.int64()), ("price", pa.int64())])
 
     def count_rows(batches):
         n = 0
@@ -142,12 +144,8 @@ def main() -> int:
         if not files:
             return
 
-        def read_count(ids, files=files):
-            n = 0
-            for b in ids:
-                for i in b.column(0).to_pylist():
-                    n += pq.read_table(files[i]).num_rows
-            yield pa.RecordBatch.from_pydict({"n": [n]})
+        def read_count(ids, files=files):  # gpuwm's own read (gpuwm.spark.direct), rows only counted
+            yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in read_files(files, in_schema, ids))]})
 
         n = sum(r["n"] for r in spark.range(0, len(files), 1, 1).mapInArrow(read_count, "n long").collect())
         if n >= args.rows * 0.99:

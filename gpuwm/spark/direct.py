@@ -35,14 +35,13 @@ and logged once. Spark's own progress then reports 0 input rows for the batch
 
 from __future__ import annotations
 
-import logging
+import json
+import os
 from typing import Any, Iterator
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-log = logging.getLogger("gpuwm")
 
 # file-source options that only decide which files make a micro-batch
 _LISTING_OPTIONS = {
@@ -150,17 +149,30 @@ def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch
             yield from t.cast(schema).to_batches()
 
 
-def _logged_offset(checkpoint: str, batch_id: int) -> int | None:
-    """The source's end offset of ``batch_id`` in Spark's offset log."""
-    import json
-    import os
+def logged_offsets(checkpoint: str, batch_id: int) -> list[int | None]:
+    """The end offsets of ``batch_id`` in Spark's offset log
+    (``<checkpoint>/offsets/<batch_id>``: "v1", the batch's metadata, then
+    one line per source): one per source, None where a line is not our
+    sources' ``{"offset": n}``. Raises OSError when the file cannot be read."""
+    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as fh:
+        lines = fh.read().splitlines()
+    out: list[int | None] = []
+    for line in lines[2:]:
+        try:
+            out.append(int(json.loads(line)["offset"]))
+        except (ValueError, KeyError, TypeError):
+            out.append(None)
+    return out
 
+
+def _logged_offset(checkpoint: str, batch_id: int) -> int | None:
+    """The single source's end offset of ``batch_id``, or None when the log
+    does not say (no file, another source, several sources)."""
     try:
-        with open(os.path.join(checkpoint, "offsets", str(batch_id))) as fh:
-            lines = fh.read().splitlines()
-        return int(json.loads(lines[2])["offset"]) if len(lines) == 3 else None  # "v1", metadata, one source
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        offsets = logged_offsets(checkpoint, batch_id)
+    except OSError:
         return None
+    return offsets[0] if len(offsets) == 1 else None
 
 
 def nexmark_range(checkpoint: str, batch_id: int) -> tuple[int, int] | None:

@@ -26,7 +26,6 @@ streams over the same event numbers: ``bid`` (default: ``auction``,
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from ..errors import ConfigError
 from ..nexmark import GENERATORS, NexmarkConfig
+from .direct import logged_offsets
 
 SCHEMA = "auction bigint, bidder bigint, price bigint, date_time timestamp, split int, event_id bigint"
 
@@ -88,14 +88,8 @@ def _resume_offset(checkpoint: str | None) -> int:
         return 0
     if not ids:
         return 0
-    with open(os.path.join(d, str(ids[-1]))) as fh:
-        lines = fh.read().splitlines()
-    for line in reversed(lines[2:]):
-        try:
-            return int(json.loads(line)["offset"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return 0
+    offsets = logged_offsets(checkpoint.removeprefix("file:"), ids[-1])
+    return next((o for o in reversed(offsets) if o is not None), 0)
 
 
 class NexmarkStreamReader(DataSourceStreamReader):

@@ -96,6 +96,7 @@ class Pipeline:
             raise ConfigError(f"read must be 'auto', 'direct' or 'spark', got {read!r}")
         self.read = read
         self._direct: bool = False  # the input qualifies for gpuwm.spark.direct
+        self._warned_direct = False
         self.df = df
         self.spark = df.sparkSession
         self.checkpoint = os.path.abspath(checkpoint.removeprefix("file:"))
@@ -363,7 +364,7 @@ class Pipeline:
                 return {"files": files}, len(files)
         if self.read == "direct":
             raise ConfigError(f"read='direct' cannot read this micro-batch itself: {why}")
-        if not getattr(self, "_warned_direct", False):
+        if not self._warned_direct:
             self._warned_direct = True
             log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
         return None, 0
