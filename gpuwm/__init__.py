@@ -10,6 +10,7 @@ from .errors import BackendError, ConfigError, GpuwmError, SchemaError, Watermar
 from .profiles import PROFILES, Profile, resolve as resolve_profile
 from .sort import StreamSort
 from .watermark import WatermarkFilter, WatermarkMerger
+from .session import Session
 from .window import Hop, Tumble, WindowAggregate
 
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ __all__ = [
     "PROFILES",
     "Profile",
     "SchemaError",
+    "Session",
     "StreamSort",
     "Tumble",
     "WatermarkError",

@@ -157,6 +157,14 @@ class WindowAggregate(Drained):
     {'window_start': [0], 'window_end': [10], 'k': [1], 'n': [2], 'm': [4.0]}
     """
 
+    def __new__(cls, window: Any = None, *args: Any, **kwargs: Any) -> "WindowAggregate":
+        if cls is WindowAggregate and type(window).__name__ == "Session":
+            from .session import Session, SessionAggregate
+
+            if isinstance(window, Session):
+                cls = SessionAggregate
+        return super().__new__(cls)
+
     def __init__(
         self,
         window: _Window,
@@ -168,8 +176,8 @@ class WindowAggregate(Drained):
         close_minus_one: bool | None = None,
         backend: str | None = None,
     ):
-        if not isinstance(window, _Window):
-            raise ConfigError(f"window must be gpuwm.Tumble or gpuwm.Hop, got {window!r}")
+        if not isinstance(window, _Window) and not self._session_window(window):
+            raise ConfigError(f"window must be gpuwm.Tumble, gpuwm.Hop or gpuwm.Session, got {window!r}")
         if emit not in EMIT_MODES:
             raise ConfigError(f"emit must be one of {EMIT_MODES}, got {emit!r}")
         self.window = window
@@ -195,6 +203,10 @@ class WindowAggregate(Drained):
         self._blocks: dict[int, tuple[list[Any], list[Any]]] = {}
         self._dirty: set[int] = set()  # window starts changed since mark_saved()
         self._init_drained()
+
+    @staticmethod
+    def _session_window(window: Any) -> bool:
+        return False  # SessionAggregate accepts gpuwm.Session
 
     # -- set-up ----------------------------------------------------------------
     def bind(self, schema: pa.Schema) -> "WindowAggregate":
@@ -474,12 +486,15 @@ class WindowAggregate(Drained):
     def _empty_out(self) -> pa.Table:
         return self._out_schema.empty_table()
 
-    def _finalize(self, wins: Any, keys: list[Any], accs: list[Any]) -> pa.Table:
+    def _finalize(self, wins: Any, keys: list[Any], accs: list[Any], ends: Any = None) -> pa.Table:
+        """Output rows from window starts (``ends``: start + size when None),
+        key codes and accumulators."""
         b = self._backend
         t = self._domain.type
         wdt = np.dtype(np.int64) if self._domain.is_timestamp else np.dtype(t.to_pandas_dtype())
         w = b.to_numpy(wins)
-        cols = [numpy_to_arrow(t, w.astype(wdt), None), numpy_to_arrow(t, (w + self._size).astype(wdt), None)]
+        e = w + self._size if ends is None else b.to_numpy(ends)
+        cols = [numpy_to_arrow(t, w.astype(wdt), None), numpy_to_arrow(t, e.astype(wdt), None)]
         cols += [c.decode(b.to_numpy(k)) for c, k in zip(self._codecs, keys)]
         host = [b.to_numpy(a) for a in accs]
         j = 0

@@ -7,7 +7,8 @@ runs the same steps on ``numpy`` and on ``cupy``.
 from .order import group_starts, order_indices, sort_rows
 from .sort import cut, merge_released
 from .watermark import FilterResult, per_split_max, watermark_filter
-from .window import assign_windows, derive_watermarks, group_reduce, tumble_start
+from .window import (assign_windows, derive_watermarks, group_reduce, reduce_runs, segmented_cummax, sessionize,
+                     tumble_start)
 from .xp import NONE
 
 __all__ = [
@@ -21,6 +22,9 @@ __all__ = [
     "merge_released",
     "order_indices",
     "per_split_max",
+    "reduce_runs",
+    "segmented_cummax",
+    "sessionize",
     "sort_rows",
     "tumble_start",
     "watermark_filter",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .order import group_starts, order_indices
+from .order import group_starts, order_indices, sort_rows
 
 
 def tumble_start(xp: Any, ts: Any, size: int, offset: int = 0) -> Any:
@@ -111,6 +111,20 @@ def group_reduce(
     sk = [k[order] for k in keys]
     starts = xp.nonzero(group_starts(xp, sk))[0]
     gkeys = [k[starts] for k in sk]
+    return gkeys, reduce_runs(xp, accs, ops, order, starts), order, starts
+
+
+def reduce_runs(xp: Any, accs: Sequence[Any], ops: Sequence[str], order: Any, starts: Any) -> list[Any]:
+    """Reduce each accumulator over runs of rows: the rows taken in ``order``,
+    one run from each index of ``starts`` (ascending, the first one 0) to the
+    next. A None accumulator counts the rows of each run.
+
+    >>> import numpy as np
+    >>> [a.tolist() for a in reduce_runs(np, [None, np.array([4, 1, 3])], ["add", "min"],
+    ...                                  np.array([2, 0, 1]), np.array([0, 2]))]
+    [[2, 1], [3, 1]]
+    """
+    n = int(order.shape[0])
     out = []
     sizes = None
     for a, op in zip(accs, ops):
@@ -119,10 +133,84 @@ def group_reduce(
                 sizes = xp.diff(xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)])).astype(xp.int64)
             out.append(sizes)
             continue
-        sa = a[order]
         uf = {"add": xp.add, "min": xp.minimum, "max": xp.maximum}[op]
-        out.append(uf.reduceat(sa, starts))
-    return gkeys, out, order, starts
+        out.append(uf.reduceat(a[order], starts))
+    return out
+
+
+def segmented_cummax(xp: Any, v: Any, first: Any) -> Any:
+    """Inclusive running maximum of ``v`` (int64) that restarts at every row
+    where ``first`` is True (``first[0]`` must be True).
+
+    One ``maximum.accumulate`` over values lifted into disjoint per-segment
+    ranges when the ranges fit in int64; else log2(n) doubling steps (a
+    segmented Hillis-Steele scan). No loop over rows or segments.
+
+    >>> import numpy as np
+    >>> segmented_cummax(np, np.array([3, 1, 5, 2, 0, 7]), np.array([1, 0, 0, 1, 0, 1], bool)).tolist()
+    [3, 3, 5, 2, 2, 7]
+    """
+    n = int(v.shape[0])
+    if n == 0:
+        return v.copy()
+    starts = xp.nonzero(first)[0]
+    lo = xp.minimum.reduceat(v, starts)
+    hi = xp.maximum.reduceat(v, starts)
+    span = hi - lo + 1  # >= 1; a Python-int check of the sum guards the lift
+    if int(span.astype(xp.float64).sum()) < (1 << 62):
+        base = xp.cumsum(span) - span
+        seg = xp.cumsum(first) - 1
+        shift = base - lo  # per segment: value -> base + (value - lo)
+        lifted = v + shift[seg]
+        return xp.maximum.accumulate(lifted) - shift[seg]
+    seg = xp.cumsum(first)
+    out = v.copy()
+    d = 1
+    while d < n:
+        nxt = out.copy()
+        same = seg[d:] == seg[:-d]
+        nxt[d:] = xp.where(same, xp.maximum(out[d:], out[:-d]), out[d:])
+        out = nxt
+        d *= 2
+    return out
+
+
+def sessionize(xp: Any, keys: Sequence[Any], start: Any, end: Any) -> tuple[Any, Any]:
+    """Merge intervals ``[start, end]`` per key into sessions.
+
+    Rows are ordered by ``(keys, start)``; a row joins the session before it
+    (same key) when ``start <= `` the largest ``end`` so far in that session
+    — intervals that overlap or touch merge, as in Spark's and Flink's
+    session windows. Merging is associative: sessions of partial sessions
+    are the sessions of their rows.
+
+    Returns ``(order, starts)``: the permutation ordering the rows and the
+    index (in that order) of each session's first row — the runs
+    :func:`reduce_runs` reduces. Sessions come out ordered by (keys, start).
+
+    >>> import numpy as np
+    >>> ts = np.array([20, 0, 5, 31, 9])
+    >>> order, starts = sessionize(np, [np.array([1, 1, 1, 1, 2])], ts, ts + 10)
+    >>> ts[order].tolist(), starts.tolist()
+    ([0, 5, 20, 31, 9], [0, 2, 3, 4])
+    """
+    n = int(start.shape[0])
+    if n == 0:
+        return xp.zeros(0, xp.int64), xp.zeros(0, xp.int64)
+    order, sorted_cols = sort_rows(xp, list(keys) + [start])
+    s = sorted_cols[-1]
+    e = end[order]
+    key_first = group_starts(xp, sorted_cols[:-1]) if keys else _first_only(xp, n)
+    reach = segmented_cummax(xp, e, key_first)  # per key: the largest end up to each row
+    first = key_first.copy()
+    first[1:] |= s[1:] > reach[:-1]
+    return order, xp.nonzero(first)[0]
+
+
+def _first_only(xp: Any, n: int) -> Any:
+    f = xp.zeros(n, dtype=bool)
+    f[0] = True
+    return f
 
 
 def _dense_reduce(xp, keys, accs, ops, ranges, cells):

@@ -198,3 +198,73 @@ class RefWindow:
 def _none_first(k: tuple) -> tuple:
     s, key = k
     return (s, tuple((v is not None, v if v is not None else 0) for v in key))
+
+
+@dataclass
+class RefSession:
+    """Session windows, one row at a time per key (the documented batch rule:
+    a chunk's rows merge with each other and the open sessions first; a
+    session left ending at or before the last drain is late)."""
+
+    gap: int
+    close_minus_one: bool
+    key_of: Callable[[tuple], tuple]
+    aggs: dict  # out -> (index into row or "*", fn)
+    sessions: dict = field(default_factory=dict)  # key -> [[start, end, rows], ...]
+    drained: Any = None
+    late: int = 0
+    nulls: int = 0
+
+    @property
+    def _c(self) -> int:
+        return 1 if self.close_minus_one else 0
+
+    def push(self, rows: list[tuple]) -> None:
+        by_key: dict = {}
+        for r in rows:
+            if r[0] is None:
+                self.nulls += 1
+                continue
+            by_key.setdefault(self.key_of(r), []).append(r)
+        for key, rs in by_key.items():
+            items = [(s, e, list(rr)) for s, e, rr in self.sessions.get(key, [])]
+            items += [(r[0], r[0] + self.gap, [r]) for r in rs]
+            items.sort(key=lambda x: x[0])
+            merged: list = []
+            for s, e, rr in items:
+                if merged and s <= merged[-1][1]:  # overlapping or touching: one session
+                    merged[-1][1] = max(merged[-1][1], e)
+                    merged[-1][2] += rr
+                else:
+                    merged.append([s, e, rr])
+            keep = []
+            for m in merged:
+                if self.drained is not None and m[1] - self._c <= self.drained:
+                    self.late += len(m[2])
+                else:
+                    keep.append(m)
+            self.sessions[key] = keep
+
+    def drain(self, w: int) -> list[tuple]:
+        self.drained = w
+        out = []
+        for key in list(self.sessions):
+            for s, e, rr in self.sessions[key]:
+                if e - self._c <= w:
+                    vals = []
+                    for _, (idx, fn) in self.aggs.items():
+                        col = [None] * len(rr) if idx == "*" else [r[idx] for r in rr]
+                        vals.append(_agg(fn, col, idx == "*"))
+                    out.append((s, e, *key, *vals))
+            self.sessions[key] = [x for x in self.sessions[key] if x[1] - self._c > w]
+            if not self.sessions[key]:
+                del self.sessions[key]
+        return sorted(out, key=lambda r: (r[0], tuple((v is not None, v if v is not None else 0)
+                                                      for v in r[2:2 + self._nkeys(out)])))
+
+    def _nkeys(self, out: list[tuple]) -> int:
+        return len(out[0]) - 2 - len(self.aggs) if out else 0
+
+    @property
+    def open_sessions(self) -> int:
+        return sum(len(v) for v in self.sessions.values())

@@ -1,0 +1,321 @@
+"""Session windows: per group key, rows closer than a gap form one session.
+
+Semantics (Spark's ``session_window`` and Flink's ``EventTimeSessionWindows``):
+a row at ``ts`` opens the interval ``[ts, ts + gap)``; intervals of the same
+key that overlap or touch merge, so a session is ``[min ts, max ts + gap)``
+over its rows. ``drain(W)`` emits and deletes every session with
+``end <= W`` (``end - 1 <= W`` under ``flink``) — no later row can reach it,
+since a row behind the watermark is late. Rows are merged in batches:
+
+* ``push`` merges the chunk's rows with each other and with the open
+  sessions of their keys. A session that this leaves ending at or before
+  the last drain's watermark could only join sessions already emitted: its
+  rows are late — dropped and counted in ``late_rows``. (Spark tests each
+  row's own ``[ts, ts + gap)`` instead; behind a watermark filter, as in a
+  gpuwm pipeline, no row reaches the operator that either rule drops.)
+* An emitted session is final: a later row within the gap of it starts a
+  new session (as in Spark).
+
+``emit="on-update"`` is not offered: an update would have to retract the
+sessions a merge absorbs.
+
+State is one set of columns — key codes, session start and end, the
+accumulators — sorted by (keys, start) and kept on the backend's device. A
+push sorts its chunk, then merges its sessions with the state in one pass
+over both (a packed sort of already sorted runs plus a segmented running
+maximum); its cost is O(chunk log chunk + open sessions), the state moved at
+memory speed, never per row in Python.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import pyarrow as pa
+
+from kernels import order_indices, reduce_runs, sessionize
+
+from .errors import ConfigError, SchemaError, WatermarkError
+from .frame import Frame
+from .timecol import TimeDomain
+from .watermark import same_schema, schema_from_text, schema_to_text
+from .window import WindowAggregate, _positive
+
+_PART = "sessions"
+
+
+@dataclass(frozen=True)
+class Session:
+    """Session windows on ``column``: rows of one key less than ``gap`` apart
+    (``ts2 <= ts1 + gap``) share a session ``[first ts, last ts + gap)``.
+
+    >>> Session("ts", 10)
+    Session('ts', gap=10)
+    """
+
+    column: str
+    gap: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gap", _positive(self.gap, "gap"))
+
+    def raw(self, dom: TimeDomain) -> tuple[int, int]:
+        g = dom.duration(self.gap, "gap", allow_zero=False)
+        return g, g
+
+    def __repr__(self) -> str:
+        return f"Session({self.column!r}, gap={self.gap!r})"
+
+
+class SessionAggregate(WindowAggregate):
+    """:class:`~gpuwm.WindowAggregate` over :class:`Session` windows (built
+    by ``WindowAggregate(Session(...), ...)``). Output: ``window_start``,
+    ``window_end``, the ``by`` columns, the aggregates; ordered by
+    window_start, then by.
+
+    >>> import pyarrow as pa, gpuwm
+    >>> a = gpuwm.WindowAggregate(gpuwm.Session("ts", 10), by=["k"], aggs={"n": ("*", "count")})
+    >>> a.push(pa.table({"ts": [1, 8, 30, 18], "k": [1, 1, 1, 1]}))
+    >>> a.drain(30).to_pydict()
+    {'window_start': [1], 'window_end': [28], 'k': [1], 'n': [3]}
+    """
+
+    def __init__(self, window: Session, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
+                 emit: str = "on-window-close", profile: Any = "risingwave", *,
+                 close_minus_one: bool | None = None, backend: str | None = None):
+        if emit == "on-update":
+            raise ConfigError("session windows emit on window close only (emit='on-window-close'): a later row "
+                              "can merge sessions, which an update stream would have to retract")
+        super().__init__(window, by=by, aggs=aggs, emit=emit, profile=profile, close_minus_one=close_minus_one,
+                         backend=backend)
+        self._keys: list[Any] = []
+        self._start: Any = None
+        self._end: Any = None
+        self._vals: list[Any] = []
+        self._changed = False  # state changed since mark_saved()
+
+    @staticmethod
+    def _session_window(window: Any) -> bool:
+        return isinstance(window, Session)
+
+    def _bind(self, schema: pa.Schema) -> None:
+        fresh = self._schema is None
+        super()._bind(schema)
+        if fresh:
+            self._gap = self._size
+            xp = self._backend.xp
+            self._keys = [xp.zeros(0, xp.int64) for _ in self.by]
+            self._start = xp.zeros(0, xp.int64)
+            self._end = xp.zeros(0, xp.int64)
+            self._vals = [xp.zeros(0, a.dtype) for a in self._accs]
+
+    # -- push ------------------------------------------------------------------
+    def push(self, table: pa.Table | Frame) -> None:
+        """Merge a chunk's rows into the open sessions of their keys."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self.rows_in += table.num_rows
+        chunk = self._chunk_sessions(table)
+        if chunk is not None:
+            self._merge(*chunk)
+        return None
+
+    def _chunk_sessions(self, table: pa.Table | Frame) -> tuple[list[Any], Any, Any, list[Any]] | None:
+        """The chunk's own sessions: (key codes, start, end, accumulators),
+        ordered by (keys, start); None without a non-null event time."""
+        self._bind(table.schema)
+        b = self._backend
+        xp = b.xp
+        frame = Frame.of(table, b)
+        ts, valid = frame.values(self.window.column)
+        ts = ts.astype(xp.int64, copy=False)
+        rows = None
+        if valid is not None:
+            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
+            rows = xp.nonzero(valid)[0]
+            ts = ts[rows]
+        if ts.shape[0] == 0:
+            return None
+        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        keys = codes if rows is None else [c[rows] for c in codes]
+        accs = self._acc_inputs(xp, frame, rows)
+        return self._sessions(xp, keys, ts, ts + self._gap, accs)
+
+    def _sessions(self, xp: Any, keys: list[Any], start: Any, end: Any, accs: list[Any]):
+        order, starts = sessionize(xp, keys, start, end)
+        ops = [a.op for a in self._accs]
+        red = reduce_runs(xp, accs + [start, end], ops + ["min", "max"], order, starts)
+        first = order[starts]
+        return [k[first] for k in keys], red[-2], red[-1], red[:-2]
+
+    def _merge(self, keys: list[Any], start: Any, end: Any, vals: list[Any]) -> None:
+        """Merge sessions (of a chunk, or partials) into the state; sessions
+        left ending at or before the last drain are late."""
+        xp = self._backend.xp
+        if self._start.shape[0]:
+            keys = [xp.concatenate([a, b]) for a, b in zip(self._keys, keys)]
+            start = xp.concatenate([self._start, start])
+            end = xp.concatenate([self._end, end])
+            vals = [xp.concatenate([a, b]) for a, b in zip(self._vals, vals)]
+        keys, start, end, vals = self._sessions(xp, keys, start, end, vals)
+        if self._drained is not None:
+            late = end - self._close <= self._drained
+            if bool(late.any()):
+                self.late_rows += int(vals[-1][late].sum())  # the __rows accumulator
+                keep = ~late
+                keys, start, end, vals = [k[keep] for k in keys], start[keep], end[keep], [v[keep] for v in vals]
+        self._keys, self._start, self._end, self._vals = keys, start, end, vals
+        self._changed = True
+
+    # -- partial sessions (merged before the shuffle) --------------------------
+    def partial_schema(self) -> pa.Schema:
+        """Columns of :meth:`partials`: ``__start``, ``__end``, the ``by``
+        columns, ``__acc<i>``."""
+        if self._schema is None:
+            raise SchemaError("partial_schema() needs the input schema: call bind(schema) first")
+        fields = [pa.field("__start", pa.int64()), pa.field("__end", pa.int64())]
+        fields += [self._schema.field(k) for k in self.by]
+        fields += [pa.field(f"__acc{j}", pa.from_numpy_dtype(a.dtype)) for j, a in enumerate(self._accs)]
+        return pa.schema(fields)
+
+    def partials(self, table: pa.Table | Frame) -> pa.Table:
+        """This chunk's sessions, without touching the state: what
+        :meth:`push_partials` merges, possibly elsewhere. Merging is
+        associative, so partial sessions of any split of the rows give the
+        sessions of all of them."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        chunk = self._chunk_sessions(table)
+        if chunk is None:
+            return self.partial_schema().empty_table()
+        keys, start, end, vals = chunk
+        to_np = self._backend.to_numpy
+        cols = [pa.array(to_np(start)), pa.array(to_np(end))]
+        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, keys)]
+        cols += [pa.array(to_np(a)) for a in vals]
+        return pa.Table.from_arrays(cols, schema=self.partial_schema())
+
+    def push_partials(self, partials: pa.Table) -> None:
+        """Merge partial sessions from :meth:`partials` (of any chunks, in any
+        order) into the state: the same result as pushing their rows."""
+        if self._schema is None:
+            raise SchemaError("push_partials() needs the input schema: call bind(schema) first")
+        same_schema(self.partial_schema(), partials.schema, "WindowAggregate.push_partials")
+        if partials.num_rows == 0:
+            return None
+        b = self._backend
+        xp = b.xp
+        frame = Frame.from_arrow(partials, b)
+        keys = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        vals = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
+        self._merge(keys, frame.values("__start")[0], frame.values("__end")[0], vals)
+        return None
+
+    # -- drain -----------------------------------------------------------------
+    def drain(self, watermark: Any) -> pa.Table:
+        """Emit and delete every session closed by ``watermark`` (end <= W)."""
+        w = self._drain_to(watermark)
+        if w is None:
+            return pa.table({}) if self._schema is None else self._empty_out()
+        xp = self._backend.xp
+        closed = self._end - self._close <= w
+        if not bool(closed.any()):
+            return self._empty_out()
+        keep = ~closed
+        idx = xp.nonzero(closed)[0]
+        # output order (window_start, then by): key codes sort like values, except
+        # dictionary-coded ones, which _finalize orders with Arrow
+        idx = idx[order_indices(xp, [self._start[idx]] + [k[idx] for k in self._keys])]
+        out = self._finalize(self._start[idx], [k[idx] for k in self._keys], [v[idx] for v in self._vals],
+                             ends=self._end[idx])
+        self._keys = [k[keep] for k in self._keys]
+        self._start, self._end = self._start[keep], self._end[keep]
+        self._vals = [v[keep] for v in self._vals]
+        self._changed = True
+        for i, c in enumerate(self._codecs):  # forget dictionary keys no open session references
+            new = c.compact_codes(xp, [self._keys[i]], self.state_rows, self._backend.to_numpy)
+            if new is not None:
+                self._keys[i] = new[0]
+        self.rows_out += out.num_rows
+        return out
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def state_rows(self) -> int:
+        return 0 if self._start is None else int(self._start.shape[0])
+
+    @property
+    def state_bytes(self) -> int:
+        if self._start is None:
+            return 0
+        return int(sum(a.nbytes for a in [*self._keys, self._start, self._end, *self._vals]))
+
+    @property
+    def open_windows(self) -> int:
+        return self.state_rows
+
+    def _state_columns(self, rows: bool = True) -> dict[str, Any]:
+        to_np = self._backend.to_numpy
+        take = (lambda a: to_np(a)) if rows else (lambda a: to_np(a)[:0])
+        cols: dict[str, Any] = {"session_start": take(self._start), "session_end": take(self._end)}
+        for k, codes in zip(self.by, self._keys):
+            cols[f"key.{k}"] = take(codes)
+        for acc, v in zip(self._accs, self._vals):
+            cols[f"acc.{acc.agg}.{acc.role}"] = take(v)
+        return cols
+
+    def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
+        """``{"state": every open session, "dict.<col>": key dictionaries}``;
+        with ``rows=False`` the sessions are left to the part ``"sessions"``."""
+        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema)}
+        out: dict[str, pa.Table] = {}
+        cols: dict[str, Any] = {"session_start": pa.array([], pa.int64())}
+        if self._schema is not None:
+            cols = self._state_columns(rows)
+            for c in self._codecs:
+                d = c.dictionary()
+                if d is not None:
+                    out[f"dict.{c.name}"] = pa.table({"value": d})
+        out["state"] = pa.table(cols).replace_schema_metadata({"gpuwm.session": json.dumps(meta)})
+        return out
+
+    def state_parts(self) -> dict[str, bool]:
+        """One part, every open session: written again when a push or drain
+        changed it since :meth:`mark_saved`."""
+        return {} if self._schema is None else {_PART: self._changed}
+
+    def snapshot_part(self, name: str) -> pa.Table:
+        if name != _PART:
+            raise KeyError(name)
+        return pa.table(self._state_columns())
+
+    def mark_saved(self, written: Sequence[str] = ()) -> None:
+        self._changed = False
+
+    def restore(self, snapshot: Mapping[str, pa.Table],
+                parts: Mapping[str, pa.Table] | None = None) -> "SessionAggregate":
+        """Continue exactly where the snapshotted operator stopped: from
+        ``snapshot()``, or from ``snapshot(rows=False)`` and its part."""
+        if self._schema is not None:
+            raise WatermarkError("restore() must be called on a fresh WindowAggregate")
+        state = snapshot["state"]
+        if b"gpuwm.session" not in (state.schema.metadata or {}):
+            raise ConfigError("this snapshot is not of a session-window aggregate")
+        meta = json.loads(state.schema.metadata[b"gpuwm.session"])
+        if parts and _PART in parts:
+            state = parts[_PART]
+        if meta["schema"] is not None:
+            self._bind(schema_from_text(meta["schema"]))
+            for c in self._codecs:
+                if f"dict.{c.name}" in snapshot:
+                    c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+            b = self._backend
+            col = lambda name: b.asarray(state.column(name).to_numpy())  # noqa: E731
+            self._start, self._end = col("session_start"), col("session_end")
+            self._keys = [col(f"key.{k}") for k in self.by]
+            self._vals = [col(f"acc.{a.agg}.{a.role}") for a in self._accs]
+        self._load_drained_meta(meta)
+        return self
+

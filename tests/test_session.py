@@ -1,0 +1,222 @@
+"""Session windows: the row-at-a-time reference on random streams, the
+session kernel, partial sessions merged elsewhere, snapshot/restore,
+timestamps, errors."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gpuwm
+from gpuwm.keys import KeyCodec
+from gpuwm.session import SessionAggregate
+from kernels import segmented_cummax, sessionize
+
+from .reference import RefSession
+
+UTC = timezone.utc
+AGGS = {"n": ("*", "count"), "c": (2, "count"), "s": (2, "sum"), "lo": (2, "min"), "hi": (2, "max"),
+        "avg": (2, "mean")}
+
+rows_st = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 120)), st.integers(0, 3),
+                             st.one_of(st.none(), st.integers(-50, 50))), max_size=25)
+ops_st = st.lists(st.one_of(st.tuples(st.just("push"), rows_st), st.tuples(st.just("drain"), st.integers(0, 20))),
+                  max_size=12)
+
+
+def _table(rows, keytype):
+    conv = (lambda k: f"key{k}") if keytype == "str" else (lambda k: k)
+    return pa.table({"t": pa.array([r[0] for r in rows], pa.int64()),
+                     "k": pa.array([conv(r[1]) for r in rows], pa.string() if keytype == "str" else pa.int32()),
+                     "v": pa.array([r[2] for r in rows], pa.int64())})
+
+
+def _aggs():
+    return {n: ("v" if c == 2 else c, fn) for n, (c, fn) in AGGS.items()}
+
+
+def _cmp(got: pa.Table, exp: list[tuple], by: bool, keytype: str):
+    names = ["window_start", "window_end"] + (["k"] if by else []) + list(AGGS)
+    got_rows = [tuple(r[n] for n in names) for r in got.to_pylist()] if got.num_columns else []
+    conv = (lambda k: f"key{k}") if keytype == "str" else (lambda k: k)
+    exp = [(e[0], e[1], conv(e[2]), *e[3:]) if by else e for e in exp]
+    assert len(got_rows) == len(exp)
+    for g, e in zip(got_rows, exp):
+        assert g[:-1] == e[:-1]
+        assert (g[-1] is None and e[-1] is None) or math.isclose(g[-1], e[-1])
+
+
+@pytest.mark.parametrize("gap", [1, 7, 30])
+@pytest.mark.parametrize("profile", ["risingwave", "flink"])
+@pytest.mark.parametrize("keys", ["int", "str", "none"])
+@given(ops=ops_st)
+def test_session_matches_reference(backend, gap, profile, keys, ops, monkeypatch):
+    if keys == "str":  # compact the key dictionary at every drain that can
+        monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
+    by = [] if keys == "none" else ["k"]
+    a = gpuwm.WindowAggregate(gpuwm.Session("t", gap), by=by, aggs=_aggs(), profile=profile, backend=backend)
+    assert isinstance(a, SessionAggregate)
+    ref = RefSession(gap=gap, close_minus_one=profile == "flink", key_of=(lambda r: (r[1],)) if by else (lambda r: ()),
+                     aggs=AGGS)
+    w = 0
+    for op, arg in ops:
+        if op == "push":
+            assert a.push(_table(arg, keys)) is None
+            ref.push(arg)
+        else:
+            w += arg
+            _cmp(a.drain(w), ref.drain(w), bool(by), keys)
+        assert a.state_rows == ref.open_sessions
+    assert (a.late_rows, a.null_rows) == (ref.late, ref.nulls)
+
+
+@pytest.mark.parametrize("keys", ["int", "str"])
+@given(ops=ops_st, cut=st.integers(0, 25))
+def test_partial_sessions_merged_elsewhere_equal_rows(backend, keys, ops, cut):
+    """partials() in 'other tasks' (fresh operators) + push_partials() here ==
+    the reference: sessionizing before a shuffle loses nothing."""
+    mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 6), by=["k"], aggs=_aggs(), backend=backend)  # noqa: E731
+    a = mk()
+    ref = RefSession(gap=6, close_minus_one=False, key_of=lambda r: (r[1],), aggs=AGGS)
+    w = 0
+    for op, arg in ops:
+        if op == "push":
+            t = _table(arg, keys)
+            a.bind(t.schema)
+            assert a.push_partials(pa.concat_tables([mk().partials(t.slice(0, cut)), mk().partials(t.slice(cut))])) \
+                is None
+            ref.push(arg)
+        else:
+            w += arg
+            _cmp(a.drain(w), ref.drain(w), True, keys)
+    assert a.late_rows == ref.late
+
+
+@given(ops=ops_st, stop=st.integers(0, 12), parts=st.booleans())
+@pytest.mark.parametrize("keys", ["int", "str"])
+def test_session_snapshot_restore(backend, ops, stop, parts, keys, monkeypatch):
+    monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
+    mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 9), by=["k"], aggs=_aggs(), backend=backend)  # noqa: E731
+    a, b = mk(), mk()
+    w = 0
+    for i, (op, arg) in enumerate(ops):
+        if i == stop:
+            if parts:  # the incremental store's way: counters + one part
+                names = b.state_parts()
+                b = mk().restore(b.snapshot(rows=False), {n: b.snapshot_part(n) for n in names})
+            else:
+                b = mk().restore(b.snapshot())
+        if op == "push":
+            a.push(_table(arg, keys))
+            b.push(_table(arg, keys))
+        else:
+            w += arg
+            assert a.drain(w).to_pydict() == b.drain(w).to_pydict()
+    assert (a.state_rows, a.late_rows, a.null_rows) == (b.state_rows, b.late_rows, b.null_rows)
+
+
+def test_state_parts_are_rewritten_only_after_a_change(backend):
+    a = gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], backend=backend)
+    assert a.state_parts() == {}
+    a.push(_table([(1, 0, 1), (3, 0, 2)], "int"))
+    assert a.state_parts() == {"sessions": True}
+    a.mark_saved(["sessions"])
+    assert a.drain(2).num_rows == 0 and a.state_parts() == {"sessions": False}
+    assert a.drain(8).num_rows == 1 and a.state_parts() == {"sessions": True}
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 15)), max_size=40))
+def test_sessionize_kernel_against_interval_union(rows):
+    """Per key, sessions are the connected components of [start, end]
+    intervals (touching ends connect); the kernel's runs are those."""
+    k = np.array([r[0] for r in rows], np.int64)
+    s = np.array([r[1] for r in rows], np.int64)
+    e = s + np.array([r[2] for r in rows], np.int64)
+    order, starts = sessionize(np, [k], s, e)
+    got = []
+    bounds = list(starts) + [len(rows)]
+    for i in range(len(starts)):
+        idx = order[bounds[i]:bounds[i + 1]]
+        got.append((int(k[idx[0]]), int(s[idx].min()), int(e[idx].max()), len(idx)))
+    exp = []
+    for key in sorted(set(k.tolist())):
+        iv = sorted((a, b) for kk, a, b in zip(k.tolist(), s.tolist(), e.tolist()) if kk == key)
+        cur = None
+        for a, b in iv:
+            if cur is not None and a <= cur[2]:
+                cur = (key, cur[1], max(cur[2], b), cur[3] + 1)
+            else:
+                if cur is not None:
+                    exp.append(cur)
+                cur = (key, a, b, 1)
+        exp.append(cur)
+    assert got == exp
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(-(1 << 62), 1 << 62)), min_size=1, max_size=60))
+def test_segmented_cummax_both_paths(rows):
+    """The lifted scan and (values spread over int64) the doubling scan."""
+    first = np.array([True] + [r[0] for r in rows[1:]])
+    v = np.array([r[1] for r in rows], np.int64)
+    exp, cur = [], None
+    for f, x in zip(first.tolist(), v.tolist()):
+        cur = x if f else max(cur, x)
+        exp.append(cur)
+    assert segmented_cummax(np, v, first).tolist() == exp
+    small = v >> 40  # narrow ranges: the lifted path
+    exp_small = segmented_cummax(np, small, first).tolist()
+    cur = None
+    for i, (f, x) in enumerate(zip(first.tolist(), small.tolist())):
+        cur = x if f else max(cur, x)
+        assert exp_small[i] == cur
+
+
+def test_timestamp_sessions(backend):
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    typ = pa.timestamp("ms", tz="UTC")
+    secs = [0, 4, 9, 30, 33, 2]
+    t = pa.table({"ts": pa.array([t0 + timedelta(seconds=s) for s in secs], typ),
+                  "u": pa.array(["a", "a", "a", "a", "a", "b"]), "p": pa.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])})
+    a = gpuwm.WindowAggregate(gpuwm.Session("ts", "5 seconds"), by=["u"],
+                              aggs={"n": ("*", "count"), "top": ("p", "max")}, profile="spark", backend=backend)
+    a.push(t)
+    out = a.drain(t0 + timedelta(seconds=20))
+    assert out.schema.field("window_start").type == typ and out.schema.field("window_end").type == typ
+    assert out.to_pylist() == [
+        {"window_start": t0, "window_end": t0 + timedelta(seconds=14), "u": "a", "n": 3, "top": 3.0},
+        {"window_start": t0 + timedelta(seconds=2), "window_end": t0 + timedelta(seconds=7), "u": "b", "n": 1,
+         "top": 6.0},
+    ]
+    assert a.state_rows == 1  # [30 s, 38 s) of "a" stays open
+    # a row behind the drain that cannot reach an open session is late
+    a.push(t.slice(0, 1))
+    assert a.late_rows == 1 and a.state_rows == 1
+
+
+def test_session_errors():
+    with pytest.raises(gpuwm.ConfigError, match="gap must be > 0"):
+        gpuwm.Session("t", 0)
+    with pytest.raises(gpuwm.ConfigError, match="cannot parse interval 'soon'"):
+        gpuwm.Session("t", "soon")
+    with pytest.raises(gpuwm.ConfigError, match="on window close only"):
+        gpuwm.WindowAggregate(gpuwm.Session("t", 5), emit="on-update")
+    a = gpuwm.WindowAggregate(gpuwm.Session("t", 5))
+    with pytest.raises(gpuwm.SchemaError, match="'t'"):
+        a.push(pa.table({"x": [1]}))
+    a = gpuwm.WindowAggregate(gpuwm.Session("t", timedelta(seconds=1)))
+    with pytest.raises(gpuwm.ConfigError, match="int"):
+        a.push(pa.table({"t": pa.array([1], pa.int64())}))
+    b = gpuwm.WindowAggregate(gpuwm.Session("t", 5))
+    b.push(pa.table({"t": [3]}))
+    b.drain(4)
+    with pytest.raises(gpuwm.WatermarkError, match="backwards"):
+        b.drain(3)
+    with pytest.raises(gpuwm.ConfigError, match="not of a session"):
+        gpuwm.WindowAggregate(gpuwm.Session("t", 5)).restore(
+            gpuwm.WindowAggregate(gpuwm.Tumble("t", 5)).snapshot())
