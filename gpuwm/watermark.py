@@ -36,12 +36,12 @@ def _now(now: datetime | None) -> datetime:
     return now
 
 
-def _check_delay(delay: Any) -> Any:
+def _check_delay(delay: Any, what: str = "delay") -> Any:
     delay = parse_interval(delay)
     if isinstance(delay, bool) or not isinstance(delay, (int, timedelta)):
-        raise ConfigError(f"delay must be a timedelta, an interval string or an int, got {delay!r}")
+        raise ConfigError(f"{what} must be a timedelta, an interval string or an int, got {delay!r}")
     if (isinstance(delay, int) and delay < 0) or (isinstance(delay, timedelta) and delay < timedelta(0)):
-        raise ConfigError(f"delay must be >= 0, got {delay!r}")
+        raise ConfigError(f"{what} must be >= 0, got {delay!r}")
     return delay
 
 
@@ -106,6 +106,11 @@ class WatermarkFilter:
         holding the combined watermark back (``min-non-idle``).
     max_drift : alignment: splits ahead of the combined watermark by more than
         this are reported by :meth:`held_back`.
+    allowed_lateness : a row is late only when it is this far behind the
+        watermark: ``ts + allowed_lateness < W`` (``<=`` under
+        ``late_inclusive``); default 0. A session-window pipeline sets it to
+        the gap: a row whose own session ``[ts, ts + gap)`` is still open can
+        join an open session (Spark drops session rows the same way).
     backend : ``"auto"``, ``"cpu"`` or ``"gpu"`` (default: :func:`gpuwm.set_backend`).
     **knobs : any profile knob, e.g. ``late_inclusive=False``.
 
@@ -130,11 +135,13 @@ class WatermarkFilter:
         splits: Iterable[Any] | None = None,
         idle_timeout: Any = None,
         max_drift: Any = None,
+        allowed_lateness: Any = 0,
         backend: str | None = None,
         **knobs: Any,
     ):
         self.column = column
         self.delay = _check_delay(delay)
+        self.allowed_lateness = _check_delay(allowed_lateness or 0, "allowed_lateness")
         self.profile = resolve(profile, emit=emit, **knobs)
         self.split = split if self.profile.combine != "max" else None
         self.split_column = split
@@ -244,6 +251,7 @@ class WatermarkFilter:
         dom = event_time_domain(schema, self.column)
         delay = dom.duration(self.delay, "delay")
         self._eff_delay = delay + (dom.one_ms() if self.profile.minus_one else 0)
+        self._lateness = 0 if not self.allowed_lateness else dom.duration(self.allowed_lateness, "allowed_lateness")
         if self.max_drift is not None:
             self._drift_raw = dom.duration(self.max_drift, "max_drift")
         self._domain = dom
@@ -305,7 +313,7 @@ class WatermarkFilter:
         codes = None if codes is None else b.asarray(codes)
         res = watermark_filter(
             xp, ts, valid, codes, len(self._keys), b.asarray(test), b.asarray(self._wm),
-            delay=self._eff_delay, inclusive=self.profile.late_inclusive,
+            delay=self._eff_delay, inclusive=self.profile.late_inclusive, lateness=self._lateness,
             on_event=self.profile.emit == "on-event",
             drop_nulls=self.profile.nulls == "drop",
         )

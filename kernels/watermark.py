@@ -138,6 +138,7 @@ def watermark_filter(
     inclusive: bool,
     on_event: bool,
     drop_nulls: bool,
+    lateness: int = 0,
 ) -> FilterResult:
     """Filter one chunk.
 
@@ -151,6 +152,7 @@ def watermark_filter(
     prev_wm : int64 per split: the watermark before this chunk, advanced by
         this chunk's rows into the returned ``watermarks``.
     delay : the bounded out-of-orderness, already including any ``- 1``.
+    lateness : allowed lateness: a row is tested as ``ts + lateness``.
 
     Examples
     --------
@@ -179,7 +181,8 @@ def watermark_filter(
     else:
         w_row = test_wm[0] if codes is None else test_wm[codes]
 
-    keep = (ts > w_row) if inclusive else (ts >= w_row)
+    t = ts + lateness if lateness else ts
+    keep = (t > w_row) if inclusive else (t >= w_row)
     if valid is None:
         nlate = n - int(xp.count_nonzero(keep))
         if nlate == 0:

@@ -28,10 +28,12 @@ class RefFilter:
     combined: Any = None
     combined_prev: Any = None
     late: int = 0
+    lateness: int = 0  # allowed lateness: a row is tested as ts + lateness
 
     def _late(self, ts: int, w: Any) -> bool:
         if w is None:
             return False
+        ts += self.lateness
         return ts <= w if self.inclusive else ts < w
 
     def process(self, rows: list[tuple], split_of: Callable[[tuple], Any], now: int = 0) -> list[tuple]:

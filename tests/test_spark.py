@@ -186,6 +186,61 @@ def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
         assert reads == {"direct" if read == "auto" else "spark"}
 
 
+@pytest.mark.parametrize("vnodes", [None, 2])
+def test_spark_profile_matches_spark_native_sessions(spark, tmp_path, vnodes):
+    """Session windows (gap 4 s) against Spark's session_window + append on
+    the same files; vnodes=2 merges partial sessions after the shuffle."""
+    rng = np.random.default_rng(11)
+    batches: list[list] = [[] for _ in range(13)]
+    for i in range(10):  # bursts per key with pauses, seconds; 40 % of the rows arrive 1-3 batches late
+        for k in range(4):
+            if rng.random() < 0.7:
+                m = int(rng.integers(1, 6))
+                secs = i * 10 + int(rng.integers(0, 8)) + np.cumsum(rng.integers(0, 4, m))
+                for t in secs.tolist():
+                    batches[i + int(rng.choice([0, 0, 0, 0, 0, 0, 1, 1, 2, 3]))].append(
+                        (t, k, int(rng.integers(0, 1000))))
+    batches = [rng.permutation(np.array(b, dtype=np.int64)).tolist() if b else [] for b in batches]
+    batches = [[tuple(r) for r in b] for b in batches]
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    schema = "ts timestamp, k bigint, price bigint"
+
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    native = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+              .withWatermark("ts", "10 seconds")
+              .groupBy(F.session_window("ts", "4 seconds"), "k")
+              .agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+              .selectExpr("session_window.start as ws", "session_window.end as we", "k", "n", "mx"))
+    nq = (native.writeStream.format("parquet").option("path", f"{tmp_path}/native")
+          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append")
+          .trigger(availableNow=True).start())
+    nq.awaitTermination()
+    exp = spark.read.parquet(f"{tmp_path}/native").toPandas()
+    utc = lambda t: t.to_pydatetime().replace(tzinfo=timezone.utc) if t.tzinfo is None else t.to_pydatetime()  # noqa: E731
+    exp_rows = sorted((utc(r.ws), utc(r.we), r.k, r.n, r.mx) for r in exp.itertuples())
+    assert len(exp_rows) > 10 and any(r[3] > 3 for r in exp_rows)  # sessions of several rows
+
+    src2 = f"{tmp_path}/in2"
+    _write_batches(src2, batches + [[]])
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src2)
+    p = (Pipeline(df, f"{tmp_path}/ck", vnodes=vnodes).watermark("ts", delay="10 seconds", profile="spark")
+         .window(gpuwm.Session("ts", "4 seconds"), by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
+         .write_parquet(f"{tmp_path}/out"))
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    assert rows_of(read_out(f"{tmp_path}/out"), ["window_start", "window_end", "k", "n", "mx"]) == exp_rows
+    # Spark's timing (batch N tests with W_{N-2}, W_k = max ts so far - 10 s): 6 rows have ts <= W, but
+    # 4 of them are within the gap of it (ts + 4 s > W) and may join open sessions, in Spark and here
+    mx, wms, late = -1, [], 0
+    for n, b in enumerate(batches):
+        late += sum(t + 4 <= wms[n - 2] for t, _, _ in b) if n >= 2 else 0
+        mx = max([mx] + [t for t, _, _ in b])
+        wms.append(mx - 10)
+    assert late == 2 and sum(m["late_rows"] for m in p.history) == late
+
+
 def test_direct_read_falls_back_per_batch_and_refuses_when_asked(spark, tmp_path):
     """A file the task cannot read exactly (here: a column missing, which
     Spark reads as nulls) goes through Spark's reader for its batch alone;

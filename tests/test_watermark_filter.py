@@ -86,16 +86,16 @@ SPLIT_TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "int8": pa.int8(), "s
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("emit", ["on-batch", "on-event"])
 @pytest.mark.parametrize("split", [None, *SPLIT_TYPES])
-@given(batches=batch_st, delay=st.integers(0, 12))
-def test_filter_matches_reference(backend, profile, emit, split, batches, delay):
+@given(batches=batch_st, delay=st.integers(0, 12), lateness=st.sampled_from([0, 0, 4]))
+def test_filter_matches_reference(backend, profile, emit, split, batches, delay, lateness):
     p = PROFILES[profile]
     if p.lag and emit == "on-event":
         pytest.skip("lag=1 needs on-batch (rejected by construction, tested below)")
     nulls = "keep" if p.nulls == "error" else p.nulls
     f = gpuwm.WatermarkFilter("t", delay=delay, profile=profile, emit=emit, split="s" if split else None,
-                              nulls=nulls, backend=backend)
+                              nulls=nulls, allowed_lateness=lateness, backend=backend)
     ref = RefFilter(delay=delay + (1 if p.minus_one else 0), inclusive=p.late_inclusive,
-                    on_event=emit == "on-event", lag=p.lag, combine=p.combine, nulls=nulls)
+                    on_event=emit == "on-event", lag=p.lag, combine=p.combine, nulls=nulls, lateness=lateness)
     ids = 0
     for rows in batches:
         rows = [(t, s, ids + i) for i, (t, s) in enumerate(rows)]
@@ -204,6 +204,8 @@ def test_bad_input_errors():
         gpuwm.WatermarkFilter("t", delay=-1)
     with pytest.raises(gpuwm.ConfigError, match="delay must be >= 0"):
         gpuwm.WatermarkFilter("t", delay=timedelta(seconds=-1))
+    with pytest.raises(gpuwm.ConfigError, match="allowed_lateness must be >= 0"):
+        gpuwm.WatermarkFilter("t", delay=1, allowed_lateness=-2)
     with pytest.raises(gpuwm.ConfigError, match="unknown profile 'storm'"):
         gpuwm.WatermarkFilter("t", delay=1, profile="storm")
     with pytest.raises(gpuwm.ConfigError, match="emit must be one of"):

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..backend import log
 from ..errors import ConfigError, SchemaError
+from ..session import Session
 from ..window import Hop, Tumble, _Window
 from . import runtime
 
@@ -146,12 +147,13 @@ class Pipeline:
 
     def window(self, window: _Window, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
                emit: str = "on-window-close") -> "Pipeline":
-        """Tumbling/hopping aggregation emitted when the watermark closes a window."""
+        """Tumbling, hopping or session aggregation emitted when the watermark
+        closes a window (session windows: on window close only)."""
         from .. import WindowAggregate
 
         self._need_watermark("window")
-        if not isinstance(window, (Tumble, Hop)):
-            raise ConfigError(f"window must be gpuwm.Tumble or gpuwm.Hop, got {window!r}")
+        if not isinstance(window, (Tumble, Hop, Session)):
+            raise ConfigError(f"window must be gpuwm.Tumble, gpuwm.Hop or gpuwm.Session, got {window!r}")
         if window.column != self._wm["column"]:
             raise ConfigError(f"window column {window.column!r} differs from the watermark column "
                               f"{self._wm['column']!r}")
@@ -163,10 +165,17 @@ class Pipeline:
         for name, (col, _) in aggs.items():
             if col != "*":
                 _spark_field(self.df.schema, col, f"aggregate {name!r}")
-        tumble = isinstance(window, Tumble)
-        self._op = {"kind": "window", "column": window.column, "size": _encode(window.size),
-                    "slide": None if tumble else _encode(window.slide), "by": by,
+        self._op = {"kind": "window", "column": window.column, "by": by,
                     "aggs": {k: list(v) for k, v in aggs.items()}, "emit": emit, "partition_by": by}
+        if isinstance(window, Session):
+            self._op.update(size=None, slide=None, session=_encode(window.gap))
+            # a row behind the watermark whose own session [ts, ts + gap) is open
+            # can still join one: the filter lets it through (as Spark does)
+            self._wm["allowed_lateness"] = _encode(window.gap)
+        else:
+            self._wm.pop("allowed_lateness", None)
+            tumble = isinstance(window, Tumble)
+            self._op.update(size=_encode(window.size), slide=None if tumble else _encode(window.slide))
         return self
 
     def write_parquet(self, path: str) -> "Pipeline":

@@ -61,10 +61,12 @@ def make_filter(plan: dict):
     import gpuwm
 
     w = plan["watermark"]
+    knobs = dict(w["knobs"])  # allowed_lateness given to .watermark() wins over the session gap
+    lateness = knobs.pop("allowed_lateness", _decode(w.get("allowed_lateness", 0)))
     return gpuwm.WatermarkFilter(
         w["column"], delay=_decode(w["delay"]), profile=w["profile"], emit=w["emit"], split=w["split"],
-        idle_timeout=_decode(w["idle_timeout"]), max_drift=_decode(w["max_drift"]), backend=plan["backend"],
-        **w["knobs"],
+        idle_timeout=_decode(w["idle_timeout"]), max_drift=_decode(w["max_drift"]),
+        allowed_lateness=lateness, backend=plan["backend"], **knobs,
     )
 
 
@@ -77,9 +79,12 @@ def make_operator(plan: dict):
     profile = plan["watermark"]["profile"]
     if op["kind"] == "sort":
         return gpuwm.StreamSort(op["column"], key=op["key"], profile=profile, backend=plan["backend"])
-    cls = gpuwm.Tumble if op["slide"] is None else gpuwm.Hop
-    win = cls(op["column"], _decode(op["size"])) if op["slide"] is None else cls(
-        op["column"], size=_decode(op["size"]), slide=_decode(op["slide"]))
+    if op.get("session") is not None:
+        win = gpuwm.Session(op["column"], _decode(op["session"]))
+    elif op["slide"] is None:
+        win = gpuwm.Tumble(op["column"], _decode(op["size"]))
+    else:
+        win = gpuwm.Hop(op["column"], size=_decode(op["size"]), slide=_decode(op["slide"]))
     aggs = {k: tuple(v) for k, v in op["aggs"].items()}
     return gpuwm.WindowAggregate(win, by=op["by"], aggs=aggs, emit=op["emit"], profile=profile,
                                  backend=plan["backend"])
@@ -128,7 +133,7 @@ def _write_table(path: str, t: pa.Table) -> None:
 def save_operator(checkpoint: str, batch_id: int, vnode: int, op: Any, prev_batch: int | None = None) -> None:
     """Write the operator's state as version ``batch_id``: its small tables
     (counters, dictionaries) whole, and its parts — one file per open window,
-    one per sort run — under ``parts/``. A part the operator does not need
+    one per sort run, one for all open sessions — under ``parts/``. A part the operator does not need
     written again is a hard link to its file in version ``prev_batch`` (the
     version the operator was loaded from; copied where the file system has no
     hard links), so a batch writes what it changed, not the whole state, and

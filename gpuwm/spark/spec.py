@@ -18,7 +18,8 @@ org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1``; its ``partition``
 column is the natural split) or any file format with a ``schema`` and
 ``path``; ``options`` are passed to ``readStream``; ``select`` (optional)
 is a list of SQL expressions applied to the stream (e.g. to parse Kafka
-values). Operator: ``window`` (``tumble`` or ``hop`` + ``slide``) or
+values). Operator: ``window`` (``tumble``, ``hop`` + ``slide``, or
+``session``: the gap) or
 ``sort`` (``{"key": [...]}``) or neither (filter only). ``sink``:
 ``{"parquet": path}`` or ``{"console": rows}``. ``read`` (optional):
 ``auto``, ``direct`` or ``spark`` — see ``Pipeline(read=...)`` (default:
@@ -31,6 +32,7 @@ import json
 from typing import Any
 
 from ..errors import ConfigError
+from ..session import Session
 from ..window import Hop, Tumble
 
 _TOP = {"source", "checkpoint", "watermark", "window", "sort", "sink", "trigger", "vnodes", "backend", "read"}
@@ -86,8 +88,10 @@ def build(spark, spec: dict, verbose: bool = True):
             window = Tumble(col, win.pop("tumble"))
         elif "hop" in win:
             window = Hop(col, size=win.pop("hop"), slide=win.pop("slide"))
+        elif "session" in win:
+            window = Session(col, win.pop("session"))
         else:
-            raise ConfigError("window needs 'tumble': size or 'hop': size with 'slide'")
+            raise ConfigError("window needs 'tumble': size, 'hop': size with 'slide', or 'session': gap")
         aggs = {k: tuple(v) for k, v in win.pop("aggs", {"count": ["*", "count"]}).items()}
         p.window(window, by=win.pop("by", []), aggs=aggs, emit=win.pop("emit", "on-window-close"))
         if win:
