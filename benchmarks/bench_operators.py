@@ -1,7 +1,8 @@
 """Operator benchmarks without Spark: watermark filter, range-drain sort,
-tumbling/hopping window aggregation, and the sort drain's cost vs buffer size.
+tumbling/hopping/session window aggregation, and the sort drain's cost vs buffer size.
 
 Run:  python benchmarks/bench_operators.py [--backend cpu|gpu] [--rows 10000000] [--sizes 1e6,1e8] [--out DIR]
+      [--only session]
 
 Every figure is the median of ``--runs`` timed runs after one warm-up, on
 fresh random out-of-order input per run, with the spread (min..max) beside
@@ -24,6 +25,7 @@ import platform
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +165,41 @@ def bench_window(backend, n, runs, hop):
     return med, lo, hi, {"groups": int(out.num_rows)}
 
 
+def bench_session(backend, n, runs, gap_ms=2_000):
+    """Session windows (gap 2 s) over 100 k keys: each key sees an event
+    about every second, so most rows extend a session and a key has a new
+    one every ~7 s."""
+    def setup():
+        t = events(n, seed=int(time.time_ns() % 2**31))
+        a = gpuwm.WindowAggregate(gpuwm.Session("ts", timedelta(milliseconds=gap_ms)), by=["k"],
+                                  aggs={"n": ("*", "count"), "m": ("v", "max")}, backend=backend.name)
+        return a, t
+
+    def run(a):
+        agg, t = a
+        agg.push(t)
+        ts = t.column("ts").cast(pa.int64()).to_numpy()
+        return agg, t, agg.drain(int(ts.max()) + 10 * gap_ms)  # close every session
+
+    med, lo, hi, (agg, t, out) = timed(backend, run, runs, setup)
+    # reference: NumPy's lexsort by (key, ts); a new session where the gap to the key's previous row exceeds gap_ms
+    ts = t.column("ts").cast(pa.int64()).to_numpy()
+    k = t.column("k").to_numpy()
+    o = np.lexsort((ts, k))
+    sk, st = k[o], ts[o]
+    first = np.ones(n, bool)
+    first[1:] = (sk[1:] != sk[:-1]) | (st[1:] > st[:-1] + gap_ms)
+    starts = np.flatnonzero(first)
+    ref_n = np.diff(np.append(starts, n))
+    ref_m = np.maximum.reduceat(t.column("v").to_numpy()[o], starts)
+    # gpuwm's output is ordered by (start, key); the reference by (key, start)
+    got = out.sort_by([("k", "ascending"), ("window_start", "ascending")])
+    assert got.num_rows == starts.shape[0], "session count is wrong"
+    assert np.array_equal(got.column("n").to_numpy(), ref_n), "session sizes are wrong"
+    assert np.array_equal(got.column("m").to_numpy(), ref_m), "session max is wrong"
+    return med, lo, hi, {"groups": int(out.num_rows)}
+
+
 def bench_drain_flat(backend, sizes, release, runs):
     """Drain time of `release` rows while `size` rows stay buffered."""
     rows = []
@@ -195,6 +232,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000000,100000000",
                     help="further chunk sizes to time every operator at (besides --rows), where memory allows")
     ap.add_argument("--sweep-runs", type=int, default=3)
+    ap.add_argument("--only", default="", help="time only the operators whose name contains this")
     args = ap.parse_args()
     backend = gpuwm.get_backend(args.backend)
     n = args.rows
@@ -227,7 +265,9 @@ def main() -> int:
            ("filter on-event, 8 splits", lambda m, r: bench_filter(backend, m, r, "on-event", True), None, 100),
            ("sort push+drain (ts, k)", lambda m, r: bench_sort(backend, m, r), 15e6, 110),
            ("tumble 10s, 100k keys, push+drain", lambda m, r: bench_window(backend, m, r, False), 15e6, 140),
-           ("hop 10s/5s, 100k keys, push+drain", lambda m, r: bench_window(backend, m, r, True), None, 160)]
+           ("hop 10s/5s, 100k keys, push+drain", lambda m, r: bench_window(backend, m, r, True), None, 160),
+           ("session 2s, 100k keys, push+drain", lambda m, r: bench_session(backend, m, r), None, 120)]
+    ops = [o for o in ops if args.only in o[0]]
     for name, run, target, _ in ops:
         record(name, *run(n, args.runs), target=target)
     sweep = [{"benchmark": r["benchmark"], "rows": n, "rows_per_s": r["rows_per_s"], "median_s": r["median_s"],

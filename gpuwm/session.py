@@ -119,7 +119,7 @@ class SessionAggregate(WindowAggregate):
         self.rows_in += table.num_rows
         chunk = self._chunk_sessions(table)
         if chunk is not None:
-            self._merge(*chunk)
+            self._merge(*chunk, sorted_=True)  # one chunk's sessions are disjoint already
         return None
 
     def _chunk_sessions(self, table: pa.Table | Frame) -> tuple[list[Any], Any, Any, list[Any]] | None:
@@ -141,16 +141,15 @@ class SessionAggregate(WindowAggregate):
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         keys = codes if rows is None else [c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, rows)
-        return self._sessions(xp, keys, ts, ts + self._gap, accs)
+        return self._sessions(xp, keys, ts, self._gap, accs)
 
-    def _sessions(self, xp: Any, keys: list[Any], start: Any, end: Any, accs: list[Any]):
-        order, starts = sessionize(xp, keys, start, end)
-        ops = [a.op for a in self._accs]
-        red = reduce_runs(xp, accs + [start, end], ops + ["min", "max"], order, starts)
-        first = order[starts]
-        return [k[first] for k in keys], red[-2], red[-1], red[:-2]
+    def _sessions(self, xp: Any, keys: list[Any], start: Any, end: Any | int, accs: list[Any]):
+        """Sessions of intervals ``[start, end]`` (``end`` an int: the gap)
+        with their accumulators reduced."""
+        order, starts, skeys, sstart, send = sessionize(xp, keys, start, end)
+        return skeys, sstart, send, reduce_runs(xp, accs, [a.op for a in self._accs], order, starts)
 
-    def _merge(self, keys: list[Any], start: Any, end: Any, vals: list[Any]) -> None:
+    def _merge(self, keys: list[Any], start: Any, end: Any, vals: list[Any], sorted_: bool = False) -> None:
         """Merge sessions (of a chunk, or partials) into the state; sessions
         left ending at or before the last drain are late."""
         xp = self._backend.xp
@@ -159,7 +158,9 @@ class SessionAggregate(WindowAggregate):
             start = xp.concatenate([self._start, start])
             end = xp.concatenate([self._end, end])
             vals = [xp.concatenate([a, b]) for a, b in zip(self._vals, vals)]
-        keys, start, end, vals = self._sessions(xp, keys, start, end, vals)
+            keys, start, end, vals = self._sessions(xp, keys, start, end, vals)
+        elif not sorted_:  # partials of several chunks: merge them with each other
+            keys, start, end, vals = self._sessions(xp, keys, start, end, vals)
         if self._drained is not None:
             late = end - self._close <= self._drained
             if bool(late.any()):
@@ -230,6 +231,8 @@ class SessionAggregate(WindowAggregate):
         idx = idx[order_indices(xp, [self._start[idx]] + [k[idx] for k in self._keys])]
         out = self._finalize(self._start[idx], [k[idx] for k in self._keys], [v[idx] for v in self._vals],
                              ends=self._end[idx])
+        if int(idx.shape[0]) == self.state_rows:  # every session closed
+            keep = xp.zeros(0, xp.int64)
         self._keys = [k[keep] for k in self._keys]
         self._start, self._end = self._start[keep], self._end[keep]
         self._vals = [v[keep] for v in self._vals]

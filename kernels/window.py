@@ -175,36 +175,48 @@ def segmented_cummax(xp: Any, v: Any, first: Any) -> Any:
     return out
 
 
-def sessionize(xp: Any, keys: Sequence[Any], start: Any, end: Any) -> tuple[Any, Any]:
+def sessionize(xp: Any, keys: Sequence[Any], start: Any, end: Any | int) -> tuple[Any, Any, list[Any], Any, Any]:
     """Merge intervals ``[start, end]`` per key into sessions.
 
     Rows are ordered by ``(keys, start)``; a row joins the session before it
     (same key) when ``start <= `` the largest ``end`` so far in that session
     — intervals that overlap or touch merge, as in Spark's and Flink's
     session windows. Merging is associative: sessions of partial sessions
-    are the sessions of their rows.
+    are the sessions of their rows. ``end`` may be an int ``gap``: every
+    interval is ``[start, start + gap]`` (raw rows), and the largest end so
+    far is the previous row's, with no running maximum.
 
-    Returns ``(order, starts)``: the permutation ordering the rows and the
-    index (in that order) of each session's first row — the runs
-    :func:`reduce_runs` reduces. Sessions come out ordered by (keys, start).
+    Returns ``(order, starts, keys, start, end)``: the permutation ordering
+    the rows, the index (in that order) of each session's first row — the
+    runs :func:`reduce_runs` reduces — and each session's keys, start and
+    end. Sessions come out ordered by (keys, start).
 
     >>> import numpy as np
     >>> ts = np.array([20, 0, 5, 31, 9])
-    >>> order, starts = sessionize(np, [np.array([1, 1, 1, 1, 2])], ts, ts + 10)
-    >>> ts[order].tolist(), starts.tolist()
-    ([0, 5, 20, 31, 9], [0, 2, 3, 4])
+    >>> order, starts, (k,), s, e = sessionize(np, [np.array([1, 1, 1, 1, 2])], ts, 10)
+    >>> ts[order].tolist(), starts.tolist(), k.tolist(), s.tolist(), e.tolist()
+    ([0, 5, 20, 31, 9], [0, 2, 3, 4], [1, 1, 1, 2], [0, 20, 31, 9], [15, 30, 41, 19])
     """
     n = int(start.shape[0])
     if n == 0:
-        return xp.zeros(0, xp.int64), xp.zeros(0, xp.int64)
+        z = xp.zeros(0, xp.int64)
+        return z, z, [k[:0] for k in keys], z, z
     order, sorted_cols = sort_rows(xp, list(keys) + [start])
     s = sorted_cols[-1]
-    e = end[order]
     key_first = group_starts(xp, sorted_cols[:-1]) if keys else _first_only(xp, n)
-    reach = segmented_cummax(xp, e, key_first)  # per key: the largest end up to each row
     first = key_first.copy()
-    first[1:] |= s[1:] > reach[:-1]
-    return order, xp.nonzero(first)[0]
+    if isinstance(end, int):
+        first[1:] |= s[1:] > s[:-1] + end
+        starts = xp.nonzero(first)[0]
+        last = xp.concatenate([starts[1:] - 1, xp.asarray([n - 1], dtype=starts.dtype)])
+        send = s[last] + end
+    else:
+        e = end[order]
+        reach = segmented_cummax(xp, e, key_first)  # per key: the largest end up to each row
+        first[1:] |= s[1:] > reach[:-1]
+        starts = xp.nonzero(first)[0]
+        send = xp.maximum.reduceat(e, starts)
+    return order, starts, [k[starts] for k in sorted_cols[:-1]], s[starts], send
 
 
 def _first_only(xp: Any, n: int) -> Any:

@@ -131,19 +131,22 @@ def test_state_parts_are_rewritten_only_after_a_change(backend):
     assert a.drain(8).num_rows == 1 and a.state_parts() == {"sessions": True}
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 15)), max_size=40))
-def test_sessionize_kernel_against_interval_union(rows):
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 15)), max_size=40),
+       st.one_of(st.none(), st.integers(0, 9)))
+def test_sessionize_kernel_against_interval_union(rows, gap):
     """Per key, sessions are the connected components of [start, end]
-    intervals (touching ends connect); the kernel's runs are those."""
+    intervals (touching ends connect); the kernel's runs are those. ``gap``
+    set: every interval is [start, start + gap] (the int form)."""
     k = np.array([r[0] for r in rows], np.int64)
     s = np.array([r[1] for r in rows], np.int64)
-    e = s + np.array([r[2] for r in rows], np.int64)
-    order, starts = sessionize(np, [k], s, e)
+    e = s + (np.array([r[2] for r in rows], np.int64) if gap is None else gap)
+    order, starts, (sk,), ss, se = sessionize(np, [k], s, e if gap is None else gap)
     got = []
     bounds = list(starts) + [len(rows)]
     for i in range(len(starts)):
         idx = order[bounds[i]:bounds[i + 1]]
         got.append((int(k[idx[0]]), int(s[idx].min()), int(e[idx].max()), len(idx)))
+        assert (sk[i], ss[i], se[i]) == got[-1][:3]
     exp = []
     for key in sorted(set(k.tolist())):
         iv = sorted((a, b) for kk, a, b in zip(k.tolist(), s.tolist(), e.tolist()) if kk == key)
