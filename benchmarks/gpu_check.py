@@ -45,13 +45,21 @@ def run_all(backend: str, chunks: list[pa.Table]) -> list:
                               backend=backend)
     u = gpuwm.WindowAggregate(gpuwm.Tumble("t", 250), by=["name"], aggs={"n": ("*", "count")}, emit="on-update",
                               backend=backend)
+    g = gpuwm.WindowAggregate(gpuwm.Session("t", 40), by=["k", "name"],
+                              aggs={"n": ("*", "count"), "m": ("v", "max"), "lo": ("t", "min")}, backend=backend)
+    gp = gpuwm.WindowAggregate(gpuwm.Session("t", 40), by=["k"], aggs={"n": ("*", "count")}, backend=backend)
     w = 0
     for c in chunks:
         s.push(c)
         a.push(c)
+        g.push(c)
+        gp.bind(c.schema)
+        half = c.num_rows // 2  # partial sessions of two "tasks", merged here
+        gp.push_partials(pa.concat_tables([gp.partials(c.slice(0, half)), gp.partials(c.slice(half))]))
         outs.append(u.push(c).to_pydict())
         w += 700
-        outs += [s.drain(w).to_pydict(), a.drain(w).to_pydict(), u.drain(w).to_pydict()]
+        outs += [s.drain(w).to_pydict(), a.drain(w).to_pydict(), u.drain(w).to_pydict(), g.drain(w).to_pydict(),
+                 gp.drain(w).to_pydict(), g.late_rows, gp.late_rows]
     # the Spark runtime's chain: one copy to the device, a Frame from the filter to the operators
     from gpuwm.frame import Frame
 

@@ -261,7 +261,7 @@ class SessionAggregate(WindowAggregate):
 
     def _state_columns(self, rows: bool = True) -> dict[str, Any]:
         to_np = self._backend.to_numpy
-        take = (lambda a: to_np(a)) if rows else (lambda a: to_np(a)[:0])
+        take = (lambda a: to_np(a)) if rows else (lambda a: to_np(a[:0]))
         cols: dict[str, Any] = {"session_start": take(self._start), "session_end": take(self._end)}
         for k, codes in zip(self.by, self._keys):
             cols[f"key.{k}"] = take(codes)

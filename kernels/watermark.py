@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .xp import INT64_MAX, NONE, scatter_max, scatter_min, stable_argsort, to_numpy
+from .xp import INT64_MAX, NONE, cummax, scatter_max, scatter_min, stable_argsort, to_numpy
 
 
 @dataclass
@@ -62,7 +62,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     if codes is None or nsplits == 1:
         out[0] = NONE
         if n > 1:
-            out[1:] = xp.maximum.accumulate(v[:-1])
+            out[1:] = cummax(xp, v[:-1])
         return out
     # narrow codes sort by radix (numpy) instead of merge sort
     order = stable_argsort(xp, codes.astype(xp.int16) if nsplits < (1 << 15) else codes)
@@ -76,7 +76,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
             if end > start:
                 ex[start] = NONE
                 if end - start > 1:
-                    ex[start + 1 : end] = xp.maximum.accumulate(sv[start : end - 1])
+                    ex[start + 1 : end] = cummax(xp, sv[start : end - 1])
             start = end
         out[order] = ex
         return out
@@ -102,7 +102,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
             acc += spans[s]
         base = xp.asarray(base_h, dtype=xp.int64)
         lifted = xp.where(valid, sv - (lo[sc] - 1), 0) + base[sc]
-        run = xp.maximum.accumulate(lifted)
+        run = cummax(xp, lifted)
         ex = xp.empty(n, dtype=xp.int64)
         ex[0] = 0
         ex[1:] = run[:-1]
@@ -120,7 +120,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
         seg = xp.empty(rows.shape[0], dtype=xp.int64)
         seg[0] = NONE
         if rows.shape[0] > 1:
-            seg[1:] = xp.maximum.accumulate(v[rows][:-1])
+            seg[1:] = cummax(xp, v[rows][:-1])
         out[rows] = seg
     return out
 

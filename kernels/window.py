@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .order import group_starts, order_indices, sort_rows
+from .xp import cummax, reduceat
 
 
 def tumble_start(xp: Any, ts: Any, size: int, offset: int = 0) -> Any:
@@ -133,8 +134,7 @@ def reduce_runs(xp: Any, accs: Sequence[Any], ops: Sequence[str], order: Any, st
                 sizes = xp.diff(xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)])).astype(xp.int64)
             out.append(sizes)
             continue
-        uf = {"add": xp.add, "min": xp.minimum, "max": xp.maximum}[op]
-        out.append(uf.reduceat(a[order], starts))
+        out.append(reduceat(xp, op, a[order], starts))
     return out
 
 
@@ -142,8 +142,8 @@ def segmented_cummax(xp: Any, v: Any, first: Any) -> Any:
     """Inclusive running maximum of ``v`` (int64) that restarts at every row
     where ``first`` is True (``first[0]`` must be True).
 
-    One ``maximum.accumulate`` over values lifted into disjoint per-segment
-    ranges when the ranges fit in int64; else log2(n) doubling steps (a
+    One running maximum (:func:`kernels.xp.cummax`) over values lifted into
+    disjoint per-segment ranges when the ranges fit in int64; else log2(n) doubling steps (a
     segmented Hillis-Steele scan). No loop over rows or segments.
 
     >>> import numpy as np
@@ -154,15 +154,17 @@ def segmented_cummax(xp: Any, v: Any, first: Any) -> Any:
     if n == 0:
         return v.copy()
     starts = xp.nonzero(first)[0]
-    lo = xp.minimum.reduceat(v, starts)
-    hi = xp.maximum.reduceat(v, starts)
-    span = hi - lo + 1  # >= 1; a Python-int check of the sum guards the lift
-    if int(span.astype(xp.float64).sum()) < (1 << 62):
+    lo = reduceat(xp, "min", v, starts)
+    hi = reduceat(xp, "max", v, starts)
+    # the lift needs the sum of the spans (hi - lo + 1, each >= 1) below 2**63:
+    # checked in float64, where a span cannot overflow
+    if float((hi.astype(xp.float64) - lo.astype(xp.float64) + 1).sum()) < 2.0 ** 62:
+        span = hi - lo + 1
         base = xp.cumsum(span) - span
         seg = xp.cumsum(first) - 1
         shift = base - lo  # per segment: value -> base + (value - lo)
         lifted = v + shift[seg]
-        return xp.maximum.accumulate(lifted) - shift[seg]
+        return cummax(xp, lifted) - shift[seg]
     seg = xp.cumsum(first)
     out = v.copy()
     d = 1
@@ -215,7 +217,7 @@ def sessionize(xp: Any, keys: Sequence[Any], start: Any, end: Any | int) -> tupl
         reach = segmented_cummax(xp, e, key_first)  # per key: the largest end up to each row
         first[1:] |= s[1:] > reach[:-1]
         starts = xp.nonzero(first)[0]
-        send = xp.maximum.reduceat(e, starts)
+        send = reduceat(xp, "max", e, starts)
     return order, starts, [k[starts] for k in sorted_cols[:-1]], s[starts], send
 
 

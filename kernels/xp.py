@@ -18,8 +18,17 @@ NONE = np.iinfo(np.int64).min
 INT64_MAX = np.iinfo(np.int64).max
 
 
+#: Tests set this to run the CuPy side of the shims below on NumPy (the
+#: ``gpu-sim`` backend), so that the algorithms CuPy gets are checked in CI.
+CUPY_BRANCHES = False
+
+
 def is_numpy(xp: Any) -> bool:
     return xp is np
+
+
+def _numpy_path(xp: Any) -> bool:
+    return is_numpy(xp) and not CUPY_BRANCHES
 
 
 def to_numpy(xp: Any, a: Any) -> np.ndarray:
@@ -82,3 +91,48 @@ def scatter_add(xp: Any, out: Any, idx: Any, vals: Any) -> None:
 def bits_for(span: int) -> int:
     """Bits needed to hold every integer in ``[0, span]``."""
     return max(int(span).bit_length(), 1)
+
+
+# CuPy implements ufunc.accumulate and ufunc.reduceat for ``add`` only
+# (cupy/cupy#7082); running maxima and per-run min/max go through these.
+def cummax(xp: Any, a: Any) -> Any:
+    """Inclusive running maximum of a 1-d array. NumPy: ``maximum.accumulate``;
+    CuPy: log2(n) doubling steps (Hillis-Steele), each one elementwise pass
+    — a few passes over memory at GPU bandwidth.
+
+    >>> cummax(np, np.array([3, 1, 4, 1, 5])).tolist()
+    [3, 3, 4, 4, 5]
+    """
+    if _numpy_path(xp):
+        return np.maximum.accumulate(a)
+    out = a.copy()
+    n = int(a.shape[0])
+    d = 1
+    while d < n:
+        out[d:] = xp.maximum(out[d:], out[:-d])  # the right side is evaluated first: a new array
+        d *= 2
+    return out
+
+
+def reduceat(xp: Any, op: str, a: Any, starts: Any) -> Any:
+    """``ufunc.reduceat(a, starts)`` for runs that are not empty (``starts``
+    strictly increasing, the first 0), ``op`` in add/min/max. CuPy has
+    ``add.reduceat`` only: min and max scatter into one slot per run there.
+
+    >>> reduceat(np, "max", np.array([3, 1, 4, 1, 5]), np.array([0, 2])).tolist()
+    [3, 5]
+    """
+    uf = {"add": xp.add, "min": xp.minimum, "max": xp.maximum}[op]
+    if _numpy_path(xp) or (op == "add" and not is_numpy(xp)):
+        return uf.reduceat(a, starts)
+    n = int(a.shape[0])
+    mark = xp.zeros(n, dtype=xp.int64)
+    mark[starts[1:]] = 1
+    run = xp.cumsum(mark)  # each row's run
+    if op == "add":
+        out = xp.zeros(int(starts.shape[0]), dtype=a.dtype)
+        scatter_add(xp, out, run, a)
+        return out
+    out = a[starts].copy()
+    (scatter_max if op == "max" else scatter_min)(xp, out, run, a)
+    return out

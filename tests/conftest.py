@@ -48,5 +48,7 @@ def backend(request, monkeypatch) -> str:
 
         monkeypatch.setattr(gpuwm.backend, "gpu_available", lambda: True)
         monkeypatch.setattr(gpuwm.backend, "_gpu_backend", lambda: HostGpu("gpu", np))
+        # and the kernels' CuPy-side shims (running max by doubling, per-run min/max by scatter)
+        monkeypatch.setattr("kernels.xp.CUPY_BRANCHES", True)
         return "gpu"
     return request.param

@@ -178,3 +178,25 @@ def test_group_reduce_dense_and_sort_paths_agree(rows, wide):
     assert dense[2] is None and sparse[2] is not None
     assert dense[0][0].tolist() == sparse[0][0].tolist()
     assert [x.tolist() for x in dense[1]] == [x.tolist() for x in sparse[1]]
+
+
+@given(values=st.lists(st.integers(-(1 << 62), 1 << 62), max_size=70), runs=st.lists(st.integers(1, 6), max_size=30))
+def test_cupy_side_shims_equal_numpy_ufunc_methods(values, runs, monkeypatch):
+    """CuPy has ufunc.accumulate / reduceat for add only (cupy#7082): the
+    running max by doubling and the per-run min/max by scatter that CuPy
+    gets, run here on NumPy, equal NumPy's own ufunc methods."""
+    import kernels.xp as kx
+
+    v = np.array(values, dtype=np.int64)
+    native = [np.maximum.accumulate(v)]
+    bounds = np.cumsum([0] + runs)
+    bounds = bounds[bounds < len(v)]
+    if len(v):
+        native += [uf.reduceat(v, bounds) for uf in (np.minimum, np.maximum)]
+        native.append(np.add.reduceat(v >> 8, bounds))  # no int64 overflow in the sums
+    monkeypatch.setattr(kx, "CUPY_BRANCHES", True)
+    shim = [kx.cummax(np, v)]
+    if len(v):
+        shim += [kx.reduceat(np, op, v, bounds) for op in ("min", "max")]
+        shim.append(kx.reduceat(np, "add", v >> 8, bounds))
+    assert [a.tolist() for a in shim] == [a.tolist() for a in native]

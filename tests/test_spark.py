@@ -421,6 +421,19 @@ def test_run_spec_file(spark, tmp_path):
     bad.write_text(json.dumps(dict(spec, sorting={})))
     with pytest.raises(gpuwm.ConfigError, match="unknown key"):
         load_spec(str(bad))
+    # a session window: the gap reaches the operator and, as allowed lateness, the filter
+    from gpuwm.spark.runtime import make_filter, make_operator
+    from gpuwm.spark.spec import build
+
+    sess = build(spark, dict(spec, checkpoint=f"{tmp_path}/ck2",
+                             window={"session": "3 seconds", "by": ["bidder"]}), verbose=False)
+    plan = {"operator": sess._op, "watermark": sess._wm, "backend": "cpu"}
+    op, f = make_operator(plan), make_filter(plan)
+    assert isinstance(op.window, gpuwm.Session) and op.window.gap == timedelta(seconds=3)
+    assert f.allowed_lateness == timedelta(seconds=3)
+    with pytest.raises(gpuwm.ConfigError, match="on window close only"):
+        build(spark, dict(spec, checkpoint=f"{tmp_path}/ck3",
+                          window={"session": "3 seconds", "by": ["bidder"], "emit": "on-update"}), verbose=False)
 
 
 def test_on_update_emits_changed_windows_each_batch(spark, tmp_path):
