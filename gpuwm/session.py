@@ -40,7 +40,7 @@ from kernels import order_indices, reduce_runs, sessionize
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
 from .timecol import TimeDomain
-from .watermark import same_schema, schema_from_text, schema_to_text
+from .watermark import same_schema
 from .window import WindowAggregate, _positive
 
 _PART = "sessions"
@@ -125,17 +125,9 @@ class SessionAggregate(WindowAggregate):
     def _chunk_sessions(self, table: pa.Table | Frame) -> tuple[list[Any], Any, Any, list[Any]] | None:
         """The chunk's own sessions: (key codes, start, end, accumulators),
         ordered by (keys, start); None without a non-null event time."""
-        self._bind(table.schema)
+        frame, ts, rows = self._event_times(table)
         b = self._backend
         xp = b.xp
-        frame = Frame.of(table, b)
-        ts, valid = frame.values(self.window.column)
-        ts = ts.astype(xp.int64, copy=False)
-        rows = None
-        if valid is not None:
-            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
-            rows = xp.nonzero(valid)[0]
-            ts = ts[rows]
         if ts.shape[0] == 0:
             return None
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
@@ -272,17 +264,7 @@ class SessionAggregate(WindowAggregate):
     def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
         """``{"state": every open session, "dict.<col>": key dictionaries}``;
         with ``rows=False`` the sessions are left to the part ``"sessions"``."""
-        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema)}
-        out: dict[str, pa.Table] = {}
-        cols: dict[str, Any] = {"session_start": pa.array([], pa.int64())}
-        if self._schema is not None:
-            cols = self._state_columns(rows)
-            for c in self._codecs:
-                d = c.dictionary()
-                if d is not None:
-                    out[f"dict.{c.name}"] = pa.table({"value": d})
-        out["state"] = pa.table(cols).replace_schema_metadata({"gpuwm.session": json.dumps(meta)})
-        return out
+        return self._snapshot_tables("gpuwm.session", "session_start", lambda: self._state_columns(rows))
 
     def state_parts(self) -> dict[str, bool]:
         """One part, every open session: written again when a push or drain
@@ -309,11 +291,7 @@ class SessionAggregate(WindowAggregate):
         meta = json.loads(state.schema.metadata[b"gpuwm.session"])
         if parts and _PART in parts:
             state = parts[_PART]
-        if meta["schema"] is not None:
-            self._bind(schema_from_text(meta["schema"]))
-            for c in self._codecs:
-                if f"dict.{c.name}" in snapshot:
-                    c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+        if self._restore_bind(meta, snapshot):
             b = self._backend
             col = lambda name: b.asarray(state.column(name).to_numpy())  # noqa: E731
             self._start, self._end = col("session_start"), col("session_end")

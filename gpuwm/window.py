@@ -312,17 +312,9 @@ class WindowAggregate(Drained):
         their accumulators; None when no pair is left. Null event times are
         dropped and counted; with ``drop_closed``, pairs of windows an earlier
         drain closed are dropped and counted as late."""
-        self._bind(table.schema)
+        frame, ts, base = self._event_times(table)
         b = self._backend
         xp = b.xp
-        frame = Frame.of(table, b)
-        ts, valid = frame.values(self.window.column)
-        ts = ts.astype(xp.int64, copy=False)
-        base = None
-        if valid is not None:
-            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
-            base = xp.nonzero(valid)[0]
-            ts = ts[base]
         rows, widx = assign_windows(xp, ts, self._size, self._slide)
         if drop_closed and self._drained is not None and rows.shape[0]:
             # open: start + size > W + close, with start = widx * slide
@@ -343,6 +335,23 @@ class WindowAggregate(Drained):
         accs = self._acc_inputs(xp, frame, None if identity else rows)
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
         return gkeys, gaccs
+
+    def _event_times(self, table: pa.Table | Frame) -> tuple[Frame, Any, Any]:
+        """The chunk as a Frame on this backend, its non-null event times
+        (int64), and the rows they come from (None: every row). Null event
+        times are counted in ``null_rows``."""
+        self._bind(table.schema)
+        b = self._backend
+        xp = b.xp
+        frame = Frame.of(table, b)
+        ts, valid = frame.values(self.window.column)
+        ts = ts.astype(xp.int64, copy=False)
+        rows = None
+        if valid is not None:
+            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
+            rows = xp.nonzero(valid)[0]
+            ts = ts[rows]
+        return frame, ts, rows
 
     def _open(self, widx: Any) -> Any:
         """Which window indexes the last drain left open: start + size > W + close,
@@ -535,16 +544,33 @@ class WindowAggregate(Drained):
         With ``rows=False`` the state table has the columns and counters but
         no rows: a store that saves windows one by one
         (:meth:`state_parts`) hands them to :meth:`restore` beside it."""
+        return self._snapshot_tables("gpuwm.window", "window_start",
+                                     lambda: self._state_columns(sorted(self._blocks) if rows else []))
+
+    def _restore_bind(self, meta: dict, snapshot: Mapping[str, pa.Table]) -> bool:
+        """Bind the snapshotted input schema and reload the key dictionaries;
+        False when the snapshot was taken before any row."""
+        if meta["schema"] is None:
+            return False
+        self._bind(schema_from_text(meta["schema"]))
+        for c in self._codecs:
+            if f"dict.{c.name}" in snapshot:
+                c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+        return True
+
+    def _snapshot_tables(self, tag: str, first: str, columns: Any) -> dict[str, pa.Table]:
+        """``{"state": columns() with the counters as metadata under tag,
+        "dict.<col>": key dictionaries}`` (``{first: []}`` before any row)."""
         meta = {**self._drained_meta(), "schema": schema_to_text(self._schema)}
         out: dict[str, pa.Table] = {}
-        cols: dict[str, Any] = {"window_start": pa.array([], pa.int64())}
+        cols: dict[str, Any] = {first: pa.array([], pa.int64())}
         if self._schema is not None:
-            cols = self._state_columns(sorted(self._blocks) if rows else [])
+            cols = columns()
             for c in self._codecs:
                 d = c.dictionary()
                 if d is not None:
                     out[f"dict.{c.name}"] = pa.table({"value": d})
-        out["state"] = pa.table(cols).replace_schema_metadata({"gpuwm.window": json.dumps(meta)})
+        out["state"] = pa.table(cols).replace_schema_metadata({tag: json.dumps(meta)})
         return out
 
     def state_parts(self) -> dict[str, bool]:
@@ -589,11 +615,7 @@ class WindowAggregate(Drained):
             rows = pa.concat_tables([state.replace_schema_metadata(None)] + [parts[n] for n in order])
             state = rows.replace_schema_metadata(state.schema.metadata)
         meta = json.loads(state.schema.metadata[b"gpuwm.window"])
-        if meta["schema"] is not None:
-            self._bind(schema_from_text(meta["schema"]))
-            for c in self._codecs:
-                if f"dict.{c.name}" in snapshot:
-                    c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+        if self._restore_bind(meta, snapshot):
             b = self._backend
             wins = state.column("window_start").to_numpy()
             keys = [b.asarray(state.column(f"key.{k}").to_numpy()) for k in self.by]

@@ -4,7 +4,6 @@ timestamps, errors."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -19,37 +18,17 @@ from gpuwm.session import SessionAggregate
 from kernels import segmented_cummax, sessionize
 
 from .reference import RefSession
+from .test_window import AGGS, _cmp, _table, run_with_restore
 
 UTC = timezone.utc
-AGGS = {"n": ("*", "count"), "c": (2, "count"), "s": (2, "sum"), "lo": (2, "min"), "hi": (2, "max"),
-        "avg": (2, "mean")}
-
 rows_st = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 120)), st.integers(0, 3),
                              st.one_of(st.none(), st.integers(-50, 50))), max_size=25)
 ops_st = st.lists(st.one_of(st.tuples(st.just("push"), rows_st), st.tuples(st.just("drain"), st.integers(0, 20))),
                   max_size=12)
 
 
-def _table(rows, keytype):
-    conv = (lambda k: f"key{k}") if keytype == "str" else (lambda k: k)
-    return pa.table({"t": pa.array([r[0] for r in rows], pa.int64()),
-                     "k": pa.array([conv(r[1]) for r in rows], pa.string() if keytype == "str" else pa.int32()),
-                     "v": pa.array([r[2] for r in rows], pa.int64())})
-
-
 def _aggs():
     return {n: ("v" if c == 2 else c, fn) for n, (c, fn) in AGGS.items()}
-
-
-def _cmp(got: pa.Table, exp: list[tuple], by: bool, keytype: str):
-    names = ["window_start", "window_end"] + (["k"] if by else []) + list(AGGS)
-    got_rows = [tuple(r[n] for n in names) for r in got.to_pylist()] if got.num_columns else []
-    conv = (lambda k: f"key{k}") if keytype == "str" else (lambda k: k)
-    exp = [(e[0], e[1], conv(e[2]), *e[3:]) if by else e for e in exp]
-    assert len(got_rows) == len(exp)
-    for g, e in zip(got_rows, exp):
-        assert g[:-1] == e[:-1]
-        assert (g[-1] is None and e[-1] is None) or math.isclose(g[-1], e[-1])
 
 
 @pytest.mark.parametrize("gap", [1, 7, 30])
@@ -103,22 +82,13 @@ def test_partial_sessions_merged_elsewhere_equal_rows(backend, keys, ops, cut):
 def test_session_snapshot_restore(backend, ops, stop, parts, keys, monkeypatch):
     monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 9), by=["k"], aggs=_aggs(), backend=backend)  # noqa: E731
-    a, b = mk(), mk()
-    w = 0
-    for i, (op, arg) in enumerate(ops):
-        if i == stop:
-            if parts:  # the incremental store's way: counters + one part
-                names = b.state_parts()
-                b = mk().restore(b.snapshot(rows=False), {n: b.snapshot_part(n) for n in names})
-            else:
-                b = mk().restore(b.snapshot())
-        if op == "push":
-            a.push(_table(arg, keys))
-            b.push(_table(arg, keys))
-        else:
-            w += arg
-            assert a.drain(w).to_pydict() == b.drain(w).to_pydict()
-    assert (a.state_rows, a.late_rows, a.null_rows) == (b.state_rows, b.late_rows, b.null_rows)
+
+    def restore(b):
+        if parts:  # the incremental store's way: counters + one part
+            return mk().restore(b.snapshot(rows=False), {n: b.snapshot_part(n) for n in b.state_parts()})
+        return mk().restore(b.snapshot())
+
+    run_with_restore(mk, ops, stop, keys, restore)
 
 
 def test_state_parts_are_rewritten_only_after_a_change(backend):

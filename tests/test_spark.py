@@ -141,6 +141,32 @@ def _write_batches(d: str, batches: list[list[tuple]]) -> None:
         os.utime(p, (base + i, base + i))
 
 
+SCHEMA_TKP = "ts timestamp, k bigint, price bigint"
+
+
+def _spark_native_append(spark, tmp_path, batches: list[list[tuple]], window) -> list[tuple]:
+    """Spark's own withWatermark(10 s) + ``window`` (a window or session_window
+    column) + append query over one file per batch, run to the end: sorted
+    (start, end, k, count, max price) rows."""
+    from pyspark.sql import functions as F
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    native = (spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1)
+              .parquet(src).withWatermark("ts", "10 seconds")
+              .groupBy(window.alias("w"), "k")
+              .agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+              .selectExpr("w.start as ws", "w.end as we", "k", "n", "mx"))
+    nq = (native.writeStream.format("parquet").option("path", f"{tmp_path}/native")
+          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append")
+          .trigger(availableNow=True).start())
+    nq.awaitTermination()
+    utc = lambda t: t.to_pydatetime().replace(tzinfo=timezone.utc) if t.tzinfo is None else t.to_pydatetime()  # noqa: E731
+    exp = spark.read.parquet(f"{tmp_path}/native").toPandas()
+    return sorted((utc(r.ws), utc(r.we), r.k, r.n, r.mx) for r in exp.itertuples())
+
+
 @pytest.mark.parametrize("hop", [False, True])
 def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
     rng = np.random.default_rng(3 + hop)
@@ -149,25 +175,10 @@ def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
         n = 40
         secs = (i * 6 + rng.integers(-12, 6, n)).clip(0)
         batches.append(list(zip(secs.tolist(), rng.integers(0, 3, n).tolist(), rng.integers(0, 1000, n).tolist())))
-    src = f"{tmp_path}/in"
-    _write_batches(src, batches)
-    schema = "ts timestamp, k bigint, price bigint"
-
     from pyspark.sql import functions as F
 
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    native = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
-              .withWatermark("ts", "10 seconds")
-              .groupBy(F.window("ts", "10 seconds", "5 seconds") if hop else F.window("ts", "5 seconds"), "k")
-              .agg(F.count("*").alias("n"), F.max("price").alias("mx"))
-              .selectExpr("window.start as ws", "window.end as we", "k", "n", "mx"))
-    nq = (native.writeStream.format("parquet").option("path", f"{tmp_path}/native")
-          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append")
-          .trigger(availableNow=True).start())
-    nq.awaitTermination()
-    exp = spark.read.parquet(f"{tmp_path}/native").toPandas()
-    exp_rows = sorted((r.ws.to_pydatetime().replace(tzinfo=timezone.utc) if r.ws.tzinfo is None else r.ws.to_pydatetime(),
-                       r.k, r.n, r.mx) for r in exp.itertuples())
+    win = F.window("ts", "10 seconds", "5 seconds") if hop else F.window("ts", "5 seconds")
+    exp_rows = [(ws, k, n, mx) for ws, _, k, n, mx in _spark_native_append(spark, tmp_path, batches, win)]
     assert len(exp_rows) > 5
 
     # gpuwm, profile spark; one more (empty) file plays Spark's final no-data batch
@@ -175,7 +186,7 @@ def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
     _write_batches(src2, batches + [[]])
     win = gpuwm.Hop("ts", size="10 seconds", slide="5 seconds") if hop else gpuwm.Tumble("ts", "5 seconds")
     for read in ("auto", "spark"):  # the task reads the files itself / Spark's rows through the JVM
-        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src2)
+        df = spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src2)
         p = (Pipeline(df, f"{tmp_path}/ck-{read}", read=read).watermark("ts", delay="10 seconds", profile="spark")
              .window(win, by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
              .write_parquet(f"{tmp_path}/out-{read}"))
@@ -202,30 +213,14 @@ def test_spark_profile_matches_spark_native_sessions(spark, tmp_path, vnodes):
                         (t, k, int(rng.integers(0, 1000))))
     batches = [rng.permutation(np.array(b, dtype=np.int64)).tolist() if b else [] for b in batches]
     batches = [[tuple(r) for r in b] for b in batches]
-    src = f"{tmp_path}/in"
-    _write_batches(src, batches)
-    schema = "ts timestamp, k bigint, price bigint"
-
     from pyspark.sql import functions as F
 
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    native = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
-              .withWatermark("ts", "10 seconds")
-              .groupBy(F.session_window("ts", "4 seconds"), "k")
-              .agg(F.count("*").alias("n"), F.max("price").alias("mx"))
-              .selectExpr("session_window.start as ws", "session_window.end as we", "k", "n", "mx"))
-    nq = (native.writeStream.format("parquet").option("path", f"{tmp_path}/native")
-          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append")
-          .trigger(availableNow=True).start())
-    nq.awaitTermination()
-    exp = spark.read.parquet(f"{tmp_path}/native").toPandas()
-    utc = lambda t: t.to_pydatetime().replace(tzinfo=timezone.utc) if t.tzinfo is None else t.to_pydatetime()  # noqa: E731
-    exp_rows = sorted((utc(r.ws), utc(r.we), r.k, r.n, r.mx) for r in exp.itertuples())
+    exp_rows = _spark_native_append(spark, tmp_path, batches, F.session_window("ts", "4 seconds"))
     assert len(exp_rows) > 10 and any(r[3] > 3 for r in exp_rows)  # sessions of several rows
 
     src2 = f"{tmp_path}/in2"
     _write_batches(src2, batches + [[]])
-    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src2)
+    df = spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src2)
     p = (Pipeline(df, f"{tmp_path}/ck", vnodes=vnodes).watermark("ts", delay="10 seconds", profile="spark")
          .window(gpuwm.Session("ts", "4 seconds"), by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
          .write_parquet(f"{tmp_path}/out"))

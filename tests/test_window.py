@@ -106,11 +106,18 @@ def test_window_snapshot_restore(backend, ops, stop, keys, monkeypatch):
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Hop("t", size=10, slide=5), by=["k"],  # noqa: E731
                                        aggs={"s": ("v", "sum"), "m": ("v", "mean"), "n": ("*", "count")},
                                        backend=backend)
+    run_with_restore(mk, ops, stop, keys, lambda b: mk().restore(b.snapshot()))
+
+
+def run_with_restore(mk, ops, stop, keys, restore) -> None:
+    """One operator runs ``ops`` straight through, a twin is replaced by
+    ``restore(twin)`` before op ``stop``: every drain and the final counters
+    must be equal."""
     a, b = mk(), mk()
     w = 0
     for i, (op, arg) in enumerate(ops):
         if i == stop:
-            b = mk().restore(b.snapshot())
+            b = restore(b)
         if op == "push":
             a.push(_table(arg, keys))
             b.push(_table(arg, keys))
