@@ -6,7 +6,9 @@ Run:  .venv/bin/python benchmarks/bench_state.py [--skip-spark]
    disorder, 100 k keys). For each delay, batches run until the state is in
    steady state, then 5 batches are timed (push + drain with the watermark).
    Stream sort: delays 0.05 s .. 50 s -> ~10 k .. 10 M buffered rows;
-   tumbling 1 s window count/max: delays 0 .. 100 s -> ~0.1 M .. 9 M state rows.
+   tumbling 1 s window count/max: delays 0 .. 100 s -> ~0.1 M .. 9 M state rows;
+   session windows (gap 1 s) over 50 M keys, so nearly every event opens a
+   session: delays 0 .. 50 s -> ~0.2 M .. 10 M open sessions.
    After each batch the state is saved as the Spark runtime saves it (a new
    version, unchanged parts linked from the previous one), timed apart.
 2. Spark local[2] (unless --skip-spark): the same stream as one Parquet file
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,13 +47,14 @@ import gpuwm  # noqa: E402
 
 RATE = 200_000  # events per batch = per second of event time
 KEYS = 100_000
+SESSION_KEYS = 50_000_000
 BASE_MS = 1_767_225_600_000
 
 
-def batch(i: int, rng) -> pa.Table:
+def batch(i: int, rng, keys: int = KEYS) -> pa.Table:
     ts = BASE_MS + i * 1000 + rng.integers(0, 1000, RATE) - rng.integers(0, 500, RATE)
     return pa.table({"ts": pa.array(ts, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
-                     "k": rng.integers(0, KEYS, RATE), "price": rng.integers(1, 100_000, RATE)})
+                     "k": rng.integers(0, keys, RATE), "price": rng.integers(1, 100_000, RATE)})
 
 
 def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict]:
@@ -61,14 +65,17 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict
         rng = np.random.default_rng(d)
         if kind == "sort":
             op = gpuwm.StreamSort("ts", key=["k"], backend="cpu")
+        elif kind == "session":
+            op = gpuwm.WindowAggregate(gpuwm.Session("ts", "1 second"), by=["k"],
+                                       aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
         else:
             op = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "1 second"), by=["k"],
                                        aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
         warm = int(d / 1000) + 3
-        times, saves, state = [], [], 0
+        times, saves, state, emitted = [], [], 0, 0
         store = tempfile.mkdtemp(prefix="gpuwm-store-")
         for i in range(warm + timed):
-            t = batch(i, rng)
+            t = batch(i, rng, SESSION_KEYS if kind == "session" else KEYS)
             wm = BASE_MS + (i + 1) * 1000 - 500 - d  # max event time - delay
             t0 = time.perf_counter()
             op.push(t)
@@ -85,8 +92,15 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 5) -> list[dict
                 if kind == "sort":
                     ts = res.column("ts").cast(pa.int64()).to_numpy()
                     assert np.all(np.diff(ts) >= 0) and (ts.size == 0 or ts[-1] < wm), "sort output wrong"
+            if kind == "session":  # closed sessions only, and no row lost: emitted + open + late = pushed
+                end = res.column("window_end").cast(pa.int64()).to_numpy()
+                assert end.size == 0 or end.max() <= wm, "session emitted before it closed"
+                emitted += int(pa.compute.sum(res.column("n")).as_py() or 0)
             state = op.state_rows
         shutil.rmtree(store, ignore_errors=True)
+        if kind == "session":
+            open_rows = int(op.snapshot()["state"].column("acc.n.n").to_numpy().sum())
+            assert emitted + open_rows + op.late_rows == (warm + timed) * RATE, "session rows lost"
         out.append({"operator": kind, "delay_ms": d, "state_rows": int(state), "median_s": statistics.median(times),
                     "min_s": min(times), "max_s": max(times), "save_median_s": statistics.median(saves),
                     "save_min_s": min(saves), "save_max_s": max(saves)})
@@ -173,12 +187,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-spark", action="store_true")
     ap.add_argument("--skip-operators", action="store_true")
+    ap.add_argument("--operators", default="sort,window,session", help="which operator curves to run")
     ap.add_argument("--spark-engines", default="window,sort",
                     help="on Spark: window (native and gpuwm), sort (gpuwm), or both")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "state-scaling"))
     args = ap.parse_args()
-    ops = [] if args.skip_operators else \
-        operator_curve("sort", [50, 500, 5_000, 50_000]) + operator_curve("window", [0, 1_000, 10_000, 100_000])
+    delays = {"sort": [50, 500, 5_000, 50_000], "window": [0, 1_000, 10_000, 100_000],
+              "session": [0, 1_000, 10_000, 50_000]}
+    ops = [] if args.skip_operators else [r for k in args.operators.split(",") for r in operator_curve(k, delays[k])]
     sp = [] if args.skip_spark else spark_curve([1, 10, 30], engines=tuple(args.spark_engines.split(",")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -207,7 +223,7 @@ def main() -> int:
 
         fig, axes = plt.subplots(1, 2 if sp else 1, figsize=(11 if sp else 6, 4))
         axes = np.atleast_1d(axes)
-        for kind in ("sort", "window"):
+        for kind in ("sort", "window", "session"):
             r = [x for x in ops if x["operator"] == kind]
             line, = axes[0].plot([x["state_rows"] for x in r], [x["median_s"] * 1e3 for x in r], "o-", label=kind)
             axes[0].plot([x["state_rows"] for x in r], [x["save_median_s"] * 1e3 for x in r], "s--",

@@ -145,22 +145,54 @@ class SessionAggregate(WindowAggregate):
         """Merge sessions (of a chunk, or partials) into the state; sessions
         left ending at or before the last drain are late."""
         xp = self._backend.xp
-        if self._start.shape[0]:
-            keys = [xp.concatenate([a, b]) for a, b in zip(self._keys, keys)]
-            start = xp.concatenate([self._start, start])
-            end = xp.concatenate([self._end, end])
-            vals = [xp.concatenate([a, b]) for a, b in zip(self._vals, vals)]
+        if not sorted_:  # partials of several chunks: merge them with each other first
             keys, start, end, vals = self._sessions(xp, keys, start, end, vals)
-        elif not sorted_:  # partials of several chunks: merge them with each other
-            keys, start, end, vals = self._sessions(xp, keys, start, end, vals)
-        if self._drained is not None:
+        state = (self._keys, self._start, self._end, self._vals)
+        if not self._start.shape[0]:
+            rest, merged = None, (keys, start, end, vals)
+        elif len(self.by) == 1:  # only the keys the chunk has: the others' sessions are copied, not sorted
+            rest, merged = self._merge_touched(xp, state, (keys, start, end, vals))
+        else:  # no key (one session list) or several key columns: merge everything
+            both = [[xp.concatenate([a, b]) for a, b in zip(x, y)] if isinstance(x, list) else
+                    xp.concatenate([x, y]) for x, y in zip(state, (keys, start, end, vals))]
+            rest, merged = None, self._sessions(xp, *both)
+        keys, start, end, vals = merged
+        if self._drained is not None:  # only sessions of chunk rows alone can be late
             late = end - self._close <= self._drained
             if bool(late.any()):
                 self.late_rows += int(vals[-1][late].sum())  # the __rows accumulator
                 keep = ~late
                 keys, start, end, vals = [k[keep] for k in keys], start[keep], end[keep], [v[keep] for v in vals]
+        if rest is not None:
+            keys, start, end, vals = _interleave(xp, rest, (keys, start, end, vals))
         self._keys, self._start, self._end, self._vals = keys, start, end, vals
         self._changed = True
+
+    def _merge_touched(self, xp: Any, state: tuple, chunk: tuple) -> tuple[tuple, tuple]:
+        """One key column: the open sessions of the chunk's keys (found by
+        binary search in the state, sorted by key) merged with the chunk's
+        sessions, and the state's other sessions as they are. Costs
+        O(chunk log state + touched) plus one copy of the state, not a sort."""
+        skey = state[0][0]
+        ckey = chunk[0][0]
+        first = xp.ones(ckey.shape[0], dtype=bool)
+        first[1:] = ckey[1:] != ckey[:-1]
+        uk = ckey[first]  # chunk sessions are sorted by key
+        lo = xp.searchsorted(skey, uk, side="left")
+        cnt = xp.searchsorted(skey, uk, side="right") - lo
+        total = int(cnt.sum())
+        if total == 0:
+            return state, chunk
+        # the touched rows: the ranges [lo, lo + cnt) concatenated
+        offs = xp.cumsum(cnt) - cnt
+        touched = xp.arange(total, dtype=xp.int64) + xp.repeat(lo - offs, cnt)
+        keep = xp.ones(skey.shape[0], dtype=bool)
+        keep[touched] = False
+        pick = lambda t, ix: ([a[ix] for a in t[0]], t[1][ix], t[2][ix], [a[ix] for a in t[3]])  # noqa: E731
+        old = pick(state, touched)
+        both = [[xp.concatenate([a, b]) for a, b in zip(x, y)] if isinstance(x, list) else xp.concatenate([x, y])
+                for x, y in zip(old, chunk)]
+        return pick(state, keep), self._sessions(xp, *both)
 
     # -- partial sessions (merged before the shuffle) --------------------------
     def partial_schema(self) -> pa.Schema:
@@ -300,3 +332,24 @@ class SessionAggregate(WindowAggregate):
         self._load_drained_meta(meta)
         return self
 
+
+def _interleave(xp: Any, rest: tuple, merged: tuple) -> tuple:
+    """Insert the merged sessions (sorted by key, start; keys absent from
+    ``rest``) into the other sessions (sorted too), keeping (key, start) order:
+    one pass over each column, no sort."""
+    rk, mk = rest[0][0], merged[0][0]
+    m, r = int(mk.shape[0]), int(rk.shape[0])
+    if m == 0:
+        return rest
+    at = xp.searchsorted(rk, mk, side="left") + xp.arange(m, dtype=xp.int64)
+    slot = xp.zeros(r + m, dtype=bool)
+    slot[at] = True
+
+    def mix(a: Any, b: Any) -> Any:
+        out = xp.empty(r + m, dtype=a.dtype)
+        out[slot] = b
+        out[~slot] = a
+        return out
+
+    return ([mix(a, b) for a, b in zip(rest[0], merged[0])], mix(rest[1], merged[1]), mix(rest[2], merged[2]),
+            [mix(a, b) for a, b in zip(rest[3], merged[3])])

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -193,3 +194,23 @@ def test_session_errors():
     with pytest.raises(gpuwm.ConfigError, match="not of a session"):
         gpuwm.WindowAggregate(gpuwm.Session("t", 5)).restore(
             gpuwm.WindowAggregate(gpuwm.Tumble("t", 5)).snapshot())
+
+
+@given(ops=ops_st)
+def test_two_key_columns_give_the_one_key_sessions(backend, ops):
+    """Several key columns merge through the general path (one sort of state
+    and chunk), one key column through the binary search of touched keys: a
+    second key that is a function of the first must not change a session."""
+    one = gpuwm.WindowAggregate(gpuwm.Session("t", 6), by=["k"], aggs=_aggs(), backend=backend)
+    two = gpuwm.WindowAggregate(gpuwm.Session("t", 6), by=["k", "k2"], aggs=_aggs(), backend=backend)
+    w = 0
+    for op, arg in ops:
+        t = _table(arg, "int") if op == "push" else None
+        if op == "push":
+            one.push(t)
+            two.push(t.append_column("k2", pa.compute.multiply(t.column("k"), 3)))
+        else:
+            w += arg
+            got = two.drain(w)
+            assert one.drain(w).to_pydict() == (got.drop(["k2"]) if "k2" in got.column_names else got).to_pydict()
+    assert (one.state_rows, one.late_rows) == (two.state_rows, two.late_rows)
