@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
@@ -44,6 +44,35 @@ from .watermark import same_schema
 from .window import WindowAggregate, _positive
 
 _PART = "sessions"
+
+
+class _Sessions(NamedTuple):
+    """Sessions as columns on the backend, sorted by (keys, start)."""
+
+    keys: list  # key codes, one array per ``by`` column
+    start: Any
+    end: Any
+    vals: list  # accumulators, one array per accumulator
+
+    def columns(self) -> list:
+        return [*self.keys, self.start, self.end, *self.vals]
+
+    def map(self, f: Callable[..., Any], other: "_Sessions | None" = None) -> "_Sessions":
+        """``f`` applied to every column (with the same column of ``other``)."""
+        cols = [f(c) for c in self.columns()] if other is None else \
+            [f(a, b) for a, b in zip(self.columns(), other.columns())]
+        nk = len(self.keys)
+        return _Sessions(cols[:nk], cols[nk], cols[nk + 1], cols[nk + 2:])
+
+    def take(self, ix: Any) -> "_Sessions":
+        return self.map(lambda a: a[ix])
+
+    def concat(self, xp: Any, other: "_Sessions") -> "_Sessions":
+        return self.map(lambda a, b: xp.concatenate([a, b]), other)
+
+    @property
+    def rows(self) -> int:
+        return int(self.start.shape[0])
 
 
 @dataclass(frozen=True)
@@ -90,10 +119,7 @@ class SessionAggregate(WindowAggregate):
                               "can merge sessions, which an update stream would have to retract")
         super().__init__(window, by=by, aggs=aggs, emit=emit, profile=profile, close_minus_one=close_minus_one,
                          backend=backend)
-        self._keys: list[Any] = []
-        self._start: Any = None
-        self._end: Any = None
-        self._vals: list[Any] = []
+        self._live: _Sessions | None = None  # the open sessions, once bound
         self._changed = False  # state changed since mark_saved()
 
     @staticmethod
@@ -104,12 +130,9 @@ class SessionAggregate(WindowAggregate):
         fresh = self._schema is None
         super()._bind(schema)
         if fresh:
-            self._gap = self._size
             xp = self._backend.xp
-            self._keys = [xp.zeros(0, xp.int64) for _ in self.by]
-            self._start = xp.zeros(0, xp.int64)
-            self._end = xp.zeros(0, xp.int64)
-            self._vals = [xp.zeros(0, a.dtype) for a in self._accs]
+            z = xp.zeros(0, xp.int64)
+            self._live = _Sessions([z for _ in self.by], z, z, [xp.zeros(0, a.dtype) for a in self._accs])
 
     # -- push ------------------------------------------------------------------
     def push(self, table: pa.Table | Frame) -> None:
@@ -119,12 +142,12 @@ class SessionAggregate(WindowAggregate):
         self.rows_in += table.num_rows
         chunk = self._chunk_sessions(table)
         if chunk is not None:
-            self._merge(*chunk, sorted_=True)  # one chunk's sessions are disjoint already
+            self._merge(chunk, sorted_=True)  # one chunk's sessions are disjoint already
         return None
 
-    def _chunk_sessions(self, table: pa.Table | Frame) -> tuple[list[Any], Any, Any, list[Any]] | None:
-        """The chunk's own sessions: (key codes, start, end, accumulators),
-        ordered by (keys, start); None without a non-null event time."""
+    def _chunk_sessions(self, table: pa.Table | Frame) -> _Sessions | None:
+        """The chunk's own sessions, ordered by (keys, start); None without a
+        non-null event time."""
         frame, ts, rows = self._event_times(table)
         b = self._backend
         xp = b.xp
@@ -133,48 +156,43 @@ class SessionAggregate(WindowAggregate):
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         keys = codes if rows is None else [c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, rows)
-        return self._sessions(xp, keys, ts, self._gap, accs)
+        return self._sessions(xp, _Sessions(keys, ts, None, accs))
 
-    def _sessions(self, xp: Any, keys: list[Any], start: Any, end: Any | int, accs: list[Any]):
-        """Sessions of intervals ``[start, end]`` (``end`` an int: the gap)
-        with their accumulators reduced."""
-        order, starts, skeys, sstart, send = sessionize(xp, keys, start, end)
-        return skeys, sstart, send, reduce_runs(xp, accs, [a.op for a in self._accs], order, starts)
+    def _sessions(self, xp: Any, s: _Sessions) -> _Sessions:
+        """The sessions of intervals ``[start, end]`` (rows: ``end`` None, the
+        gap after ``start``), with their accumulators reduced."""
+        order, starts, skeys, sstart, send = sessionize(xp, s.keys, s.start, self._size if s.end is None else s.end)
+        return _Sessions(skeys, sstart, send, reduce_runs(xp, s.vals, [a.op for a in self._accs], order, starts))
 
-    def _merge(self, keys: list[Any], start: Any, end: Any, vals: list[Any], sorted_: bool = False) -> None:
+    def _merge(self, new: _Sessions, sorted_: bool = False) -> None:
         """Merge sessions (of a chunk, or partials) into the state; sessions
         left ending at or before the last drain are late."""
         xp = self._backend.xp
         if not sorted_:  # partials of several chunks: merge them with each other first
-            keys, start, end, vals = self._sessions(xp, keys, start, end, vals)
-        state = (self._keys, self._start, self._end, self._vals)
-        if not self._start.shape[0]:
-            rest, merged = None, (keys, start, end, vals)
+            new = self._sessions(xp, new)
+        state = self._live
+        rest = None
+        if not state.rows:
+            merged = new
         elif len(self.by) == 1:  # only the keys the chunk has: the others' sessions are copied, not sorted
-            rest, merged = self._merge_touched(xp, state, (keys, start, end, vals))
+            rest, merged = self._merge_touched(xp, state, new)
         else:  # no key (one session list) or several key columns: merge everything
-            both = [[xp.concatenate([a, b]) for a, b in zip(x, y)] if isinstance(x, list) else
-                    xp.concatenate([x, y]) for x, y in zip(state, (keys, start, end, vals))]
-            rest, merged = None, self._sessions(xp, *both)
-        keys, start, end, vals = merged
+            merged = self._sessions(xp, state.concat(xp, new))
         if self._drained is not None:  # only sessions of chunk rows alone can be late
-            late = end - self._close <= self._drained
+            late = merged.end - self._close <= self._drained
             if bool(late.any()):
-                self.late_rows += int(vals[-1][late].sum())  # the __rows accumulator
-                keep = ~late
-                keys, start, end, vals = [k[keep] for k in keys], start[keep], end[keep], [v[keep] for v in vals]
-        if rest is not None:
-            keys, start, end, vals = _interleave(xp, rest, (keys, start, end, vals))
-        self._keys, self._start, self._end, self._vals = keys, start, end, vals
+                self.late_rows += int(merged.vals[-1][late].sum())  # the __rows accumulator
+                merged = merged.take(~late)
+        self._live = merged if rest is None else _interleave(xp, rest, merged)
         self._changed = True
 
-    def _merge_touched(self, xp: Any, state: tuple, chunk: tuple) -> tuple[tuple, tuple]:
+    def _merge_touched(self, xp: Any, state: _Sessions, chunk: _Sessions) -> tuple[_Sessions, _Sessions]:
         """One key column: the open sessions of the chunk's keys (found by
         binary search in the state, sorted by key) merged with the chunk's
         sessions, and the state's other sessions as they are. Costs
         O(chunk log state + touched) plus one copy of the state, not a sort."""
-        skey = state[0][0]
-        ckey = chunk[0][0]
+        skey = state.keys[0]
+        ckey = chunk.keys[0]
         first = xp.ones(ckey.shape[0], dtype=bool)
         first[1:] = ckey[1:] != ckey[:-1]
         uk = ckey[first]  # chunk sessions are sorted by key
@@ -188,11 +206,7 @@ class SessionAggregate(WindowAggregate):
         touched = xp.arange(total, dtype=xp.int64) + xp.repeat(lo - offs, cnt)
         keep = xp.ones(skey.shape[0], dtype=bool)
         keep[touched] = False
-        pick = lambda t, ix: ([a[ix] for a in t[0]], t[1][ix], t[2][ix], [a[ix] for a in t[3]])  # noqa: E731
-        old = pick(state, touched)
-        both = [[xp.concatenate([a, b]) for a, b in zip(x, y)] if isinstance(x, list) else xp.concatenate([x, y])
-                for x, y in zip(old, chunk)]
-        return pick(state, keep), self._sessions(xp, *both)
+        return state.take(keep), self._sessions(xp, state.take(touched).concat(xp, chunk))
 
     # -- partial sessions (merged before the shuffle) --------------------------
     def partial_schema(self) -> pa.Schema:
@@ -215,11 +229,10 @@ class SessionAggregate(WindowAggregate):
         chunk = self._chunk_sessions(table)
         if chunk is None:
             return self.partial_schema().empty_table()
-        keys, start, end, vals = chunk
         to_np = self._backend.to_numpy
-        cols = [pa.array(to_np(start)), pa.array(to_np(end))]
-        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, keys)]
-        cols += [pa.array(to_np(a)) for a in vals]
+        cols = [pa.array(to_np(chunk.start)), pa.array(to_np(chunk.end))]
+        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, chunk.keys)]
+        cols += [pa.array(to_np(a)) for a in chunk.vals]
         return pa.Table.from_arrays(cols, schema=self.partial_schema())
 
     def push_partials(self, partials: pa.Table) -> None:
@@ -235,7 +248,7 @@ class SessionAggregate(WindowAggregate):
         frame = Frame.from_arrow(partials, b)
         keys = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         vals = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
-        self._merge(keys, frame.values("__start")[0], frame.values("__end")[0], vals)
+        self._merge(_Sessions(keys, frame.values("__start")[0], frame.values("__end")[0], vals))
         return None
 
     # -- drain -----------------------------------------------------------------
@@ -245,39 +258,31 @@ class SessionAggregate(WindowAggregate):
         if w is None:
             return pa.table({}) if self._schema is None else self._empty_out()
         xp = self._backend.xp
-        closed = self._end - self._close <= w
+        closed = self._live.end - self._close <= w
         if not bool(closed.any()):
             return self._empty_out()
-        keep = ~closed
-        idx = xp.nonzero(closed)[0]
+        done = self._live.take(closed)
         # output order (window_start, then by): key codes sort like values, except
         # dictionary-coded ones, which _finalize orders with Arrow
-        idx = idx[order_indices(xp, [self._start[idx]] + [k[idx] for k in self._keys])]
-        out = self._finalize(self._start[idx], [k[idx] for k in self._keys], [v[idx] for v in self._vals],
-                             ends=self._end[idx])
-        if int(idx.shape[0]) == self.state_rows:  # every session closed
-            keep = xp.zeros(0, xp.int64)
-        self._keys = [k[keep] for k in self._keys]
-        self._start, self._end = self._start[keep], self._end[keep]
-        self._vals = [v[keep] for v in self._vals]
+        done = done.take(order_indices(xp, [done.start, *done.keys]))
+        out = self._finalize(done.start, done.keys, done.vals, ends=done.end)
+        self._live = self._live.take(~closed)
         self._changed = True
         for i, c in enumerate(self._codecs):  # forget dictionary keys no open session references
-            new = c.compact_codes(xp, [self._keys[i]], self.state_rows, self._backend.to_numpy)
+            new = c.compact_codes(xp, [self._live.keys[i]], self.state_rows, self._backend.to_numpy)
             if new is not None:
-                self._keys[i] = new[0]
+                self._live.keys[i] = new[0]
         self.rows_out += out.num_rows
         return out
 
     # -- state -----------------------------------------------------------------
     @property
     def state_rows(self) -> int:
-        return 0 if self._start is None else int(self._start.shape[0])
+        return 0 if self._live is None else self._live.rows
 
     @property
     def state_bytes(self) -> int:
-        if self._start is None:
-            return 0
-        return int(sum(a.nbytes for a in [*self._keys, self._start, self._end, *self._vals]))
+        return 0 if self._live is None else int(sum(a.nbytes for a in self._live.columns()))
 
     @property
     def open_windows(self) -> int:
@@ -285,12 +290,12 @@ class SessionAggregate(WindowAggregate):
 
     def _state_columns(self, rows: bool = True) -> dict[str, Any]:
         to_np = self._backend.to_numpy
-        take = (lambda a: to_np(a)) if rows else (lambda a: to_np(a[:0]))
-        cols: dict[str, Any] = {"session_start": take(self._start), "session_end": take(self._end)}
-        for k, codes in zip(self.by, self._keys):
-            cols[f"key.{k}"] = take(codes)
-        for acc, v in zip(self._accs, self._vals):
-            cols[f"acc.{acc.agg}.{acc.role}"] = take(v)
+        s = self._live if rows else self._live.take(slice(0, 0))
+        cols: dict[str, Any] = {"session_start": to_np(s.start), "session_end": to_np(s.end)}
+        for k, codes in zip(self.by, s.keys):
+            cols[f"key.{k}"] = to_np(codes)
+        for acc, v in zip(self._accs, s.vals):
+            cols[f"acc.{acc.agg}.{acc.role}"] = to_np(v)
         return cols
 
     def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
@@ -326,22 +331,20 @@ class SessionAggregate(WindowAggregate):
         if self._restore_bind(meta, snapshot):
             b = self._backend
             col = lambda name: b.asarray(state.column(name).to_numpy())  # noqa: E731
-            self._start, self._end = col("session_start"), col("session_end")
-            self._keys = [col(f"key.{k}") for k in self.by]
-            self._vals = [col(f"acc.{a.agg}.{a.role}") for a in self._accs]
+            self._live = _Sessions([col(f"key.{k}") for k in self.by], col("session_start"), col("session_end"),
+                                   [col(f"acc.{a.agg}.{a.role}") for a in self._accs])
         self._load_drained_meta(meta)
         return self
 
 
-def _interleave(xp: Any, rest: tuple, merged: tuple) -> tuple:
+def _interleave(xp: Any, rest: _Sessions, merged: _Sessions) -> _Sessions:
     """Insert the merged sessions (sorted by key, start; keys absent from
     ``rest``) into the other sessions (sorted too), keeping (key, start) order:
     one pass over each column, no sort."""
-    rk, mk = rest[0][0], merged[0][0]
-    m, r = int(mk.shape[0]), int(rk.shape[0])
+    m, r = merged.rows, rest.rows
     if m == 0:
         return rest
-    at = xp.searchsorted(rk, mk, side="left") + xp.arange(m, dtype=xp.int64)
+    at = xp.searchsorted(rest.keys[0], merged.keys[0], side="left") + xp.arange(m, dtype=xp.int64)
     slot = xp.zeros(r + m, dtype=bool)
     slot[at] = True
 
@@ -351,5 +354,4 @@ def _interleave(xp: Any, rest: tuple, merged: tuple) -> tuple:
         out[~slot] = a
         return out
 
-    return ([mix(a, b) for a, b in zip(rest[0], merged[0])], mix(rest[1], merged[1]), mix(rest[2], merged[2]),
-            [mix(a, b) for a, b in zip(rest[3], merged[3])])
+    return rest.map(mix, merged)

@@ -158,11 +158,10 @@ class WindowAggregate(Drained):
     """
 
     def __new__(cls, window: Any = None, *args: Any, **kwargs: Any) -> "WindowAggregate":
-        if cls is WindowAggregate and type(window).__name__ == "Session":
-            from .session import Session, SessionAggregate
+        from .session import Session, SessionAggregate  # (imports window: not at module level)
 
-            if isinstance(window, Session):
-                cls = SessionAggregate
+        if cls is WindowAggregate and isinstance(window, Session):
+            cls = SessionAggregate
         return super().__new__(cls)
 
     def __init__(
