@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .window import segmented_cummax
 from .xp import INT64_MAX, NONE, cummax, scatter_max, scatter_min, stable_argsort, to_numpy
 
 
@@ -54,7 +55,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     Rows are sorted by split (stable: arrival order inside a split), which
     makes each split a contiguous segment. Up to ``loop_max`` splits, one
     running max per segment (a loop over splits, never rows); beyond, one
-    global running max over values lifted into disjoint per-split ranges."""
+    segmented running max over all rows (:func:`kernels.window.segmented_cummax`)."""
     n = v.shape[0]
     out = xp.empty(n, dtype=xp.int64)
     if n == 0:
@@ -82,46 +83,17 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
         return out
     sc = codes[order]
     valid = sv != NONE
+    # a null stands for "nothing": give it a value below every value of its split
     lo = xp.full(nsplits, INT64_MAX, dtype=xp.int64)
-    hi = xp.full(nsplits, NONE, dtype=xp.int64)
     scatter_min(xp, lo, sc[valid], sv[valid])
-    scatter_max(xp, hi, sc[valid], sv[valid])
-    empty = hi == NONE
-    lo = xp.where(empty, 1, lo)
-    hi = xp.where(empty, 0, hi)
-    lo_h = to_numpy(xp, lo).tolist()
-    hi_h = to_numpy(xp, hi).tolist()
-    # value x of split s maps to base[s] + (x - (lo[s] - 1)); nulls map to base[s]
-    spans = [h - (l - 1) + 1 for l, h in zip(lo_h, hi_h)]
-    total = sum(spans)
-    if total < INT64_MAX:
-        base_h = [0] * nsplits
-        acc = 0
-        for s in range(nsplits):
-            base_h[s] = acc
-            acc += spans[s]
-        base = xp.asarray(base_h, dtype=xp.int64)
-        lifted = xp.where(valid, sv - (lo[sc] - 1), 0) + base[sc]
-        run = cummax(xp, lifted)
-        ex = xp.empty(n, dtype=xp.int64)
-        ex[0] = 0
-        ex[1:] = run[:-1]
-        first = xp.ones(n, dtype=bool)
-        first[1:] = sc[1:] != sc[:-1]
-        local = ex - base[sc]  # in [0, span]: 0 = only nulls (or nothing) before
-        unlifted = xp.where((local <= 0) | first, NONE, local + (lo[sc] - 1))
-        out[order] = unlifted
-        return out
-    # Fallback shim when lifted ranges overflow int64: one scan per split.
-    for s in range(nsplits):
-        rows = xp.nonzero(codes == s)[0]
-        if rows.shape[0] == 0:
-            continue
-        seg = xp.empty(rows.shape[0], dtype=xp.int64)
-        seg[0] = NONE
-        if rows.shape[0] > 1:
-            seg[1:] = cummax(xp, v[rows][:-1])
-        out[rows] = seg
+    floor = lo[sc] - 1
+    first = xp.ones(n, dtype=bool)
+    first[1:] = sc[1:] != sc[:-1]
+    run = segmented_cummax(xp, xp.where(valid, sv, floor), first)
+    ex = xp.empty(n, dtype=xp.int64)
+    ex[0] = NONE
+    ex[1:] = run[:-1]
+    out[order] = xp.where(first | (ex == floor), NONE, ex)  # nothing before, or only nulls
     return out
 
 
