@@ -170,8 +170,10 @@ class Pipeline:
         if isinstance(window, Session):
             self._op.update(size=None, slide=None, session=_encode(window.gap))
             # a row behind the watermark whose own session [ts, ts + gap) is open
-            # can still join one: the filter lets it through (as Spark does)
-            self._wm["allowed_lateness"] = _encode(window.gap)
+            # can still join one: the filter lets it through (as Spark does),
+            # unless .watermark(allowed_lateness=...) said otherwise
+            if "allowed_lateness" not in self._wm["knobs"]:
+                self._wm["allowed_lateness"] = _encode(window.gap)
         else:
             self._wm.pop("allowed_lateness", None)
             tumble = isinstance(window, Tumble)

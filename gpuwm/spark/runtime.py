@@ -61,12 +61,11 @@ def make_filter(plan: dict):
     import gpuwm
 
     w = plan["watermark"]
-    knobs = dict(w["knobs"])  # allowed_lateness given to .watermark() wins over the session gap
-    lateness = knobs.pop("allowed_lateness", _decode(w.get("allowed_lateness", 0)))
+    extra = {"allowed_lateness": _decode(w["allowed_lateness"])} if "allowed_lateness" in w else {}
     return gpuwm.WatermarkFilter(
         w["column"], delay=_decode(w["delay"]), profile=w["profile"], emit=w["emit"], split=w["split"],
-        idle_timeout=_decode(w["idle_timeout"]), max_drift=_decode(w["max_drift"]),
-        allowed_lateness=lateness, backend=plan["backend"], **knobs,
+        idle_timeout=_decode(w["idle_timeout"]), max_drift=_decode(w["max_drift"]), backend=plan["backend"],
+        **extra, **w["knobs"],
     )
 
 
