@@ -1,6 +1,8 @@
 """GPU vs CPU: run every operator on both backends over the same random
 inputs and require identical output. Needs CuPy and a GPU; no pytest, no
-pyspark, no Java, no cuDF. Exit status 0 only if every comparison matched.
+pyspark, no Java. Where cuDF is installed, the GPU runs twice: with cuDF
+holding the string columns, and with CuPy alone (``GPUWM_CUDF=0``). Exit
+status 0 only if every comparison matched.
 
 Run:  PYTHONPATH=. python benchmarks/gpu_check.py [--rows 200000] [--seeds 5]
 """
@@ -8,6 +10,7 @@ Run:  PYTHONPATH=. python benchmarks/gpu_check.py [--rows 200000] [--seeds 5]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -95,13 +98,20 @@ def main() -> int:
     if not gpuwm.gpu_available():
         print("gpu_check: no usable GPU (cupy.is_available() is False)")
         return 2
-    bad = 0
+    variants = ["cupy+cudf", "cupy"] if gpuwm.get_backend("gpu").cudf is not None else ["cupy"]
+    print(f"gpu_check: GPU backend variants {variants} (cuDF {'found' if len(variants) == 2 else 'not installed'})")
+    bad = runs = 0
     for seed in range(args.seeds):
         chunks = stream(args.rows, seed)
-        ok = same(run_all("cpu", chunks), run_all("gpu", chunks))
-        bad += not ok
-        print(f"seed {seed}: {'identical' if ok else 'MISMATCH'}")
-    print(f"gpu_check: {args.seeds - bad} passed, {bad} failed")
+        want = run_all("cpu", chunks)
+        for variant in variants:
+            os.environ["GPUWM_CUDF"] = "1" if variant == "cupy+cudf" else "0"
+            ok = same(want, run_all("gpu", chunks))
+            bad += not ok
+            runs += 1
+            print(f"seed {seed} [{variant}]: {'identical' if ok else 'MISMATCH'}")
+    os.environ.pop("GPUWM_CUDF", None)
+    print(f"gpu_check: {runs - bad} passed, {bad} failed")
     return 1 if bad else 0
 
 

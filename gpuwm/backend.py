@@ -6,6 +6,12 @@ usable; ``cpu`` always runs NumPy/PyArrow. Set it with
 :func:`set_backend` or the ``GPUWM_BACKEND`` environment variable. CuPy is
 imported only here, inside functions, so CPU machines and the Spark driver
 import gpuwm without CUDA.
+
+The GPU backend needs CuPy only. Where cuDF is installed it is used too
+(``Backend.cudf``): string and other non-fixed-width columns then move to the
+device through ``cudf.Index.from_arrow`` and are gathered, filtered,
+concatenated and dictionary-coded there, instead of staying host Arrow
+arrays. ``GPUWM_CUDF=0`` turns that off.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class Backend:
 
     name: str  #: "cpu" or "gpu"
     xp: Any  #: numpy or cupy
+    cudf: Any = None  #: the cudf module, on a GPU backend where it is installed (else None)
 
     @property
     def is_gpu(self) -> bool:
@@ -61,10 +68,22 @@ def gpu_available() -> bool:
         return False
 
 
+def _load_cudf() -> Any:
+    """The cudf module, or None when it is not installed, does not import
+    (no CUDA runtime it can use) or ``GPUWM_CUDF`` is ``0``."""
+    if os.environ.get("GPUWM_CUDF", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    try:
+        import cudf
+    except Exception:  # ImportError, or a cuDF built for another CUDA
+        return None
+    return cudf
+
+
 def _gpu_backend() -> Backend:
     import cupy
 
-    return Backend("gpu", cupy)
+    return Backend("gpu", cupy, _load_cudf())
 
 
 def set_backend(choice: str | None) -> None:

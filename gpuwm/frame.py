@@ -7,10 +7,13 @@ the two, operators gather, filter, slice and concatenate on the device.
 
 Fixed-width columns (integers, floats, booleans, timestamps, dates,
 durations, times) are ``xp`` arrays plus an optional validity mask. Other
-columns (strings, decimals, nested) stay as host Arrow arrays and are
-gathered with host indices — on the GPU that costs one index copy per call.
-The same class serves numpy and cupy, so the CPU tests exercise the code
-the GPU runs.
+columns are host Arrow arrays, except strings on a GPU backend with cuDF
+(``Backend.cudf``): those are ``cudf.Index`` objects on the device — gathered,
+filtered, sliced and concatenated and dictionary-coded by cuDF with device indices. Host
+columns are gathered with host indices (on the GPU that costs one index copy
+per call). A ``cudf.Index``, not a ``Series``, because
+an Index has no row labels that every gather would carry along. The same
+class serves numpy and cupy, so the CPU tests exercise the code the GPU runs.
 """
 
 from __future__ import annotations
@@ -101,12 +104,44 @@ def numpy_to_arrow(t: pa.DataType, values: Any, valid: Any | None, backend: Back
 @dataclass
 class Column:
     type: pa.DataType
-    values: Any  #: xp array (device) or pa.Array (host, non fixed-width)
-    valid: Any | None  #: xp bool array, or None (no nulls / host column)
+    values: Any  #: xp array (device), pa.Array (host, non fixed-width) or cudf.Index (device, non fixed-width)
+    valid: Any | None  #: xp bool array, or None (no nulls / host or cuDF column: nulls are in ``values``)
+    in_cudf: bool = False  #: ``values`` is a cudf.Index
 
     @property
     def on_host(self) -> bool:
         return isinstance(self.values, pa.Array)
+
+    @property
+    def fixed(self) -> bool:
+        """``values`` is an ``xp`` array (with ``valid`` beside it)."""
+        return not self.on_host and not self.in_cudf
+
+    def to_arrow(self, backend: Backend) -> pa.Array:
+        """This column as a host Arrow array of its schema type."""
+        if self.on_host:
+            return self.values
+        if self.in_cudf:
+            return _cudf_to_arrow(self.values, self.type)
+        return numpy_to_arrow(self.type, self.values, self.valid, backend)
+
+
+def _to_cudf(cudf: Any, arr: pa.Array) -> Any | None:
+    """A string Arrow array as a cudf.Index on the device, or None for other
+    types (decimals, nested, dictionaries: they stay on the host, where
+    their semantics are Arrow's)."""
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return None
+    return cudf.Index.from_arrow(arr)
+
+
+def _cudf_to_arrow(index: Any, t: pa.DataType) -> pa.Array:
+    """A cudf.Index back as Arrow of the schema type ``t`` (cuDF hands strings
+    back as ``large_string``, and may pick other widths)."""
+    arr = index.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    return arr if arr.type == t else arr.cast(t)
 
 
 class Frame:
@@ -132,20 +167,16 @@ class Frame:
                 arr = pa.array([], type=field.type)
             dtype = _fixed_dtype(field.type)
             if dtype is None:
-                cols[field.name] = Column(field.type, arr, None)
+                dev = None if backend.cudf is None else _to_cudf(backend.cudf, arr)
+                cols[field.name] = Column(field.type, arr, None) if dev is None else \
+                    Column(field.type, dev, None, in_cudf=True)
                 continue
             values, valid = arrow_to_numpy(arr, dtype, backend)
             cols[field.name] = Column(field.type, values, valid)
         return cls(backend, table.schema, cols, table.num_rows)
 
     def to_arrow(self) -> pa.Table:
-        arrays = []
-        for field in self.schema:
-            c = self.columns[field.name]
-            if c.on_host:
-                arrays.append(c.values)
-            else:
-                arrays.append(numpy_to_arrow(c.type, c.values, c.valid, self.backend))
+        arrays = [self.columns[field.name].to_arrow(self.backend) for field in self.schema]
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
     @classmethod
@@ -169,13 +200,20 @@ class Frame:
         return c.values, c.valid
 
     # -- row selection ---------------------------------------------------------
-    def _map(self, dev, host, n: int, known: dict | None = None) -> "Frame":
+    def _map(self, dev, host, n: int, known: dict | None = None, obj=None) -> "Frame":
+        """Apply a row selection to every column: ``dev`` to xp arrays,
+        ``host`` to host Arrow arrays, ``obj`` (default ``dev``) to cudf.Index
+        columns."""
+        obj = obj or dev
+
         def one(item):
             name, c = item
             if known and name in known:
                 return name, Column(c.type, known[name], None)
             if c.on_host:
                 return name, Column(c.type, host(c.values), None)
+            if c.in_cudf:
+                return name, Column(c.type, obj(c.values), None, in_cudf=True)
             return name, Column(c.type, dev(c.values), None if c.valid is None else dev(c.valid))
 
         items = list(self.columns.items())
@@ -191,16 +229,19 @@ class Frame:
         host_idx = None
         if any(c.on_host for c in self.columns.values()):
             host_idx = pa.array(self.backend.to_numpy(idx))
-        return self._map(lambda a: a[idx], lambda a: a.take(host_idx), int(idx.shape[0]), known)
+        return self._map(lambda a: a[idx], lambda a: a.take(host_idx), int(idx.shape[0]), known,
+                         obj=lambda a: a.take(idx))
 
     def filter(self, mask: Any) -> "Frame":
         """Rows where ``mask`` (a bool array on this backend) is True."""
         xp = self.backend.xp
         n = int(xp.count_nonzero(mask))
-        host_mask = None
+        host_mask = rows = None
         if any(c.on_host for c in self.columns.values()):
             host_mask = pa.array(self.backend.to_numpy(mask))
-        return self._map(lambda a: a[mask], lambda a: a.filter(host_mask), n)
+        if any(c.in_cudf for c in self.columns.values()):
+            rows = xp.flatnonzero(mask)  # cuDF gathers by position; a mask is not one of its take inputs
+        return self._map(lambda a: a[mask], lambda a: a.filter(host_mask), n, obj=lambda a: a.take(rows))
 
     def slice(self, start: int, stop: int) -> "Frame":
         stop = min(stop, self.num_rows)
@@ -217,6 +258,10 @@ class Frame:
         cols = {}
         for name, c0 in first.columns.items():
             parts = [f.columns[name] for f in frames]
+            if c0.in_cudf:
+                objs = [p.values for p in parts]
+                cols[name] = Column(c0.type, first.backend.cudf.concat(objs, ignore_index=True), None, in_cudf=True)
+                continue
             if c0.on_host:
                 cols[name] = Column(c0.type, pa.concat_arrays([p.values for p in parts]), None)
                 continue
@@ -232,7 +277,7 @@ class Frame:
     def nbytes(self) -> int:
         total = 0
         for c in self.columns.values():
-            total += c.values.nbytes
+            total += c.values.memory_usage() if c.in_cudf else c.values.nbytes
             if c.valid is not None:
                 total += c.valid.nbytes
         return total

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from kernels import NONE
 
 from .backend import Backend
-from .frame import Column, _fixed_dtype, numpy_to_arrow
+from .frame import Column, _cudf_to_arrow, _fixed_dtype, numpy_to_arrow
 
 NULL_CODE = NONE
 _SIGN = np.uint64(1 << 63)
@@ -60,20 +60,31 @@ class KeyCodec:
             if col.valid is not None:
                 code = xp.where(col.valid, code, NULL_CODE)
             return code
+        if col.in_cudf:
+            # factorized on the device; only the distinct values come to the host
+            # (-1, a null, picks the lookup table's last entry, NULL_CODE)
+            pos, uniq = col.values.factorize(sort=False, use_na_sentinel=True)
+            lut = self._lookup(_cudf_to_arrow(uniq, self.type))
+            return xp.asarray(lut)[xp.asarray(pos).astype(xp.int64)]
         arr = col.values  # host pa.Array
         uniq = pc.unique(arr).drop_null()
+        pos = pc.index_in(arr, value_set=uniq).to_numpy(zero_copy_only=False)
+        lut = self._lookup(uniq)
+        pos = np.where(np.isnan(pos), len(uniq), pos).astype(np.int64) if pos.dtype.kind == "f" else pos
+        return backend.asarray(lut[pos])
+
+    def _lookup(self, uniq: pa.Array) -> np.ndarray:
+        """The codes of ``uniq`` (distinct non-null values; new ones are added
+        to the dictionary), then NULL_CODE."""
         codes = []
-        for v in uniq.to_pylist():
+        for v in uniq.to_pylist():  # one per distinct value in the chunk
             c = self._dict.get(v)
             if c is None:
                 c = len(self._values)
                 self._dict[v] = c
                 self._values.append(v)
             codes.append(c)
-        pos = pc.index_in(arr, value_set=uniq).to_numpy(zero_copy_only=False)
-        lut = np.asarray(codes + [NULL_CODE], dtype=np.int64)
-        pos = np.where(np.isnan(pos), len(codes), pos).astype(np.int64) if pos.dtype.kind == "f" else pos
-        return backend.asarray(lut[pos])
+        return np.asarray(codes + [NULL_CODE], dtype=np.int64)
 
     # -- decode ----------------------------------------------------------------
     def decode(self, codes: np.ndarray) -> pa.Array:

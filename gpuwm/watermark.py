@@ -23,7 +23,7 @@ from kernels.xp import to_numpy
 
 from .backend import Backend, get_backend
 from .errors import ConfigError, SchemaError, WatermarkError
-from .frame import Frame, arrow_to_numpy, filter_table, numpy_to_arrow
+from .frame import Frame, arrow_to_numpy, filter_table
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain, parse_interval
 
@@ -198,10 +198,8 @@ class WatermarkFilter:
         xp, col = np, None
         if isinstance(data, Frame):
             c = data.columns[self.split]
-            if c.on_host:
-                col = pa.chunked_array([c.values])
-            elif not pa.types.is_integer(c.type):  # rare: keyed by value on the host
-                col = pa.chunked_array([numpy_to_arrow(c.type, c.values, c.valid, self._backend)])
+            if not c.fixed or not pa.types.is_integer(c.type):  # strings, or rare: keyed by value on the host
+                col = pa.chunked_array([c.to_arrow(self._backend)])
             else:
                 xp = self._backend.xp
                 v, valid = c.values, c.valid

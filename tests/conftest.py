@@ -36,18 +36,24 @@ class HostGpu(gpuwm.backend.Backend):
     params=[
         "cpu",
         "gpu-sim",
+        "gpu-sim-cudf",
         pytest.param("gpu", marks=[pytest.mark.gpu,
                                    pytest.mark.skipif(not _HAS_GPU, reason="no usable GPU (cupy)")]),
     ]
 )
 def backend(request, monkeypatch) -> str:
     """The backend name an operator is built with: ``backend=backend``.
-    ``gpu-sim`` builds operators with ``backend="gpu"`` on :class:`HostGpu`."""
-    if request.param == "gpu-sim":
+    ``gpu-sim`` builds operators with ``backend="gpu"`` on :class:`HostGpu`
+    (CuPy alone); ``gpu-sim-cudf`` adds :mod:`tests.fake_cudf`, so string
+    columns take gpuwm's cuDF branches."""
+    if request.param.startswith("gpu-sim"):
         import numpy as np
 
+        from . import fake_cudf
+
+        cudf = fake_cudf if request.param == "gpu-sim-cudf" else None
         monkeypatch.setattr(gpuwm.backend, "gpu_available", lambda: True)
-        monkeypatch.setattr(gpuwm.backend, "_gpu_backend", lambda: HostGpu("gpu", np))
+        monkeypatch.setattr(gpuwm.backend, "_gpu_backend", lambda: HostGpu("gpu", np, cudf))
         # and the kernels' CuPy-side shims (running max by doubling, per-run min/max by scatter)
         monkeypatch.setattr("kernels.xp.CUPY_BRANCHES", True)
         return "gpu"
