@@ -19,12 +19,16 @@ since a row behind the watermark is late. Rows are merged in batches:
 ``emit="on-update"`` is not offered: an update would have to retract the
 sessions a merge absorbs.
 
-State is one set of columns — key codes, session start and end, the
-accumulators — sorted by (keys, start) and kept on the backend's device. A
-push sorts its chunk, then merges its sessions with the state in one pass
-over both (a packed sort of already sorted runs plus a segmented running
-maximum); its cost is O(chunk log chunk + open sessions), the state moved at
-memory speed, never per row in Python.
+State is columns — key codes, session start and end, the accumulators —
+sorted by (keys, start) and kept on the backend's device. With one key
+column they are two levels (see ``SessionAggregate.__init__``): a push finds
+the open sessions of its chunk's keys by binary search, merges them with the
+chunk's sessions (a packed sort plus a segmented running maximum) into the
+small recent level, and only marks them dead in the older one; a drain marks
+what it emits. Its cost is O(chunk log chunk + recent level), plus a fold of
+the recent level into the older one every few batches; never per row in
+Python. Several key columns (or none) keep one level, merged with each chunk
+by one sort.
 """
 
 from __future__ import annotations
@@ -43,7 +47,11 @@ from .timecol import TimeDomain
 from .watermark import same_schema
 from .window import WindowAggregate, _positive
 
-_PART = "sessions"
+# state-store parts: the older level's sessions, its alive marks (a bitmap in
+# Arrow, rows / 8 bytes), the recent level; "sessions" is the one-part layout
+# of earlier versions, still read by restore()
+_MAIN, _ALIVE, _RECENT, _OLD_PART = "sessions.main", "sessions.alive", "sessions.recent", "sessions"
+_PARTS = (_MAIN, _ALIVE, _RECENT)
 
 
 class _Sessions(NamedTuple):
@@ -119,8 +127,21 @@ class SessionAggregate(WindowAggregate):
                               "can merge sessions, which an update stream would have to retract")
         super().__init__(window, by=by, aggs=aggs, emit=emit, profile=profile, close_minus_one=close_minus_one,
                          backend=backend)
-        self._live: _Sessions | None = None  # the open sessions, once bound
-        self._changed = False  # state changed since mark_saved()
+        # The open sessions, once bound, in two levels (one key column; else all
+        # in ``_live``), so that a push or drain does not copy every open session:
+        # - ``_live``: the recent sessions, sorted by (key, start), rebuilt by
+        #   every push and drain (it holds at most ~1/8 of the state);
+        # - ``_main``: the older ones, sorted the same, with ``_alive`` marks
+        #   (None: all alive): a push marks the sessions it merges dead, a drain
+        #   the ones it emits; it is compacted once half of it is dead.
+        # A key's open sessions are all in one level (a push moves every open
+        # session of its keys to ``_live``). ``_live`` is folded into ``_main``
+        # when it outgrows max(DELTA_MIN, alive main >> DELTA_SHIFT).
+        self._live: _Sessions | None = None
+        self._main: _Sessions | None = None
+        self._alive: Any = None
+        self._main_rows = 0  # alive sessions in _main
+        self._dirty: set[str] = set()  # parts changed since mark_saved()
 
     @staticmethod
     def _session_window(window: Any) -> bool:
@@ -133,6 +154,26 @@ class SessionAggregate(WindowAggregate):
             xp = self._backend.xp
             z = xp.zeros(0, xp.int64)
             self._live = _Sessions([z for _ in self.by], z, z, [xp.zeros(0, a.dtype) for a in self._accs])
+            self._main = self._live.take(slice(0, 0))
+            self._dirty = set(_PARTS)
+
+    #: ``_live`` is folded into ``_main`` once it has more rows than this and
+    #: more than the alive rows of ``_main`` >> DELTA_SHIFT
+    DELTA_MIN = 1 << 16
+    DELTA_SHIFT = 3
+
+    def _all(self) -> _Sessions:
+        """Every open session, sorted by (keys, start), in one level."""
+        if not self._main.rows:
+            return self._live
+        main = self._main if self._alive is None else self._main.take(self._alive)
+        return _interleave(self._backend.xp, main, self._live)
+
+    def _fold(self) -> None:
+        self._main = self._all()
+        self._alive, self._main_rows = None, self._main.rows
+        self._live = self._main.take(slice(0, 0))
+        self._dirty = set(_PARTS)
 
     # -- push ------------------------------------------------------------------
     def push(self, table: pa.Table | Frame) -> None:
@@ -172,10 +213,10 @@ class SessionAggregate(WindowAggregate):
             new = self._sessions(xp, new)
         state = self._live
         rest = None
-        if not state.rows:
+        if len(self.by) == 1:  # only the keys the chunk has: the others' sessions are not touched
+            rest, merged = self._merge_touched(xp, new)
+        elif not state.rows:
             merged = new
-        elif len(self.by) == 1:  # only the keys the chunk has: the others' sessions are copied, not sorted
-            rest, merged = self._merge_touched(xp, state, new)
         else:  # no key (one session list) or several key columns: merge everything
             merged = self._sessions(xp, state.concat(xp, new))
         if self._drained is not None:  # only sessions of chunk rows alone can be late
@@ -184,29 +225,44 @@ class SessionAggregate(WindowAggregate):
                 self.late_rows += int(merged.vals[-1][late].sum())  # the __rows accumulator
                 merged = merged.take(~late)
         self._live = merged if rest is None else _interleave(xp, rest, merged)
-        self._changed = True
+        self._dirty.add(_RECENT)
+        if len(self.by) == 1 and self._live.rows > max(self.DELTA_MIN, self._main_rows >> self.DELTA_SHIFT):
+            self._fold()
 
-    def _merge_touched(self, xp: Any, state: _Sessions, chunk: _Sessions) -> tuple[_Sessions, _Sessions]:
+    def _merge_touched(self, xp: Any, chunk: _Sessions) -> tuple[_Sessions, _Sessions]:
         """One key column: the open sessions of the chunk's keys (found by
-        binary search in the state, sorted by key) merged with the chunk's
-        sessions, and the state's other sessions as they are. Costs
-        O(chunk log state + touched) plus one copy of the state, not a sort."""
-        skey = state.keys[0]
+        binary search in both levels) merged with the chunk's sessions, and
+        ``_live``'s other sessions as they are; the merged ones are marked
+        dead in ``_main``. Costs O(chunk log state + touched + _live), not a
+        copy of the state."""
         ckey = chunk.keys[0]
         first = xp.ones(ckey.shape[0], dtype=bool)
         first[1:] = ckey[1:] != ckey[:-1]
         uk = ckey[first]  # chunk sessions are sorted by key
-        lo = xp.searchsorted(skey, uk, side="left")
-        cnt = xp.searchsorted(skey, uk, side="right") - lo
-        total = int(cnt.sum())
-        if total == 0:
-            return state, chunk
-        # the touched rows: the ranges [lo, lo + cnt) concatenated
-        offs = xp.cumsum(cnt) - cnt
-        touched = xp.arange(total, dtype=xp.int64) + xp.repeat(lo - offs, cnt)
-        keep = xp.ones(skey.shape[0], dtype=bool)
-        keep[touched] = False
-        return state.take(keep), self._sessions(xp, state.take(touched).concat(xp, chunk))
+        parts = []
+        if self._main_rows:
+            tm = _touched(xp, self._main.keys[0], uk)
+            if self._alive is not None:
+                tm = tm[self._alive[tm]]
+            if tm.shape[0]:
+                if self._alive is None:
+                    self._alive = xp.ones(self._main.rows, dtype=bool)
+                self._alive[tm] = False
+                self._main_rows -= int(tm.shape[0])
+                self._dirty.add(_ALIVE)
+                parts.append(self._main.take(tm))
+        live = self._live
+        tl = _touched(xp, live.keys[0], uk)
+        if tl.shape[0]:
+            parts.append(live.take(tl))
+            keep = xp.ones(live.rows, dtype=bool)
+            keep[tl] = False
+            live = live.take(keep)
+        if not parts:
+            return live, chunk
+        for p in parts:
+            chunk = p.concat(xp, chunk)
+        return live, self._sessions(xp, chunk)
 
     # -- partial sessions (merged before the shuffle) --------------------------
     def partial_schema(self) -> pa.Schema:
@@ -259,38 +315,61 @@ class SessionAggregate(WindowAggregate):
             return pa.table({}) if self._schema is None else self._empty_out()
         xp = self._backend.xp
         closed = self._live.end - self._close <= w
-        if not bool(closed.any()):
+        shut = None  # positions of the closed alive sessions in _main
+        if self._main_rows:
+            cm = self._main.end - self._close <= w
+            shut = xp.flatnonzero(cm if self._alive is None else cm & self._alive)
+        if not bool(closed.any()) and (shut is None or not shut.shape[0]):
             return self._empty_out()
         done = self._live.take(closed)
+        if shut is not None and shut.shape[0]:
+            done = self._main.take(shut).concat(xp, done)
+            if self._alive is None:
+                self._alive = xp.ones(self._main.rows, dtype=bool)
+            self._alive[shut] = False
+            self._main_rows -= int(shut.shape[0])
+            self._dirty.add(_ALIVE)
+            if 2 * self._main_rows <= self._main.rows:  # half of _main is dead: compact it
+                self._main = self._main.take(self._alive)
+                self._alive = None
+                self._dirty.add(_MAIN)
         # output order (window_start, then by): key codes sort like values, except
         # dictionary-coded ones, which _finalize orders with Arrow
         done = done.take(order_indices(xp, [done.start, *done.keys]))
         out = self._finalize(done.start, done.keys, done.vals, ends=done.end)
-        self._live = self._live.take(~closed)
-        self._changed = True
-        for i, c in enumerate(self._codecs):  # forget dictionary keys no open session references
-            new = c.compact_codes(xp, [self._live.keys[i]], self.state_rows, self._backend.to_numpy)
+        if bool(closed.any()):
+            self._live = self._live.take(~closed)
+            self._dirty.add(_RECENT)
+        for i, c in enumerate(self._codecs):  # forget dictionary keys no session of either level references
+            new = c.compact_codes(xp, [self._main.keys[i], self._live.keys[i]], self.state_rows,
+                                  self._backend.to_numpy)
             if new is not None:
-                self._live.keys[i] = new[0]
+                self._main.keys[i], self._live.keys[i] = new
+                self._dirty.update((_MAIN, _RECENT))
         self.rows_out += out.num_rows
         return out
 
     # -- state -----------------------------------------------------------------
     @property
     def state_rows(self) -> int:
-        return 0 if self._live is None else self._live.rows
+        return 0 if self._live is None else self._main_rows + self._live.rows
 
     @property
     def state_bytes(self) -> int:
-        return 0 if self._live is None else int(sum(a.nbytes for a in self._live.columns()))
+        if self._live is None:
+            return 0
+        marks = 0 if self._alive is None else self._alive.nbytes
+        return int(sum(a.nbytes for a in self._live.columns() + self._main.columns())) + marks
 
     @property
     def open_windows(self) -> int:
         return self.state_rows
 
-    def _state_columns(self, rows: bool = True) -> dict[str, Any]:
+    def _state_columns(self, rows: bool = True, level: _Sessions | None = None) -> dict[str, Any]:
+        """Columns of every open session (of ``level`` if given; none without
+        ``rows``)."""
         to_np = self._backend.to_numpy
-        s = self._live if rows else self._live.take(slice(0, 0))
+        s = level if level is not None else self._all() if rows else self._live.take(slice(0, 0))
         cols: dict[str, Any] = {"session_start": to_np(s.start), "session_end": to_np(s.end)}
         for k, codes in zip(self.by, s.keys):
             cols[f"key.{k}"] = to_np(codes)
@@ -300,21 +379,31 @@ class SessionAggregate(WindowAggregate):
 
     def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
         """``{"state": every open session, "dict.<col>": key dictionaries}``;
-        with ``rows=False`` the sessions are left to the part ``"sessions"``."""
+        with ``rows=False`` the sessions are left to the parts (:meth:`state_parts`)."""
         return self._snapshot_tables("gpuwm.session", "session_start", lambda: self._state_columns(rows))
 
     def state_parts(self) -> dict[str, bool]:
-        """One part, every open session: written again when a push or drain
-        changed it since :meth:`mark_saved`."""
-        return {} if self._schema is None else {_PART: self._changed}
+        """Three parts, each written again only when a push or drain changed
+        it since :meth:`mark_saved`: ``sessions.main`` (the older sessions:
+        rewritten when the recent ones are folded in or half of it has been
+        emitted or merged away), ``sessions.alive`` (its alive marks, one bit
+        a session) and ``sessions.recent`` (at most ~1/8 of the state once
+        it is large). So a batch writes O(its sessions + state / 8 bits), not
+        every open session."""
+        return {} if self._schema is None else {n: n in self._dirty for n in _PARTS}
 
     def snapshot_part(self, name: str) -> pa.Table:
-        if name != _PART:
-            raise KeyError(name)
-        return pa.table(self._state_columns())
+        if name == _MAIN:
+            return pa.table(self._state_columns(level=self._main))
+        if name == _ALIVE:
+            alive = self._alive
+            return pa.table({"alive": pa.array([] if alive is None else self._backend.to_numpy(alive), pa.bool_())})
+        if name == _RECENT:
+            return pa.table(self._state_columns(level=self._live))
+        raise KeyError(name)
 
     def mark_saved(self, written: Sequence[str] = ()) -> None:
-        self._changed = False
+        self._dirty.difference_update(written)
 
     def restore(self, snapshot: Mapping[str, pa.Table],
                 parts: Mapping[str, pa.Table] | None = None) -> "SessionAggregate":
@@ -326,15 +415,37 @@ class SessionAggregate(WindowAggregate):
         if b"gpuwm.session" not in (state.schema.metadata or {}):
             raise ConfigError("this snapshot is not of a session-window aggregate")
         meta = json.loads(state.schema.metadata[b"gpuwm.session"])
-        if parts and _PART in parts:
-            state = parts[_PART]
+        parts = parts or {}
         if self._restore_bind(meta, snapshot):
             b = self._backend
-            col = lambda name: b.asarray(state.column(name).to_numpy())  # noqa: E731
-            self._live = _Sessions([col(f"key.{k}") for k in self.by], col("session_start"), col("session_end"),
-                                   [col(f"acc.{a.agg}.{a.role}") for a in self._accs])
+
+            def level(t: pa.Table) -> _Sessions:
+                col = lambda name: b.asarray(t.column(name).to_numpy())  # noqa: E731
+                return _Sessions([col(f"key.{k}") for k in self.by], col("session_start"), col("session_end"),
+                                 [col(f"acc.{a.agg}.{a.role}") for a in self._accs])
+
+            if _MAIN in parts:  # the incremental store's three parts, as they were saved
+                self._main, self._live = level(parts[_MAIN]), level(parts[_RECENT])
+                alive = parts[_ALIVE].column("alive")
+                self._alive = b.asarray(alive.to_numpy(zero_copy_only=False)) if len(alive) else None
+                self._main_rows = self._main.rows if self._alive is None else int(b.xp.count_nonzero(self._alive))
+                self._dirty = set()
+            else:  # one table of every open session (snapshot(), or the old one-part layout)
+                self._live = level(parts.get(_OLD_PART, state))
+                self._main, self._alive, self._main_rows = self._live.take(slice(0, 0)), None, 0
+                self._dirty = set(_PARTS)
         self._load_drained_meta(meta)
         return self
+
+
+def _touched(xp: Any, keys: Any, uk: Any) -> Any:
+    """Positions in ``keys`` (sorted) of every row whose key is in ``uk``
+    (sorted, distinct): the ranges found by binary search, concatenated."""
+    lo = xp.searchsorted(keys, uk, side="left")
+    cnt = xp.searchsorted(keys, uk, side="right") - lo
+    total = int(cnt.sum())
+    offs = xp.cumsum(cnt) - cnt
+    return xp.arange(total, dtype=xp.int64) + xp.repeat(lo - offs, cnt)
 
 
 def _interleave(xp: Any, rest: _Sessions, merged: _Sessions) -> _Sessions:

@@ -194,3 +194,42 @@ def test_sort_state_is_saved_incrementally(tmp_path):
     assert files[3]["run.1.arrow"] == files[1]["run.1.arrow"]
     assert back.drain(40).to_pylist() == op.drain(40).to_pylist()
     assert back.buffered_rows == 0 and back.rows_out == op.rows_out == 13
+
+
+def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
+    """Session state in the store: the older sessions' part is linked while
+    only their alive marks change; what is loaded back from the files (cache
+    cleared) drains like the operator in memory, at every version."""
+    from gpuwm.session import SessionAggregate
+
+    monkeypatch.setattr(SessionAggregate, "DELTA_MIN", 2)  # fold once more than 2 recent sessions
+    monkeypatch.setattr(SessionAggregate, "DELTA_SHIFT", 0)
+    plan = {"checkpoint": str(tmp_path), "backend": "cpu", "watermark": {"profile": "risingwave"},
+            "operator": {"kind": "window", "column": "t", "session": 5, "size": None, "slide": None, "by": ["k"],
+                         "aggs": {"n": ["*", "count"], "s": ["v", "sum"]}, "emit": "on-window-close"}}
+    op = runtime.make_operator(plan)
+    inode = {}
+
+    def save(batch_id):
+        runtime.save_operator(str(tmp_path), batch_id, 0, op, batch_id - 1 if batch_id else None)
+        d = os.path.join(runtime._vnode_dir(str(tmp_path), batch_id, 0), "parts")
+        inode[batch_id] = {f: os.stat(os.path.join(d, f)).st_ino for f in os.listdir(d)}
+        runtime._CACHE.clear()
+        back = runtime.load_operator(plan, batch_id, 0)
+        assert back.snapshot()["state"].equals(op.snapshot()["state"]) and back.state_rows == op.state_rows
+        return back
+
+    op.push(pa.table({"t": [1, 3, 4], "k": ["a", "b", "c"], "v": [1, 2, 3]}))  # 3 recent: folded into main
+    save(0)
+    op.push(pa.table({"t": [6], "k": ["d"], "v": [4]}))  # a new key: recent only
+    save(1)
+    assert inode[1]["sessions.main.arrow"] == inode[0]["sessions.main.arrow"]    # linked
+    assert inode[1]["sessions.alive.arrow"] == inode[0]["sessions.alive.arrow"]
+    op.push(pa.table({"t": [5], "k": ["b"], "v": [5]}))  # b's session leaves main: a mark flips
+    save(2)
+    assert inode[2]["sessions.main.arrow"] == inode[0]["sessions.main.arrow"]
+    assert inode[2]["sessions.alive.arrow"] != inode[1]["sessions.alive.arrow"]
+    assert op.drain(6).num_rows == 1  # a's [1, 6) from main: 2 of 3 dead, compacted and rewritten
+    back = save(3)
+    assert inode[3]["sessions.main.arrow"] != inode[0]["sessions.main.arrow"]
+    assert back.drain(30).to_pylist() == op.drain(30).to_pylist() and back.state_rows == 0

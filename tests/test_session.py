@@ -32,13 +32,23 @@ def _aggs():
     return {n: ("v" if c == 2 else c, fn) for n, (c, fn) in AGGS.items()}
 
 
+def _two_levels(monkeypatch):
+    """Fold the recent sessions into the older level as soon as they outnumber
+    it (and hold more than 2), so that small streams use both levels."""
+    monkeypatch.setattr(SessionAggregate, "DELTA_MIN", 2)
+    monkeypatch.setattr(SessionAggregate, "DELTA_SHIFT", 0)
+
+
+@pytest.mark.parametrize("levels", ["one", "two"])
 @pytest.mark.parametrize("gap", [1, 7, 30])
 @pytest.mark.parametrize("profile", ["risingwave", "flink"])
 @pytest.mark.parametrize("keys", ["int", "str", "none"])
 @given(ops=ops_st)
-def test_session_matches_reference(backend, gap, profile, keys, ops, monkeypatch):
+def test_session_matches_reference(backend, levels, gap, profile, keys, ops, monkeypatch):
     if keys == "str":  # compact the key dictionary at every drain that can
         monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
+    if levels == "two":
+        _two_levels(monkeypatch)
     by = [] if keys == "none" else ["k"]
     a = gpuwm.WindowAggregate(gpuwm.Session("t", gap), by=by, aggs=_aggs(), profile=profile, backend=backend)
     assert isinstance(a, SessionAggregate)
@@ -82,6 +92,7 @@ def test_partial_sessions_merged_elsewhere_equal_rows(backend, keys, ops, cut):
 @pytest.mark.parametrize("keys", ["int", "str"])
 def test_session_snapshot_restore(backend, ops, stop, parts, keys, monkeypatch):
     monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
+    _two_levels(monkeypatch)
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 9), by=["k"], aggs=_aggs(), backend=backend)  # noqa: E731
 
     def restore(b):
@@ -92,14 +103,56 @@ def test_session_snapshot_restore(backend, ops, stop, parts, keys, monkeypatch):
     run_with_restore(mk, ops, stop, keys, restore)
 
 
-def test_state_parts_are_rewritten_only_after_a_change(backend):
-    a = gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], backend=backend)
+def test_state_parts_are_rewritten_only_after_a_change(backend, monkeypatch):
+    """A batch rewrites only the parts it changed: new sessions touch the
+    recent level; merging or emitting an older session flips its alive mark
+    (one bit a session), not the older sessions themselves."""
+    main, alive, recent = "sessions.main", "sessions.alive", "sessions.recent"
+    monkeypatch.setattr(SessionAggregate, "DELTA_MIN", 2)  # fold once more than 2 recent sessions
+    monkeypatch.setattr(SessionAggregate, "DELTA_SHIFT", 0)
+    a = gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend)
+    everything = [main, alive, recent]
     assert a.state_parts() == {}
-    a.push(_table([(1, 0, 1), (3, 0, 2)], "int"))
-    assert a.state_parts() == {"sessions": True}
-    a.mark_saved(["sessions"])
-    assert a.drain(2).num_rows == 0 and a.state_parts() == {"sessions": False}
-    assert a.drain(8).num_rows == 1 and a.state_parts() == {"sessions": True}
+    a.push(_table([(1, 0, 1), (3, 1, 2)], "int"))
+    assert a.state_parts() == dict.fromkeys(everything, True)
+    a.mark_saved(everything)
+    assert a.drain(2).num_rows == 0 and a.state_parts() == dict.fromkeys(everything, False)
+    a.push(_table([(4, 2, 1)], "int"))  # a third recent session: folded into main
+    assert a.state_parts() == dict.fromkeys(everything, True) and a.snapshot_part(recent).num_rows == 0
+    a.mark_saved(everything)
+    a.push(_table([(6, 3, 1)], "int"))  # a new key: recent only
+    assert a.state_parts() == {main: False, alive: False, recent: True}
+    a.mark_saved(everything)
+    a.push(_table([(5, 1, 1)], "int"))  # key 1's open session moves from main to recent
+    assert a.state_parts() == {main: False, alive: True, recent: True}
+    assert a.snapshot_part(alive).column("alive").to_pylist() == [True, False, True]
+    a.mark_saved(everything)
+    a.mark_saved(everything)
+    assert a.drain(5).num_rows == 0 and a.state_parts() == dict.fromkeys(everything, False)
+    assert a.drain(6).num_rows == 1  # key 0's [1, 6) is emitted from main: 2 of 3 dead, so it is compacted
+    assert a.state_parts() == {main: True, alive: True, recent: False}
+    assert a.snapshot_part(main).num_rows == 1 and a.snapshot_part(alive).num_rows == 0  # (no marks: all alive)
+    a.mark_saved(everything)
+    assert a.drain(9).num_rows == 1  # key 2's [4, 9): main is empty now
+    assert a.state_parts() == {main: True, alive: True, recent: False} and a.snapshot_part(main).num_rows == 0
+    a.mark_saved(everything)
+    assert a.state_rows == 2  # key 1's [3, 10) and key 3's [6, 11), both recent
+    # the saved parts restore the same operator, and it goes on the same way
+    b = gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend)
+    b.restore(a.snapshot(rows=False), {n: a.snapshot_part(n) for n in everything})
+    assert b.state_parts() == dict.fromkeys(everything, False)
+    assert b.drain(20).to_pydict() == a.drain(20).to_pydict() and b.state_rows == a.state_rows == 0
+
+
+def test_old_one_part_layout_restores(backend):
+    """A checkpoint written before the two levels (one part, "sessions")
+    still restores."""
+    mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend)  # noqa: E731
+    a = mk()
+    a.push(_table([(1, 0, 1), (3, 1, 2), (30, 0, 4)], "int"))
+    old = pa.table(a._state_columns())  # what the one-part layout wrote
+    b = mk().restore(a.snapshot(rows=False), {"sessions": old})
+    assert b.state_rows == 3 and b.drain(40).to_pydict() == a.drain(40).to_pydict()
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 15)), max_size=40),
