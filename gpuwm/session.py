@@ -20,15 +20,14 @@ since a row behind the watermark is late. Rows are merged in batches:
 sessions a merge absorbs.
 
 State is columns — key codes, session start and end, the accumulators —
-sorted by (keys, start) and kept on the backend's device. With one key
-column they are two levels (see ``SessionAggregate.__init__``): a push finds
-the open sessions of its chunk's keys by binary search, merges them with the
-chunk's sessions (a packed sort plus a segmented running maximum) into the
-small recent level, and only marks them dead in the older one; a drain marks
-what it emits. Its cost is O(chunk log chunk + recent level), plus a fold of
-the recent level into the older one every few batches; never per row in
-Python. Several key columns (or none) keep one level, merged with each chunk
-by one sort.
+sorted by (keys, start) and kept on the backend's device, as levels (sorted
+runs, see ``SessionAggregate.__init__``): a push finds the open sessions of
+its chunk's keys in each level by binary search, marks them dead there, and
+appends their merge with the chunk's sessions (a packed sort plus a
+segmented running maximum) as a new level; a drain marks what it emits.
+Levels merge by size, so a session is copied O(log state) times in its life
+rather than once per batch; never per row in Python. Several key columns (or
+none) keep one level, merged with each chunk by one sort.
 """
 
 from __future__ import annotations
@@ -47,11 +46,10 @@ from .timecol import TimeDomain
 from .watermark import same_schema
 from .window import WindowAggregate, _positive
 
-# state-store parts: the older level's sessions, its alive marks (a bitmap in
-# Arrow, rows / 8 bytes), the recent level; "sessions" is the one-part layout
-# of earlier versions, still read by restore()
-_MAIN, _ALIVE, _RECENT, _OLD_PART = "sessions.main", "sessions.alive", "sessions.recent", "sessions"
-_PARTS = (_MAIN, _ALIVE, _RECENT)
+# state-store parts: each level's sessions ("sessions.<id>") and its alive
+# marks ("sessions.<id>.alive", a bitmap in Arrow: rows / 8 bytes);
+# "sessions" is the one-part layout of earlier versions, still read by restore()
+_OLD_PART = "sessions"
 
 
 class _Sessions(NamedTuple):
@@ -81,6 +79,33 @@ class _Sessions(NamedTuple):
     @property
     def rows(self) -> int:
         return int(self.start.shape[0])
+
+
+@dataclass(eq=False)
+class _Level:
+    """One level of open sessions: sorted by (keys, start), with alive marks."""
+
+    id: int
+    s: _Sessions
+    alive: Any = None  #: bool array on the backend; None: every session is alive
+    rows: int = -1  #: alive sessions (-1: all of ``s``)
+    saved: bool = False  #: the part "sessions.<id>" holds ``s`` (since mark_saved)
+    saved_alive: bool = False  #: the part "sessions.<id>.alive" holds ``alive``
+
+    def __post_init__(self) -> None:
+        if self.rows < 0:
+            self.rows = self.s.rows if self.alive is None else int(self.alive.sum())
+
+    def live(self) -> _Sessions:
+        return self.s if self.alive is None else self.s.take(self.alive)
+
+    def kill(self, xp: Any, ix: Any) -> None:
+        """Mark the sessions at positions ``ix`` (alive ones) dead."""
+        if self.alive is None:
+            self.alive = xp.ones(self.s.rows, dtype=bool)
+        self.alive[ix] = False
+        self.rows -= int(ix.shape[0])
+        self.saved_alive = False
 
 
 @dataclass(frozen=True)
@@ -127,21 +152,24 @@ class SessionAggregate(WindowAggregate):
                               "can merge sessions, which an update stream would have to retract")
         super().__init__(window, by=by, aggs=aggs, emit=emit, profile=profile, close_minus_one=close_minus_one,
                          backend=backend)
-        # The open sessions, once bound, in two levels (one key column; else all
-        # in ``_live``), so that a push or drain does not copy every open session:
-        # - ``_live``: the recent sessions, sorted by (key, start), rebuilt by
-        #   every push and drain (it holds at most ~1/8 of the state);
-        # - ``_main``: the older ones, sorted the same, with ``_alive`` marks
-        #   (None: all alive): a push marks the sessions it merges dead, a drain
-        #   the ones it emits; it is compacted once half of it is dead.
-        # A key's open sessions are all in one level (a push moves every open
-        # session of its keys to ``_live``). ``_live`` is folded into ``_main``
-        # when it outgrows max(DELTA_MIN, alive main >> DELTA_SHIFT).
-        self._live: _Sessions | None = None
-        self._main: _Sessions | None = None
-        self._alive: Any = None
-        self._main_rows = 0  # alive sessions in _main
-        self._dirty: set[str] = set()  # parts changed since mark_saved()
+        # The open sessions are levels (an LSM tree of sorted runs), oldest
+        # first, so that a push or drain does not copy every open session:
+        # - a push finds the open sessions of its chunk's keys in every level
+        #   by binary search, marks them dead there, and appends their merge
+        #   with the chunk's sessions as a new level; so a key's open sessions
+        #   are all in one level, and levels never share a key;
+        # - a drain marks the sessions it emits dead;
+        # - the newest level is merged into the one before while that one is
+        #   at most MERGE_RATIO times larger (sizes fall geometrically: a
+        #   session is copied O(log state) times in its life) and not frozen:
+        #   a level of max(FREEZE_MIN, state / FREEZE_PARTS) sessions takes no
+        #   more merges — sessions close roughly oldest first, so rewriting an
+        #   old level to add new sessions to it would copy it again and again;
+        #   it only shrinks, and is compacted once half of it is dead.
+        # Several key columns (or none) keep one level, merged with each chunk.
+        self._levels: list[_Level] = []
+        self._next_id = 0
+        self._empty: _Sessions | None = None
 
     @staticmethod
     def _session_window(window: Any) -> bool:
@@ -153,27 +181,49 @@ class SessionAggregate(WindowAggregate):
         if fresh:
             xp = self._backend.xp
             z = xp.zeros(0, xp.int64)
-            self._live = _Sessions([z for _ in self.by], z, z, [xp.zeros(0, a.dtype) for a in self._accs])
-            self._main = self._live.take(slice(0, 0))
-            self._dirty = set(_PARTS)
+            self._empty = _Sessions([z for _ in self.by], z, z, [xp.zeros(0, a.dtype) for a in self._accs])
 
-    #: ``_live`` is folded into ``_main`` once it has more rows than this and
-    #: more than the alive rows of ``_main`` >> DELTA_SHIFT
-    DELTA_MIN = 1 << 16
-    DELTA_SHIFT = 3
+    #: the newest level is merged into the one before while that one has at
+    #: most MERGE_RATIO times its alive sessions and fewer than
+    #: max(FREEZE_MIN, state rows // FREEZE_PARTS)
+    MERGE_RATIO = 4
+    FREEZE_MIN = 1 << 20
+    FREEZE_PARTS = 8
 
     def _all(self) -> _Sessions:
         """Every open session, sorted by (keys, start), in one level."""
-        if not self._main.rows:
-            return self._live
-        main = self._main if self._alive is None else self._main.take(self._alive)
-        return _interleave(self._backend.xp, main, self._live)
+        xp = self._backend.xp
+        out = self._empty
+        for lv in self._levels:
+            out = lv.live() if not out.rows else _interleave(xp, out, lv.live())
+        return out
 
-    def _fold(self) -> None:
-        self._main = self._all()
-        self._alive, self._main_rows = None, self._main.rows
-        self._live = self._main.take(slice(0, 0))
-        self._dirty = set(_PARTS)
+    def _add_level(self, s: _Sessions) -> None:
+        if s.rows:
+            self._levels.append(_Level(self._next_id, s))
+            self._next_id += 1
+        self._tidy()
+
+    def _tidy(self) -> None:
+        """Compact half-dead levels, drop empty ones, merge the newest into the
+        one before while that is at most MERGE_RATIO times larger and not
+        frozen."""
+        xp = self._backend.xp
+        levels = []
+        for lv in self._levels:
+            if not lv.rows:
+                continue
+            if 2 * lv.rows <= lv.s.rows:
+                lv = _Level(self._next_id, lv.live())
+                self._next_id += 1
+            levels.append(lv)
+        cap = max(self.FREEZE_MIN, sum(lv.rows for lv in levels) // self.FREEZE_PARTS)
+        while len(levels) > 1 and levels[-2].rows <= self.MERGE_RATIO * levels[-1].rows and levels[-2].rows < cap:
+            new = levels.pop()
+            old = levels.pop()
+            levels.append(_Level(self._next_id, _interleave(xp, old.live(), new.live())))
+            self._next_id += 1
+        self._levels = levels
 
     # -- push ------------------------------------------------------------------
     def push(self, table: pa.Table | Frame) -> None:
@@ -211,58 +261,38 @@ class SessionAggregate(WindowAggregate):
         xp = self._backend.xp
         if not sorted_:  # partials of several chunks: merge them with each other first
             new = self._sessions(xp, new)
-        state = self._live
-        rest = None
-        if len(self.by) == 1:  # only the keys the chunk has: the others' sessions are not touched
-            rest, merged = self._merge_touched(xp, new)
-        elif not state.rows:
-            merged = new
+        if len(self.by) == 1:  # only the sessions of the chunk's keys: found by binary search
+            touched = self._take_touched(xp, new.keys[0])
         else:  # no key (one session list) or several key columns: merge everything
-            merged = self._sessions(xp, state.concat(xp, new))
+            touched = [lv.live() for lv in self._levels]
+            self._levels = []
+        if touched:
+            for t in touched:
+                new = t.concat(xp, new)
+            new = self._sessions(xp, new)
         if self._drained is not None:  # only sessions of chunk rows alone can be late
-            late = merged.end - self._close <= self._drained
+            late = new.end - self._close <= self._drained
             if bool(late.any()):
-                self.late_rows += int(merged.vals[-1][late].sum())  # the __rows accumulator
-                merged = merged.take(~late)
-        self._live = merged if rest is None else _interleave(xp, rest, merged)
-        self._dirty.add(_RECENT)
-        if len(self.by) == 1 and self._live.rows > max(self.DELTA_MIN, self._main_rows >> self.DELTA_SHIFT):
-            self._fold()
+                self.late_rows += int(new.vals[-1][late].sum())  # the __rows accumulator
+                new = new.take(~late)
+        self._add_level(new)
 
-    def _merge_touched(self, xp: Any, chunk: _Sessions) -> tuple[_Sessions, _Sessions]:
-        """One key column: the open sessions of the chunk's keys (found by
-        binary search in both levels) merged with the chunk's sessions, and
-        ``_live``'s other sessions as they are; the merged ones are marked
-        dead in ``_main``. Costs O(chunk log state + touched + _live), not a
-        copy of the state."""
-        ckey = chunk.keys[0]
+    def _take_touched(self, xp: Any, ckey: Any) -> list[_Sessions]:
+        """One key column: the open sessions of the chunk's keys (``ckey``,
+        sorted), found by binary search in every level and marked dead there.
+        Costs O(chunk log state + touched) per level, no copy of a level."""
         first = xp.ones(ckey.shape[0], dtype=bool)
         first[1:] = ckey[1:] != ckey[:-1]
-        uk = ckey[first]  # chunk sessions are sorted by key
-        parts = []
-        if self._main_rows:
-            tm = _touched(xp, self._main.keys[0], uk)
-            if self._alive is not None:
-                tm = tm[self._alive[tm]]
-            if tm.shape[0]:
-                if self._alive is None:
-                    self._alive = xp.ones(self._main.rows, dtype=bool)
-                self._alive[tm] = False
-                self._main_rows -= int(tm.shape[0])
-                self._dirty.add(_ALIVE)
-                parts.append(self._main.take(tm))
-        live = self._live
-        tl = _touched(xp, live.keys[0], uk)
-        if tl.shape[0]:
-            parts.append(live.take(tl))
-            keep = xp.ones(live.rows, dtype=bool)
-            keep[tl] = False
-            live = live.take(keep)
-        if not parts:
-            return live, chunk
-        for p in parts:
-            chunk = p.concat(xp, chunk)
-        return live, self._sessions(xp, chunk)
+        uk = ckey[first]
+        out = []
+        for lv in self._levels:
+            t = _touched(xp, lv.s.keys[0], uk)
+            if lv.alive is not None:
+                t = t[lv.alive[t]]
+            if t.shape[0]:
+                out.append(lv.s.take(t))
+                lv.kill(xp, t)
+        return out
 
     # -- partial sessions (merged before the shuffle) --------------------------
     def partial_schema(self) -> pa.Schema:
@@ -314,62 +344,49 @@ class SessionAggregate(WindowAggregate):
         if w is None:
             return pa.table({}) if self._schema is None else self._empty_out()
         xp = self._backend.xp
-        closed = self._live.end - self._close <= w
-        shut = None  # positions of the closed alive sessions in _main
-        if self._main_rows:
-            cm = self._main.end - self._close <= w
-            shut = xp.flatnonzero(cm if self._alive is None else cm & self._alive)
-        if not bool(closed.any()) and (shut is None or not shut.shape[0]):
+        done = []
+        for lv in self._levels:
+            cm = lv.s.end - self._close <= w
+            ix = xp.flatnonzero(cm if lv.alive is None else cm & lv.alive)
+            if ix.shape[0]:
+                done.append(lv.s.take(ix))
+                lv.kill(xp, ix)
+        if not done:
             return self._empty_out()
-        done = self._live.take(closed)
-        if shut is not None and shut.shape[0]:
-            done = self._main.take(shut).concat(xp, done)
-            if self._alive is None:
-                self._alive = xp.ones(self._main.rows, dtype=bool)
-            self._alive[shut] = False
-            self._main_rows -= int(shut.shape[0])
-            self._dirty.add(_ALIVE)
-            if 2 * self._main_rows <= self._main.rows:  # half of _main is dead: compact it
-                self._main = self._main.take(self._alive)
-                self._alive = None
-                self._dirty.add(_MAIN)
+        for d in done[1:]:
+            done[0] = done[0].concat(xp, d)
+        done = done[0]
+        self._tidy()
         # output order (window_start, then by): key codes sort like values, except
         # dictionary-coded ones, which _finalize orders with Arrow
         done = done.take(order_indices(xp, [done.start, *done.keys]))
         out = self._finalize(done.start, done.keys, done.vals, ends=done.end)
-        if bool(closed.any()):
-            self._live = self._live.take(~closed)
-            self._dirty.add(_RECENT)
-        for i, c in enumerate(self._codecs):  # forget dictionary keys no session of either level references
-            new = c.compact_codes(xp, [self._main.keys[i], self._live.keys[i]], self.state_rows,
+        for i, c in enumerate(self._codecs):  # forget dictionary keys no session of any level references
+            new = c.compact_codes(xp, [lv.s.keys[i] for lv in self._levels], self.state_rows,
                                   self._backend.to_numpy)
             if new is not None:
-                self._main.keys[i], self._live.keys[i] = new
-                self._dirty.update((_MAIN, _RECENT))
+                for lv, k in zip(self._levels, new):
+                    lv.s.keys[i] = k
+                    lv.saved = False
         self.rows_out += out.num_rows
         return out
 
     # -- state -----------------------------------------------------------------
     @property
     def state_rows(self) -> int:
-        return 0 if self._live is None else self._main_rows + self._live.rows
+        return sum(lv.rows for lv in self._levels)
 
     @property
     def state_bytes(self) -> int:
-        if self._live is None:
-            return 0
-        marks = 0 if self._alive is None else self._alive.nbytes
-        return int(sum(a.nbytes for a in self._live.columns() + self._main.columns())) + marks
+        return int(sum(sum(a.nbytes for a in lv.s.columns()) + (0 if lv.alive is None else lv.alive.nbytes)
+                       for lv in self._levels))
 
     @property
     def open_windows(self) -> int:
         return self.state_rows
 
-    def _state_columns(self, rows: bool = True, level: _Sessions | None = None) -> dict[str, Any]:
-        """Columns of every open session (of ``level`` if given; none without
-        ``rows``)."""
+    def _state_columns(self, s: _Sessions) -> dict[str, Any]:
         to_np = self._backend.to_numpy
-        s = level if level is not None else self._all() if rows else self._live.take(slice(0, 0))
         cols: dict[str, Any] = {"session_start": to_np(s.start), "session_end": to_np(s.end)}
         for k, codes in zip(self.by, s.keys):
             cols[f"key.{k}"] = to_np(codes)
@@ -379,36 +396,56 @@ class SessionAggregate(WindowAggregate):
 
     def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
         """``{"state": every open session, "dict.<col>": key dictionaries}``;
-        with ``rows=False`` the sessions are left to the parts (:meth:`state_parts`)."""
-        return self._snapshot_tables("gpuwm.session", "session_start", lambda: self._state_columns(rows))
+        with ``rows=False`` the sessions are left to the parts
+        (:meth:`state_parts`), and the metadata lists the levels."""
+        out = self._snapshot_tables("gpuwm.session", "session_start",
+                                    lambda: self._state_columns(self._all() if rows else self._empty))
+        state = out["state"]
+        meta = json.loads(state.schema.metadata[b"gpuwm.session"])
+        meta["levels"] = None if rows else [lv.id for lv in self._levels]
+        meta["next_level"] = self._next_id
+        out["state"] = state.replace_schema_metadata({"gpuwm.session": json.dumps(meta)})
+        return out
 
     def state_parts(self) -> dict[str, bool]:
-        """Three parts, each written again only when a push or drain changed
-        it since :meth:`mark_saved`: ``sessions.main`` (the older sessions:
-        rewritten when the recent ones are folded in or half of it has been
-        emitted or merged away), ``sessions.alive`` (its alive marks, one bit
-        a session) and ``sessions.recent`` (at most ~1/8 of the state once
-        it is large). So a batch writes O(its sessions + state / 8 bits), not
-        every open session."""
-        return {} if self._schema is None else {n: n in self._dirty for n in _PARTS}
+        """Two parts a level, each written again only when it changed since
+        :meth:`mark_saved`: ``sessions.<id>`` (its sessions: new levels,
+        merged or compacted ones) and ``sessions.<id>.alive`` (its alive
+        marks, one bit a session: flipped by pushes that merge its sessions
+        and drains that emit them). So a batch writes its new sessions, the
+        levels it merged, and bits — not every open session."""
+        out = {}
+        for lv in self._levels:
+            out[f"sessions.{lv.id}"] = not lv.saved
+            out[f"sessions.{lv.id}.alive"] = not lv.saved_alive
+        return out
+
+    def _level(self, name: str) -> _Level:
+        lid = int(name.removeprefix("sessions.").removesuffix(".alive"))
+        for lv in self._levels:
+            if lv.id == lid:
+                return lv
+        raise KeyError(f"no session level {name!r}")
 
     def snapshot_part(self, name: str) -> pa.Table:
-        if name == _MAIN:
-            return pa.table(self._state_columns(level=self._main))
-        if name == _ALIVE:
-            alive = self._alive
-            return pa.table({"alive": pa.array([] if alive is None else self._backend.to_numpy(alive), pa.bool_())})
-        if name == _RECENT:
-            return pa.table(self._state_columns(level=self._live))
-        raise KeyError(name)
+        lv = self._level(name)
+        if name.endswith(".alive"):
+            alive = [] if lv.alive is None else self._backend.to_numpy(lv.alive)
+            return pa.table({"alive": pa.array(alive, pa.bool_())})
+        return pa.table(self._state_columns(lv.s))
 
     def mark_saved(self, written: Sequence[str] = ()) -> None:
-        self._dirty.difference_update(written)
+        for name in written:
+            lv = self._level(name)
+            if name.endswith(".alive"):
+                lv.saved_alive = True
+            else:
+                lv.saved = True
 
     def restore(self, snapshot: Mapping[str, pa.Table],
                 parts: Mapping[str, pa.Table] | None = None) -> "SessionAggregate":
         """Continue exactly where the snapshotted operator stopped: from
-        ``snapshot()``, or from ``snapshot(rows=False)`` and its part."""
+        ``snapshot()``, or from ``snapshot(rows=False)`` and its parts."""
         if self._schema is not None:
             raise WatermarkError("restore() must be called on a fresh WindowAggregate")
         state = snapshot["state"]
@@ -419,21 +456,20 @@ class SessionAggregate(WindowAggregate):
         if self._restore_bind(meta, snapshot):
             b = self._backend
 
-            def level(t: pa.Table) -> _Sessions:
+            def sessions(t: pa.Table) -> _Sessions:
                 col = lambda name: b.asarray(t.column(name).to_numpy())  # noqa: E731
                 return _Sessions([col(f"key.{k}") for k in self.by], col("session_start"), col("session_end"),
                                  [col(f"acc.{a.agg}.{a.role}") for a in self._accs])
 
-            if _MAIN in parts:  # the incremental store's three parts, as they were saved
-                self._main, self._live = level(parts[_MAIN]), level(parts[_RECENT])
-                alive = parts[_ALIVE].column("alive")
-                self._alive = b.asarray(alive.to_numpy(zero_copy_only=False)) if len(alive) else None
-                self._main_rows = self._main.rows if self._alive is None else int(b.xp.count_nonzero(self._alive))
-                self._dirty = set()
+            self._next_id = meta.get("next_level", 0)
+            if meta.get("levels") is not None:  # the incremental store's parts, as they were saved
+                for lid in meta["levels"]:
+                    alive = parts[f"sessions.{lid}.alive"].column("alive")
+                    alive = b.asarray(alive.to_numpy(zero_copy_only=False)) if len(alive) else None
+                    self._levels.append(_Level(lid, sessions(parts[f"sessions.{lid}"]), alive,
+                                               saved=True, saved_alive=True))
             else:  # one table of every open session (snapshot(), or the old one-part layout)
-                self._live = level(parts.get(_OLD_PART, state))
-                self._main, self._alive, self._main_rows = self._live.take(slice(0, 0)), None, 0
-                self._dirty = set(_PARTS)
+                self._add_level(sessions(parts.get(_OLD_PART, state)))
         self._load_drained_meta(meta)
         return self
 
@@ -441,7 +477,12 @@ class SessionAggregate(WindowAggregate):
 def _touched(xp: Any, keys: Any, uk: Any) -> Any:
     """Positions in ``keys`` (sorted) of every row whose key is in ``uk``
     (sorted, distinct): the ranges found by binary search, concatenated."""
+    n = keys.shape[0]
+    if not n:
+        return xp.zeros(0, dtype=xp.int64)
     lo = xp.searchsorted(keys, uk, side="left")
+    hit = keys[xp.minimum(lo, n - 1)] == uk  # (lo == n: every key is smaller, no hit)
+    lo, uk = lo[hit], uk[hit]  # usually few: the second search runs on the keys present only
     cnt = xp.searchsorted(keys, uk, side="right") - lo
     total = int(cnt.sum())
     offs = xp.cumsum(cnt) - cnt

@@ -161,6 +161,17 @@ def test_window_state_is_saved_incrementally(tmp_path):
     assert back.drain(30).to_pylist() == op.drain(30).to_pylist()
 
 
+def _save_and_reload(plan: dict, op, batch_id: int, inodes: dict):
+    """Save ``op`` as version ``batch_id`` (linked to the previous one), note
+    its parts' inodes in ``inodes[batch_id]``, and load it back from disk."""
+    ck = plan["checkpoint"]
+    runtime.save_operator(ck, batch_id, 0, op, batch_id - 1 if batch_id else None)
+    d = os.path.join(runtime._vnode_dir(ck, batch_id, 0), "parts")
+    inodes[batch_id] = {f: os.stat(os.path.join(d, f)).st_ino for f in os.listdir(d)}
+    runtime._CACHE.clear()
+    return runtime.load_operator(plan, batch_id, 0)
+
+
 def test_sort_state_is_saved_incrementally(tmp_path):
     """A sort run saved before is linked, not written again, until more of its
     saved file has been drained than is left; the state loaded back from the
@@ -171,11 +182,7 @@ def test_sort_state_is_saved_incrementally(tmp_path):
     files = {}
 
     def save(batch_id):
-        runtime.save_operator(str(tmp_path), batch_id, 0, op, batch_id - 1 if batch_id else None)
-        d = os.path.join(runtime._vnode_dir(str(tmp_path), batch_id, 0), "parts")
-        files[batch_id] = {f: os.stat(os.path.join(d, f)).st_ino for f in os.listdir(d)}
-        runtime._CACHE.clear()
-        back = runtime.load_operator(plan, batch_id, 0)
+        back = _save_and_reload(plan, op, batch_id, files)
         assert back.snapshot().equals(op.snapshot())
         return back
 
@@ -197,13 +204,12 @@ def test_sort_state_is_saved_incrementally(tmp_path):
 
 
 def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
-    """Session state in the store: the older sessions' part is linked while
-    only their alive marks change; what is loaded back from the files (cache
-    cleared) drains like the operator in memory, at every version."""
+    """Session state in the store: an older level's sessions stay linked
+    while only its alive bits change; what is loaded back from the files
+    (cache cleared) drains like the operator in memory, at every version."""
     from gpuwm.session import SessionAggregate
 
-    monkeypatch.setattr(SessionAggregate, "DELTA_MIN", 2)  # fold once more than 2 recent sessions
-    monkeypatch.setattr(SessionAggregate, "DELTA_SHIFT", 0)
+    monkeypatch.setattr(SessionAggregate, "MERGE_RATIO", 0)  # a level per push, never merged
     plan = {"checkpoint": str(tmp_path), "backend": "cpu", "watermark": {"profile": "risingwave"},
             "operator": {"kind": "window", "column": "t", "session": 5, "size": None, "slide": None, "by": ["k"],
                          "aggs": {"n": ["*", "count"], "s": ["v", "sum"]}, "emit": "on-window-close"}}
@@ -211,25 +217,22 @@ def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
     inode = {}
 
     def save(batch_id):
-        runtime.save_operator(str(tmp_path), batch_id, 0, op, batch_id - 1 if batch_id else None)
-        d = os.path.join(runtime._vnode_dir(str(tmp_path), batch_id, 0), "parts")
-        inode[batch_id] = {f: os.stat(os.path.join(d, f)).st_ino for f in os.listdir(d)}
-        runtime._CACHE.clear()
-        back = runtime.load_operator(plan, batch_id, 0)
+        back = _save_and_reload(plan, op, batch_id, inode)
         assert back.snapshot()["state"].equals(op.snapshot()["state"]) and back.state_rows == op.state_rows
         return back
 
-    op.push(pa.table({"t": [1, 3, 4], "k": ["a", "b", "c"], "v": [1, 2, 3]}))  # 3 recent: folded into main
+    op.push(pa.table({"t": [1, 3, 4], "k": ["a", "b", "c"], "v": [1, 2, 3]}))  # level 0
     save(0)
-    op.push(pa.table({"t": [6], "k": ["d"], "v": [4]}))  # a new key: recent only
+    op.push(pa.table({"t": [6], "k": ["d"], "v": [4]}))  # a new key: level 1, level 0 untouched
     save(1)
-    assert inode[1]["sessions.main.arrow"] == inode[0]["sessions.main.arrow"]    # linked
-    assert inode[1]["sessions.alive.arrow"] == inode[0]["sessions.alive.arrow"]
-    op.push(pa.table({"t": [5], "k": ["b"], "v": [5]}))  # b's session leaves main: a mark flips
+    assert inode[1]["sessions.0.arrow"] == inode[0]["sessions.0.arrow"]              # linked
+    assert inode[1]["sessions.0.alive.arrow"] == inode[0]["sessions.0.alive.arrow"]
+    op.push(pa.table({"t": [5], "k": ["b"], "v": [5]}))  # b's session leaves level 0: a bit flips
     save(2)
-    assert inode[2]["sessions.main.arrow"] == inode[0]["sessions.main.arrow"]
-    assert inode[2]["sessions.alive.arrow"] != inode[1]["sessions.alive.arrow"]
-    assert op.drain(6).num_rows == 1  # a's [1, 6) from main: 2 of 3 dead, compacted and rewritten
+    assert inode[2]["sessions.0.arrow"] == inode[0]["sessions.0.arrow"]
+    assert inode[2]["sessions.0.alive.arrow"] != inode[1]["sessions.0.alive.arrow"]
+    assert inode[2]["sessions.1.arrow"] == inode[1]["sessions.1.arrow"]
+    assert op.drain(6).num_rows == 1  # a's [1, 6) from level 0: 2 of 3 dead, compacted into a new level
     back = save(3)
-    assert inode[3]["sessions.main.arrow"] != inode[0]["sessions.main.arrow"]
+    assert "sessions.0.arrow" not in inode[3] and "sessions.3.arrow" in inode[3]
     assert back.drain(30).to_pylist() == op.drain(30).to_pylist() and back.state_rows == 0

@@ -4,6 +4,7 @@ timestamps, errors."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -32,14 +33,22 @@ def _aggs():
     return {n: ("v" if c == 2 else c, fn) for n, (c, fn) in AGGS.items()}
 
 
-def _two_levels(monkeypatch):
-    """Fold the recent sessions into the older level as soon as they outnumber
-    it (and hold more than 2), so that small streams use both levels."""
-    monkeypatch.setattr(SessionAggregate, "DELTA_MIN", 2)
-    monkeypatch.setattr(SessionAggregate, "DELTA_SHIFT", 0)
+def _levels(monkeypatch, how: str) -> None:
+    """The state's level structure: "tiered" (the default merge ratio, levels
+    frozen from 3 sessions or half the state: small streams freeze too),
+    "many" (levels never merged: one a push, searched and drained one by
+    one) or "one" (always merged into one level)."""
+    if how == "tiered":
+        monkeypatch.setattr(SessionAggregate, "FREEZE_MIN", 3)
+        monkeypatch.setattr(SessionAggregate, "FREEZE_PARTS", 2)
+    elif how == "many":
+        monkeypatch.setattr(SessionAggregate, "MERGE_RATIO", 0)
+    else:
+        monkeypatch.setattr(SessionAggregate, "MERGE_RATIO", 10**9)
+        monkeypatch.setattr(SessionAggregate, "FREEZE_MIN", 10**9)
 
 
-@pytest.mark.parametrize("levels", ["one", "two"])
+@pytest.mark.parametrize("levels", ["tiered", "many", "one"])
 @pytest.mark.parametrize("gap", [1, 7, 30])
 @pytest.mark.parametrize("profile", ["risingwave", "flink"])
 @pytest.mark.parametrize("keys", ["int", "str", "none"])
@@ -47,8 +56,7 @@ def _two_levels(monkeypatch):
 def test_session_matches_reference(backend, levels, gap, profile, keys, ops, monkeypatch):
     if keys == "str":  # compact the key dictionary at every drain that can
         monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
-    if levels == "two":
-        _two_levels(monkeypatch)
+    _levels(monkeypatch, levels)
     by = [] if keys == "none" else ["k"]
     a = gpuwm.WindowAggregate(gpuwm.Session("t", gap), by=by, aggs=_aggs(), profile=profile, backend=backend)
     assert isinstance(a, SessionAggregate)
@@ -92,7 +100,7 @@ def test_partial_sessions_merged_elsewhere_equal_rows(backend, keys, ops, cut):
 @pytest.mark.parametrize("keys", ["int", "str"])
 def test_session_snapshot_restore(backend, ops, stop, parts, keys, monkeypatch):
     monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
-    _two_levels(monkeypatch)
+    _levels(monkeypatch, "many")
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 9), by=["k"], aggs=_aggs(), backend=backend)  # noqa: E731
 
     def restore(b):
@@ -104,43 +112,39 @@ def test_session_snapshot_restore(backend, ops, stop, parts, keys, monkeypatch):
 
 
 def test_state_parts_are_rewritten_only_after_a_change(backend, monkeypatch):
-    """A batch rewrites only the parts it changed: new sessions touch the
-    recent level; merging or emitting an older session flips its alive mark
-    (one bit a session), not the older sessions themselves."""
-    main, alive, recent = "sessions.main", "sessions.alive", "sessions.recent"
-    monkeypatch.setattr(SessionAggregate, "DELTA_MIN", 2)  # fold once more than 2 recent sessions
-    monkeypatch.setattr(SessionAggregate, "DELTA_SHIFT", 0)
+    """A batch rewrites only the parts it changed: a new level for its
+    sessions; merging or emitting an older session flips its alive bit, and
+    the older level's sessions stay linked until it is merged or compacted."""
+    _levels(monkeypatch, "many")
     a = gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend)
-    everything = [main, alive, recent]
     assert a.state_parts() == {}
-    a.push(_table([(1, 0, 1), (3, 1, 2)], "int"))
-    assert a.state_parts() == dict.fromkeys(everything, True)
-    a.mark_saved(everything)
-    assert a.drain(2).num_rows == 0 and a.state_parts() == dict.fromkeys(everything, False)
-    a.push(_table([(4, 2, 1)], "int"))  # a third recent session: folded into main
-    assert a.state_parts() == dict.fromkeys(everything, True) and a.snapshot_part(recent).num_rows == 0
-    a.mark_saved(everything)
-    a.push(_table([(6, 3, 1)], "int"))  # a new key: recent only
-    assert a.state_parts() == {main: False, alive: False, recent: True}
-    a.mark_saved(everything)
-    a.push(_table([(5, 1, 1)], "int"))  # key 1's open session moves from main to recent
-    assert a.state_parts() == {main: False, alive: True, recent: True}
-    assert a.snapshot_part(alive).column("alive").to_pylist() == [True, False, True]
-    a.mark_saved(everything)
-    a.mark_saved(everything)
-    assert a.drain(5).num_rows == 0 and a.state_parts() == dict.fromkeys(everything, False)
-    assert a.drain(6).num_rows == 1  # key 0's [1, 6) is emitted from main: 2 of 3 dead, so it is compacted
-    assert a.state_parts() == {main: True, alive: True, recent: False}
-    assert a.snapshot_part(main).num_rows == 1 and a.snapshot_part(alive).num_rows == 0  # (no marks: all alive)
-    a.mark_saved(everything)
-    assert a.drain(9).num_rows == 1  # key 2's [4, 9): main is empty now
-    assert a.state_parts() == {main: True, alive: True, recent: False} and a.snapshot_part(main).num_rows == 0
-    a.mark_saved(everything)
-    assert a.state_rows == 2  # key 1's [3, 10) and key 3's [6, 11), both recent
+    a.push(_table([(1, 0, 1), (3, 1, 2), (4, 2, 3)], "int"))  # level 0: keys 0, 1, 2
+    assert a.state_parts() == {"sessions.0": True, "sessions.0.alive": True}
+    a.mark_saved(list(a.state_parts()))
+    assert a.drain(2).num_rows == 0 and not any(a.state_parts().values())
+    a.push(_table([(6, 3, 1)], "int"))  # a new key: a new level, level 0 untouched
+    assert a.state_parts() == {"sessions.0": False, "sessions.0.alive": False,
+                               "sessions.1": True, "sessions.1.alive": True}
+    a.mark_saved(list(a.state_parts()))
+    a.push(_table([(5, 1, 1)], "int"))  # key 1's session moves from level 0 to level 2: one bit flips
+    assert a.state_parts() == {"sessions.0": False, "sessions.0.alive": True, "sessions.1": False,
+                               "sessions.1.alive": False, "sessions.2": True, "sessions.2.alive": True}
+    assert a.snapshot_part("sessions.0.alive").column("alive").to_pylist() == [True, False, True]
+    a.mark_saved(list(a.state_parts()))
+    assert a.drain(6).num_rows == 1  # key 0's [1, 6): 2 of level 0's 3 dead, so it is compacted (a new id)
+    assert a.state_parts() == {"sessions.1": False, "sessions.1.alive": False, "sessions.2": False,
+                               "sessions.2.alive": False, "sessions.3": True, "sessions.3.alive": True}
+    assert a.snapshot_part("sessions.3").column("key.k").to_pylist() == [2]
+    assert a.snapshot_part("sessions.3.alive").num_rows == 0  # no marks: all alive
     # the saved parts restore the same operator, and it goes on the same way
+    a.mark_saved(list(a.state_parts()))
     b = gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend)
-    b.restore(a.snapshot(rows=False), {n: a.snapshot_part(n) for n in everything})
-    assert b.state_parts() == dict.fromkeys(everything, False)
+    b.restore(a.snapshot(rows=False), {n: a.snapshot_part(n) for n in a.state_parts()})
+    assert b.state_parts() == a.state_parts() and not any(b.state_parts().values())
+    assert b.state_rows == a.state_rows == 3
+    a.push(_table([(8, 4, 1)], "int"))
+    b.push(_table([(8, 4, 1)], "int"))
+    assert list(b.state_parts()) == list(a.state_parts())  # the same level ids go on
     assert b.drain(20).to_pydict() == a.drain(20).to_pydict() and b.state_rows == a.state_rows == 0
 
 
@@ -150,8 +154,12 @@ def test_old_one_part_layout_restores(backend):
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend)  # noqa: E731
     a = mk()
     a.push(_table([(1, 0, 1), (3, 1, 2), (30, 0, 4)], "int"))
-    old = pa.table(a._state_columns())  # what the one-part layout wrote
-    b = mk().restore(a.snapshot(rows=False), {"sessions": old})
+    snap = a.snapshot(rows=False)  # what the one-part layout wrote: no level list, every session in one part
+    meta = json.loads(snap["state"].schema.metadata[b"gpuwm.session"])
+    del meta["levels"], meta["next_level"]
+    snap["state"] = snap["state"].replace_schema_metadata({"gpuwm.session": json.dumps(meta)})
+    old = pa.table(a._state_columns(a._all()))
+    b = mk().restore(snap, {"sessions": old})
     assert b.state_rows == 3 and b.drain(40).to_pydict() == a.drain(40).to_pydict()
 
 
