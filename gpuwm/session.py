@@ -463,6 +463,9 @@ class SessionAggregate(WindowAggregate):
 
             self._next_id = meta.get("next_level", 0)
             if meta.get("levels") is not None:  # the incremental store's parts, as they were saved
+                missing = [f"sessions.{lid}" for lid in meta["levels"] if f"sessions.{lid}" not in parts]
+                if missing:
+                    raise ConfigError(f"snapshot(rows=False) leaves the sessions to its parts: {missing} not given")
                 for lid in meta["levels"]:
                     alive = parts[f"sessions.{lid}.alive"].column("alive")
                     alive = b.asarray(alive.to_numpy(zero_copy_only=False)) if len(alive) else None

@@ -145,6 +145,9 @@ def test_state_parts_are_rewritten_only_after_a_change(backend, monkeypatch):
     a.push(_table([(8, 4, 1)], "int"))
     b.push(_table([(8, 4, 1)], "int"))
     assert list(b.state_parts()) == list(a.state_parts())  # the same level ids go on
+    with pytest.raises(gpuwm.ConfigError, match="not given"):
+        gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend).restore(
+            a.snapshot(rows=False))
     assert b.drain(20).to_pydict() == a.drain(20).to_pydict() and b.state_rows == a.state_rows == 0
 
 
