@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from kernels import order_indices, reduce_runs, sessionize
+from kernels import group_starts, order_indices, reduce_runs, sessionize
 
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
@@ -281,9 +281,7 @@ class SessionAggregate(WindowAggregate):
         """One key column: the open sessions of the chunk's keys (``ckey``,
         sorted), found by binary search in every level and marked dead there.
         Costs O(chunk log state + touched) per level, no copy of a level."""
-        first = xp.ones(ckey.shape[0], dtype=bool)
-        first[1:] = ckey[1:] != ckey[:-1]
-        uk = ckey[first]
+        uk = ckey[group_starts(xp, [ckey])]
         out = []
         for lv in self._levels:
             t = _touched(xp, lv.s.keys[0], uk)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from kernels import assign_windows, derive_watermarks, group_reduce
+from kernels import assign_windows, derive_watermarks, group_reduce, group_starts
 
 from .backend import Backend, get_backend
 from .drained import Drained
@@ -423,9 +423,7 @@ class WindowAggregate(Drained):
         wins = gkeys[0]  # window index = start // slide
         # wins is sorted (the first group key): its distinct values without a
         # hash, and only those cross to the host
-        first = xp.ones(wins.shape[0], dtype=bool)
-        first[1:] = wins[1:] != wins[:-1]
-        touched = b.to_numpy(wins[first]).tolist()  # few: one per window in the chunk
+        touched = b.to_numpy(wins[group_starts(xp, [wins])]).tolist()  # few: one per window in the chunk
         self._dirty.update(w * slide for w in touched)
         existing = [w for w in touched if w * slide in self._blocks]
         on_update = self.emit == "on-update"

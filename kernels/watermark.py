@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .order import group_starts
 from .window import segmented_cummax
 from .xp import INT64_MAX, NONE, cummax, scatter_max, scatter_min, stable_argsort, to_numpy
 
@@ -87,8 +88,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     lo = xp.full(nsplits, INT64_MAX, dtype=xp.int64)
     scatter_min(xp, lo, sc[valid], sv[valid])
     floor = lo[sc] - 1
-    first = xp.ones(n, dtype=bool)
-    first[1:] = sc[1:] != sc[:-1]
+    first = group_starts(xp, [sc])
     run = segmented_cummax(xp, xp.where(valid, sv, floor), first)
     ex = xp.empty(n, dtype=xp.int64)
     ex[0] = NONE
