@@ -73,8 +73,15 @@ class _Sessions(NamedTuple):
     def take(self, ix: Any) -> "_Sessions":
         return self.map(lambda a: a[ix])
 
-    def concat(self, xp: Any, other: "_Sessions") -> "_Sessions":
-        return self.map(lambda a, b: xp.concatenate([a, b]), other)
+    @staticmethod
+    def join(xp: Any, parts: Sequence["_Sessions"]) -> "_Sessions":
+        """The rows of ``parts`` one after another: one concatenation a column."""
+        first = parts[0]
+        if len(parts) == 1:
+            return first
+        cols = [xp.concatenate(c) for c in zip(*(p.columns() for p in parts))]
+        nk = len(first.keys)
+        return _Sessions(cols[:nk], cols[nk], cols[nk + 1], cols[nk + 2:])
 
     @property
     def rows(self) -> int:
@@ -267,9 +274,7 @@ class SessionAggregate(WindowAggregate):
             touched = [lv.live() for lv in self._levels]
             self._levels = []
         if touched:
-            for t in touched:
-                new = t.concat(xp, new)
-            new = self._sessions(xp, new)
+            new = self._sessions(xp, _Sessions.join(xp, [*touched, new]))
         if self._drained is not None:  # only sessions of chunk rows alone can be late
             late = new.end - self._close <= self._drained
             if bool(late.any()):
@@ -351,9 +356,7 @@ class SessionAggregate(WindowAggregate):
                 lv.kill(xp, ix)
         if not done:
             return self._empty_out()
-        for d in done[1:]:
-            done[0] = done[0].concat(xp, d)
-        done = done[0]
+        done = _Sessions.join(xp, done)
         self._tidy()
         # output order (window_start, then by): key codes sort like values, except
         # dictionary-coded ones, which _finalize orders with Arrow
@@ -396,14 +399,9 @@ class SessionAggregate(WindowAggregate):
         """``{"state": every open session, "dict.<col>": key dictionaries}``;
         with ``rows=False`` the sessions are left to the parts
         (:meth:`state_parts`), and the metadata lists the levels."""
-        out = self._snapshot_tables("gpuwm.session", "session_start",
-                                    lambda: self._state_columns(self._all() if rows else self._empty))
-        state = out["state"]
-        meta = json.loads(state.schema.metadata[b"gpuwm.session"])
-        meta["levels"] = None if rows else [lv.id for lv in self._levels]
-        meta["next_level"] = self._next_id
-        out["state"] = state.replace_schema_metadata({"gpuwm.session": json.dumps(meta)})
-        return out
+        levels = {"levels": None if rows else [lv.id for lv in self._levels], "next_level": self._next_id}
+        return self._snapshot_tables("gpuwm.session", "session_start",
+                                     lambda: self._state_columns(self._all() if rows else self._empty), levels)
 
     def state_parts(self) -> dict[str, bool]:
         """Two parts a level, each written again only when it changed since

@@ -555,10 +555,12 @@ class WindowAggregate(Drained):
                 c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
         return True
 
-    def _snapshot_tables(self, tag: str, first: str, columns: Any) -> dict[str, pa.Table]:
-        """``{"state": columns() with the counters as metadata under tag,
-        "dict.<col>": key dictionaries}`` (``{first: []}`` before any row)."""
-        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema)}
+    def _snapshot_tables(self, tag: str, first: str, columns: Any,
+                         extra: Mapping[str, Any] | None = None) -> dict[str, pa.Table]:
+        """``{"state": columns() with the counters (and ``extra``) as metadata
+        under tag, "dict.<col>": key dictionaries}`` (``{first: []}`` before
+        any row)."""
+        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), **(extra or {})}
         out: dict[str, pa.Table] = {}
         cols: dict[str, Any] = {first: pa.array([], pa.int64())}
         if self._schema is not None:
