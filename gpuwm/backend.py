@@ -8,10 +8,10 @@ imported only here, inside functions, so CPU machines and the Spark driver
 import gpuwm without CUDA.
 
 The GPU backend needs CuPy only. Where cuDF is installed it is used too
-(``Backend.cudf``): string and other non-fixed-width columns then move to the
-device through ``cudf.Index.from_arrow`` and are gathered, filtered,
-concatenated and dictionary-coded there, instead of staying host Arrow
-arrays. ``GPUWM_CUDF=0`` turns that off.
+(``Backend.cudf``): string columns then move to the device through
+``cudf.Index.from_arrow`` and are gathered, filtered, concatenated and
+dictionary-coded there, instead of staying host Arrow arrays (other
+non-fixed-width columns stay on the host). ``GPUWM_CUDF=0`` turns that off.
 """
 
 from __future__ import annotations

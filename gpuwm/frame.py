@@ -8,12 +8,12 @@ the two, operators gather, filter, slice and concatenate on the device.
 Fixed-width columns (integers, floats, booleans, timestamps, dates,
 durations, times) are ``xp`` arrays plus an optional validity mask. Other
 columns are host Arrow arrays, except strings on a GPU backend with cuDF
-(``Backend.cudf``): those are ``cudf.Index`` objects on the device — gathered,
-filtered, sliced and concatenated and dictionary-coded by cuDF with device indices. Host
-columns are gathered with host indices (on the GPU that costs one index copy
-per call). A ``cudf.Index``, not a ``Series``, because
-an Index has no row labels that every gather would carry along. The same
-class serves numpy and cupy, so the CPU tests exercise the code the GPU runs.
+(``Backend.cudf``): those are ``cudf.Index`` objects on the device, gathered,
+filtered, sliced, concatenated and dictionary-coded by cuDF with device
+indices (an Index, not a Series: it has no row labels that every gather would
+carry along). Host columns are gathered with host indices (on the GPU that
+costs one index copy per call). The same class serves numpy and cupy, so the
+CPU tests exercise the code the GPU runs.
 """
 
 from __future__ import annotations
