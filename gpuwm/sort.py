@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from kernels import cut, merge_released, sort_rows
@@ -175,11 +176,49 @@ class StreamSort(Drained):
         w = self._drain_to(watermark)
         if w is None:
             return pa.table({}) if self._schema is None else self._schema.empty_table()
+        return self._release(w, self.profile.release_inclusive)
+
+    def flush(self) -> pa.Table:
+        """Release every buffered row, in ``(ts, key...)`` order: the end of
+        the input, as a drain at the newest buffered event time (rows pushed
+        later at or before it are late).
+
+        >>> import pyarrow as pa, gpuwm
+        >>> s = gpuwm.StreamSort("ts", key=["pk"])
+        >>> s.push(pa.table({"pk": [1, 2, 3], "ts": [7, 2, 7]}))
+        >>> s.flush().to_pydict()
+        {'pk': [2, 1, 3], 'ts': [2, 7, 7]}
+        """
+        if self._schema is None:
+            return pa.table({})
+        if not self._runs:
+            return self._schema.empty_table()
+        top = max(int(r.ts[-1]) for r in self._runs)  # each run is sorted
+        self._drained = top if self.profile.release_inclusive else top + 1
+        return self._release(top, True)
+
+    def range_parts(self, table: pa.Table, low: Any, high: Any, parts: int) -> Any:
+        """For rows a drain at ``high`` released after a drain at ``low``
+        (watermarks, as given to :meth:`drain`; ``low`` None: no drain
+        before): which of ``parts`` equal event-time ranges of
+        ``[low, high)`` each row falls in, as a host int32 array. Ordered
+        rows get non-decreasing ranges, so several sorts' outputs cut this
+        way and merged range by range form one ordered stream."""
+        from kernels import range_parts
+
+        if self._domain is None:
+            return np.zeros(table.num_rows, dtype=np.int32)
+        ts = table.column(self.column).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        lo = None if low is None else self._domain.to_raw(low)
+        return range_parts(np, ts, lo, self._domain.to_raw(high), parts)
+
+    def _release(self, w: int, inclusive: bool) -> pa.Table:
+        """Release the buffered rows below ``w`` (``<= w`` when inclusive), ordered."""
         xp = self._backend.xp
         released: list[_Run] = []
         kept: list[_Run] = []
         for run in self._runs:
-            c = cut(xp, run.ts, w, self.profile.release_inclusive)
+            c = cut(xp, run.ts, w, inclusive)
             if c:
                 released.append(run.head(c))
             if c < run.frame.num_rows:

@@ -5,7 +5,7 @@ runs the same steps on ``numpy`` and on ``cupy``.
 """
 
 from .order import group_starts, order_indices, sort_rows
-from .sort import cut, merge_released
+from .sort import cut, merge_released, range_parts
 from .watermark import FilterResult, per_split_max, watermark_filter
 from .window import (assign_windows, derive_watermarks, group_reduce, reduce_runs, segmented_cummax, sessionize,
                      tumble_start)
@@ -22,6 +22,7 @@ __all__ = [
     "merge_released",
     "order_indices",
     "per_split_max",
+    "range_parts",
     "reduce_runs",
     "segmented_cummax",
     "sessionize",

@@ -33,3 +33,22 @@ def merge_released(xp: Any, cols: Sequence[Any]) -> tuple[Any, list[Any]]:
     older runs come first and each run keeps arrival order among its ties.
     """
     return sort_rows(xp, cols)
+
+
+def range_parts(xp: Any, ts: Any, lo: int | None, hi: int, parts: int) -> Any:
+    """Which of ``parts`` consecutive event-time ranges each ``ts`` falls in:
+    ``[lo, hi)`` cut into ranges of ``ceil((hi - lo) / parts)``; below ``lo``
+    is range 0, at or above ``hi`` the last. Non-decreasing in ``ts``, so the
+    ranges of an ordered stream are consecutive pieces of it. ``lo`` None (or
+    not below ``hi``): everything is range 0.
+
+    >>> import numpy as np
+    >>> range_parts(np, np.array([0, 10, 14, 15, 29, 30, 99]), 10, 30, 4).tolist()
+    [0, 0, 0, 1, 3, 3, 3]
+    """
+    n = int(ts.shape[0])
+    if parts <= 1 or lo is None or hi <= lo:
+        return xp.zeros(n, dtype=xp.int32)
+    step = -(-(hi - lo) // parts)
+    rel = xp.clip(ts, lo, hi) - lo  # clipped first: no overflow far outside [lo, hi)
+    return xp.minimum(rel // step, parts - 1).astype(xp.int32)

@@ -130,6 +130,17 @@ class RefSort:
         self.buf = [e for e in self.buf if not self._below(e[0], w)]
         return [e[3] for e in out]
 
+    def flush(self) -> list[tuple]:
+        """Everything buffered, ordered; rows at or before the newest
+        released event time are late afterwards."""
+        if not self.buf:
+            return []
+        top = max(e[0] for e in self.buf)
+        out = sorted(self.buf, key=lambda e: (e[0], e[1], e[2]))
+        self.buf = []
+        self.drained = top if self.inclusive else top + 1
+        return [e[3] for e in out]
+
 
 def _agg(fn: str, vals: list, star: bool) -> Any:
     if fn == "count":

@@ -200,3 +200,24 @@ def test_cupy_side_shims_equal_numpy_ufunc_methods(values, runs, monkeypatch):
         shim += [kx.reduceat(np, op, v, bounds) for op in ("min", "max")]
         shim.append(kx.reduceat(np, "add", v >> 8, bounds))
     assert [a.tolist() for a in shim] == [a.tolist() for a in native]
+
+
+@given(ts=st.lists(st.integers(-2**62, 2**62), max_size=40), lo=st.one_of(st.none(), st.integers(-2**61, 2**61)),
+       width=st.integers(-5, 2**61), parts=st.integers(1, 9))
+def test_range_parts(ts, lo, width, parts):
+    """Range i holds [lo + i*step, lo + (i+1)*step), step = ceil(width / parts);
+    below lo: 0, from hi on: the last; no lo (or an empty interval): 0."""
+    from kernels import range_parts
+
+    hi = (0 if lo is None else lo) + width
+    got = range_parts(np, np.array(ts, dtype=np.int64), lo, hi, parts).tolist()
+
+    def ref(t):
+        if lo is None or hi <= lo:
+            return 0
+        step = -(-(hi - lo) // parts)
+        return next((i for i in range(parts) if t < lo + (i + 1) * step), parts - 1)
+
+    assert got == [ref(t) for t in ts]
+    order = sorted(range(len(ts)), key=lambda i: ts[i])
+    assert [got[i] for i in order] == sorted(got)  # ordered rows: consecutive ranges

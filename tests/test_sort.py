@@ -25,19 +25,21 @@ def test_risingwave_sort_vector(backend):
     assert s.buffered_rows == 2
 
 
-ops_st = st.lists(
-    st.one_of(
-        st.tuples(st.just("push"), st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 40)),
-                                                       st.integers(-3, 3)), max_size=20)),
-        st.tuples(st.just("drain"), st.integers(0, 8)),
-    ),
-    max_size=14,
+op_st = st.one_of(
+    st.tuples(st.just("push"), st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 40)),
+                                                   st.integers(-3, 3)), max_size=20)),
+    st.tuples(st.just("drain"), st.integers(0, 8)),
 )
+ops_st = st.lists(op_st, max_size=14)
+
+
+# the same, with flushes (release everything: the end of an input, or a merge of ordered pieces)
+ops_flush_st = st.lists(st.one_of(op_st, st.just(("flush", 0))), max_size=14)
 
 
 @pytest.mark.parametrize("profile", ["risingwave", "spark"])
 @pytest.mark.parametrize("keytype", ["int", "str", "none"])
-@given(ops=ops_st)
+@given(ops=ops_flush_st)
 def test_sort_matches_reference(backend, profile, keytype, ops, monkeypatch):
     monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)  # compact string keys at every drain that can
     key = [] if keytype == "none" else ["k"]
@@ -55,9 +57,12 @@ def test_sort_matches_reference(backend, profile, keytype, ops, monkeypatch):
                              "id": pa.array([r[2] for r in rows], pa.int64())}))
             ref.push(rows)
         else:
-            w += arg
-            out = s.drain(w)
-            exp = ref.drain(w)
+            if op == "flush":
+                out, exp = s.flush(), ref.flush()
+                w = max(w, ref.drained or 0)  # later drains start from there
+            else:
+                w += arg
+                out, exp = s.drain(w), ref.drain(w)
             got = out.column("id").to_pylist() if out.num_columns else []
             assert got == [r[2] for r in exp]
     assert s.late_rows == ref.late and s.null_rows == ref.nulls
