@@ -47,8 +47,9 @@ def _pipeline(tmp, op, backend, vnodes):
     return p.write_parquet(f"{tmp}/out")
 
 
-def _run(plan: dict, batches) -> list[pa.Table]:
-    fstate, prev, outs = None, None, []
+def _run(plan: dict, batches) -> tuple[list[pa.Table], list[int]]:
+    """Each batch's output (its part files in name order) and how many parts it had."""
+    fstate, prev, outs, nparts = None, None, [], []
     for batch_id, parts in enumerate(batches):
         if batch_id % 2:  # an executor that lost its memory: the state comes back from the checkpoint
             runtime._CACHE.clear()
@@ -59,12 +60,18 @@ def _run(plan: dict, batches) -> list[pa.Table]:
             stage1 = [b for part in parts for b in runtime.filter_task(plan, fstate, iter(part.to_batches()))]
             t = pa.Table.from_batches(stage1)
             res = list(runtime.vnodes_task(plan, fstate, NOW, batch_id, prev, iter(t.to_batches())))
+            if runtime.sort_exchange(plan):  # the range shuffle, its partitions in reverse (arrival order must not matter)
+                t = pa.Table.from_batches(res)
+                rng = t.column("__range").to_numpy()
+                res = [b for r in sorted(set(rng.tolist()), reverse=True)
+                       for b in runtime.merge_task(plan, batch_id, iter(t.filter(rng == r).to_batches()[::-1]))]
         res = pa.Table.from_batches(res)
         fstate = [s for s in res.column("filter_state").to_pylist() if s][0]
         prev = batch_id
         files = sorted(glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet")))
         outs.append(pa.concat_tables([pq.read_table(f) for f in files]) if files else None)
-    return outs
+        nparts.append(len(files))
+    return outs, nparts
 
 
 def _operators(op, batches) -> list[pa.Table]:
@@ -91,15 +98,17 @@ def test_tasks_equal_operators(backend, op, vnodes, tmp_path, monkeypatch):
     monkeypatch.setattr(device, "use_task_gpu", lambda b: None)  # gpu-sim has no CUDA device to pick
     batches = _batches()
     plan = _pipeline(tmp_path, op, backend, vnodes)._plan()
-    got = _run(plan, batches)
+    got, nparts = _run(plan, batches)
     exp = _operators(op, batches)
     assert sum(e.num_rows for e in exp) > 1_000
+    if op == "sort" and vnodes > 1:  # the ranges split the batches' output
+        assert max(nparts) == vnodes
     for g, e in zip(got, exp):
         if not e.num_rows:
             assert g is None
-        elif op == "sort" and vnodes == 1:  # one vnode: one totally ordered stream
+        elif op == "sort":  # one totally ordered stream: with 3 vnodes, their parts in order
             assert g.select(e.column_names).equals(e)
-        else:  # per vnode: compare as sets of rows
+        else:  # windows: per vnode, compare as sets of rows
             key = e.column_names
             assert sorted(g.select(key).to_pylist(), key=repr) == sorted(e.to_pylist(), key=repr)
 
@@ -236,3 +245,4 @@ def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
     back = save(3)
     assert "sessions.0.arrow" not in inode[3] and "sessions.3.arrow" in inode[3]
     assert back.drain(30).to_pylist() == op.drain(30).to_pylist() and back.state_rows == 0
+

@@ -111,12 +111,19 @@ def test_pipeline_equals_operators_over_the_same_batches(spark, tmp_path, profil
     assert {x["read"] for x in m if x["input_rows"]} == {"direct" if read == "auto" else "spark"}
 
 
-def test_sorted_stream_is_ordered_and_complete(spark, tmp_path):
+@pytest.mark.parametrize("vnodes", [None, 3])
+def test_sorted_stream_is_ordered_and_complete(spark, tmp_path, vnodes):
+    """One ordered stream: batch after batch and, with 3 vnodes, the parts
+    the range exchange wrote, in order."""
     df = read_nexmark(spark, f"{tmp_path}/ck", **NEX)
-    p = (Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")
+    p = (Pipeline(df, f"{tmp_path}/ck", vnodes=vnodes).watermark("date_time", delay="2 seconds", split="split")
          .sort(key=["event_id"]).write_parquet(f"{tmp_path}/out"))
     run_to_end(p)
-    files = sorted(glob.glob(f"{tmp_path}/out/batch_id=*/*.parquet"), key=lambda x: int(x.split("batch_id=")[1].split("/")[0]))
+    files = sorted(glob.glob(f"{tmp_path}/out/batch_id=*/*.parquet"),
+                   key=lambda x: (int(x.split("batch_id=")[1].split("/")[0]), x))
+    if vnodes:
+        assert max(len(glob.glob(f"{tmp_path}/out/batch_id={m['batch_id']}/*")) for m in p.history) == vnodes
+        assert sum(m["merge_tasks_s"] > 0 for m in p.history) > 1
     got = pa.concat_tables([pq.read_table(x) for x in files])
     ts = got.column("date_time").cast(pa.int64()).to_numpy()
     assert np.all(np.diff(ts) >= 0)  # one ordered, append-only stream across batches

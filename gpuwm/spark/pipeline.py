@@ -66,7 +66,10 @@ class Pipeline:
         tens of millions of rows/s); a sort then yields one totally ordered
         stream. With N > 1, input partitions filter (and pre-aggregate window
         partials) in parallel and a hash shuffle on the vnode feeds N tasks;
-        sort output is then ordered within each vnode.
+        a sort's released rows then go through one more shuffle, by
+        event-time range, to N tasks that merge and write them: the batch's
+        parts ``part-00000``, ``part-00001``, ... in order are still one
+        ordered stream.
     backend : ``auto``/``cpu``/``gpu`` for the executors (default: Spark conf
         ``spark.gpuwm.backend``, else ``auto``).
     on_batch : called on the driver with each batch's metrics dict (also kept
@@ -136,8 +139,10 @@ class Pipeline:
         return self
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
-        """Release rows in event-time order, append-only (ordered within a vnode;
-        with one vnode — the default — one totally ordered stream)."""
+        """Release rows in event-time order, append-only: one ordered stream,
+        batch after batch and, within a batch, part file after part file
+        (``vnodes > 1``: the vnodes' released rows are merged by event-time
+        range)."""
         self._need_watermark("sort")
         key = [key] if isinstance(key, str) else list(key)
         for k in key:
@@ -211,10 +216,20 @@ class Pipeline:
         return {
             "version": 1, "checkpoint": self.checkpoint, "backend": self.backend, "vnodes": vnodes,
             "watermark": self._wm, "operator": self._op, "sink": self._sink,
-            "vnode_keys": [] if self._op is None else self._op["partition_by"],
+            "vnode_keys": self._vnode_keys(vnodes),
             "input_schema": [(f.name, f.type) for f in arrow],
             "input_schema_is_timestamp": pa.types.is_timestamp(arrow.field(self._wm["column"]).type),
         }
+
+    def _vnode_keys(self, vnodes: int) -> list[str]:
+        """Columns whose hash picks a row's vnode: the window's group keys; for
+        a sort over several vnodes, event time and key (spread evenly; the
+        range exchange puts the output back in one order)."""
+        if self._op is None:
+            return []
+        if self._op["kind"] == "sort" and vnodes > 1:
+            return [self._op["column"], *self._op["key"]]
+        return self._op["partition_by"]
 
     def _describe(self, plan: dict) -> str:
         d = {k: v for k, v in plan.items() if k not in ("checkpoint", "backend", "sink", "input_schema_is_timestamp")}
@@ -305,12 +320,24 @@ class Pipeline:
             ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
                                                                  f"cast({runtime.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
+            exchange = runtime.sort_exchange(plan)
             # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
             res = rows.repartition(plan["vnodes"], "__vnode").mapInArrow(
-                partial(runtime.vnodes_task, plan, fstate, now, batch_id, prev), result_schema).collect()
+                partial(runtime.vnodes_task, plan, fstate, now, batch_id, prev),
+                _spark_schema(runtime.EXCHANGE_SCHEMA) if exchange else result_schema)
+            if exchange:  # the sort's released rows, by event-time range, merged range by range
+                res = res.repartition(plan["vnodes"], "__range").mapInArrow(
+                    partial(runtime.merge_task, plan, batch_id), result_schema)
+            res = res.collect()
         t_job = time.perf_counter() - t_job
-        res = sorted(res, key=lambda r: r["vnode"])
+        ranges = sorted((r for r in res if r["vnode"] < 0), key=lambda r: -r["vnode"])
+        res = sorted((r for r in res if r["vnode"] >= 0), key=lambda r: r["vnode"])
         per = [json.loads(r["metrics"]) for r in res]
+        merged = [json.loads(r["metrics"]) for r in ranges]
+        if ranges and sum(x["rows"] for x in merged) != sum(p["rows_emitted"] for p in per):
+            raise RuntimeError(f"gpuwm: batch {batch_id}: the sort's vnodes released "
+                               f"{sum(p['rows_emitted'] for p in per)} rows but its ranges wrote "
+                               f"{sum(x['rows'] for x in merged)}; the batch is not committed")
         head = per[0]
         m = {
             "batch_id": batch_id, "input_rows": head["input_rows"], "late_rows": head["late_rows"],
@@ -325,12 +352,13 @@ class Pipeline:
             "wall_s": time.perf_counter() - t0, "job_s": t_job,
             "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in per),
+            "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
             "read": "spark" if direct is None else "direct",
         }
         runtime.commit_batch(ck, batch_id, bytes(res[0]["filter_state"]), m)
         self.history.append(m)
         if plan["sink"]["kind"] == "console":
-            outs = [runtime.bytes_to_table(bytes(r["payload"])) for r in res if r["payload"]]
+            outs = [runtime.bytes_to_table(bytes(r["payload"])) for r in (ranges or res) if r["payload"]]
             print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
             if outs:
                 print(pa.concat_tables(outs).slice(0, plan["sink"]["rows"]).to_pandas().to_string(index=False))

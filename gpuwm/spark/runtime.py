@@ -20,6 +20,11 @@ are Arrow IPC under ``<checkpoint>/gpuwm/state/<batch_id>/``; a batch's
 output and state are a function of (state at batch_id - 1, batch input), so
 a replayed batch rewrites the same files.
 
+A stream sort over several vnodes adds a third step (``sort_exchange``):
+each vnode writes its released rows as event-time range pieces, and
+``merge_task`` (``repartition(vnodes, "__range")``) merges each range and
+writes it, so the batch's parts in order are one ordered stream.
+
 With one vnode, ``single_task`` runs both steps in one task over the
 coalesced input: one narrow stage, no shuffle, and the kept rows go from the
 filter to the operator as they are (on the GPU, a device Frame: the batch
@@ -313,6 +318,7 @@ def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
         f.restore(bytes_to_table(filter_state))
     if f.profile.emit == "on-event":
         _check_split_locality(stats)
+    low = f.output_watermark  # what the operators drained with in the batch before
     f.advance(stats, datetime.fromisoformat(now_iso))
     wm = f.output_watermark
     t0 = time.perf_counter()
@@ -337,18 +343,8 @@ def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
         save_operator(plan["checkpoint"], batch_id, vnode, op, prev_batch)
         _CACHE[(plan["checkpoint"], vnode)] = (batch_id, op)
     save_s = time.perf_counter() - t0 - kernel_s
-    payload = b""
-    sink = plan["sink"]
-    if out is not None and out.num_rows:
-        if sink["kind"] == "parquet":
-            d = os.path.join(sink["path"], f"batch_id={batch_id}")
-            os.makedirs(d, exist_ok=True)
-            final = os.path.join(d, f"part-{vnode:05d}.parquet")
-            tmp = f"{final}.tmp-{os.getpid()}"
-            pq.write_table(out, tmp)
-            os.replace(tmp, final)
-        else:
-            payload = table_to_bytes(out)
+    exchange = sort_exchange(plan)
+    payload = b"" if exchange else write_output(plan, batch_id, vnode, out)
     metrics = {
         "vnode": vnode, "input_rows": sum(s["rows"] for s in stats), "late_rows": sum(s["late"] for s in stats),
         "null_rows": sum(s["nulls"] for s in stats), "rows_to_operator": rows.num_rows,
@@ -362,8 +358,114 @@ def _run_vnode(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: i
         "vnode_task_s": time.perf_counter() - t_start,
     }
     fstate = table_to_bytes(f.snapshot()) if vnode == 0 else b""
-    return pa.table({"vnode": [vnode], "metrics": [json.dumps(metrics)], "filter_state": [fstate],
-                     "payload": [payload]}, schema=RESULT_SCHEMA)
+    result = pa.table({"vnode": [vnode], "metrics": [json.dumps(metrics)], "filter_state": [fstate],
+                       "payload": [payload]}, schema=RESULT_SCHEMA)
+    return _ranged(plan, batch_id, op, out, low, wm, vnode, result) if exchange else result
+
+
+def write_output(plan: dict, batch_id: int, part: int, out: pa.Table | None) -> bytes:
+    """The sink's output of one task: ``<path>/batch_id=<N>/part-<part>.parquet``
+    (written under a temporary name, then renamed: a replay rewrites it), or,
+    for the console sink, the rows as Arrow IPC bytes for the driver."""
+    if out is None or not out.num_rows:
+        return b""
+    sink = plan["sink"]
+    if sink["kind"] != "parquet":
+        return table_to_bytes(out)
+    d = os.path.join(sink["path"], f"batch_id={batch_id}")
+    os.makedirs(d, exist_ok=True)
+    final = os.path.join(d, f"part-{part:05d}.parquet")
+    tmp = f"{final}.tmp-{os.getpid()}"
+    pq.write_table(out, tmp)
+    os.replace(tmp, final)
+    return b""
+
+
+# -- task 3 (stream sort over several vnodes): ranges of event time ------------------
+def sort_exchange(plan: dict) -> bool:
+    """A stream sort over several vnodes: rows are spread over the vnodes by
+    (event time, key); each vnode cuts its released rows (ordered) into
+    ``vnodes`` event-time ranges of [previous watermark, watermark), and
+    ``merge_task`` merges each range's pieces and writes it as the batch's
+    part ``<range>``: the parts, in order, are one ordered stream."""
+    op = plan["operator"]
+    return plan["vnodes"] > 1 and op is not None and op["kind"] == "sort"
+
+
+#: what the vnodes of a sort exchange send on, one row per (vnode, range): the
+#: file holding the vnode's piece of that range ("" for none) and, in the row
+#: for range ``vnode % vnodes``, the vnode's result (``RESULT_SCHEMA``)
+EXCHANGE_SCHEMA = pa.schema([("__range", pa.int32()), ("__vnode", pa.int32()), ("__piece", pa.string()),
+                             ("__metrics", pa.string()), ("__filter_state", pa.binary()),
+                             ("__payload", pa.binary())])
+
+
+def exchange_dir(checkpoint: str, batch_id: int) -> str:
+    return os.path.join(checkpoint, "gpuwm", "exchange", f"{batch_id:010d}")
+
+
+def _ranged(plan: dict, batch_id: int, op: Any, out: pa.Table | None, low: Any, high: Any, vnode: int,
+            result: pa.Table) -> pa.Table:
+    """Cut a vnode's released rows into the batch's event-time ranges and
+    write each piece as Arrow IPC under the checkpoint (the state store's
+    file system, which every executor reaches), so that the rows do not
+    cross the JVM a second time; only the pieces' names go through Spark."""
+    import numpy as np
+
+    parts = plan["vnodes"]
+    pieces = [""] * parts
+    if out is not None and out.num_rows:
+        rng = op.range_parts(out, low, high, parts)
+        bounds = np.searchsorted(rng, np.arange(parts + 1))  # ordered rows: each range is a slice
+        d = exchange_dir(plan["checkpoint"], batch_id)
+        os.makedirs(d, exist_ok=True)
+        for r in range(parts):
+            if bounds[r + 1] > bounds[r]:
+                pieces[r] = os.path.join(d, f"range-{r:05d}-vnode-{vnode:05d}.arrow")
+                tmp = f"{pieces[r]}.tmp-{os.getpid()}"
+                _write_table(tmp, out.slice(int(bounds[r]), int(bounds[r + 1] - bounds[r])))
+                os.replace(tmp, pieces[r])
+    own = vnode % parts
+    pick = lambda col, empty: [result.column(col)[0].as_py() if r == own else empty for r in range(parts)]  # noqa: E731
+    return pa.table({"__range": pa.array(range(parts), pa.int32()), "__vnode": pa.array([vnode] * parts, pa.int32()),
+                     "__piece": pieces, "__metrics": pick("metrics", None),
+                     "__filter_state": pick("filter_state", None), "__payload": pick("payload", None)},
+                    schema=EXCHANGE_SCHEMA)
+
+
+def merge_task(plan: dict, batch_id: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``repartition(vnodes, "__range").mapInArrow``: the vnodes' result rows
+    pass through; each range hashed here merges its pieces (one per vnode,
+    each ordered) with a stream sort flushed at once, and writes them as
+    output part ``<range>``. Yields a result row per range (vnode
+    ``-1 - range``: its row count, time, console payload)."""
+    from .device import use_task_gpu
+
+    batches = list(batches)
+    if not batches:
+        return
+    use_task_gpu(plan["backend"])
+    t = pa.Table.from_batches(batches)
+    meta = t.filter(t.column("__metrics").is_valid())
+    if meta.num_rows:
+        yield from pa.table([meta.column(c) for c in ("__vnode", "__metrics", "__filter_state", "__payload")],
+                            schema=RESULT_SCHEMA).to_batches()
+    pieces: dict[int, list[tuple[int, str]]] = {}
+    for r, v, path in zip(*(t.column(c).to_pylist() for c in ("__range", "__vnode", "__piece"))):
+        pieces.setdefault(r, [])
+        if path:
+            pieces[r].append((v, path))
+    schema = input_schema(plan)
+    for r in sorted(pieces):
+        t0 = time.perf_counter()
+        op = make_operator(plan)
+        for _, path in sorted(pieces[r]):  # in vnode order: the output does not depend on arrival order
+            op.push(_read_table(path).cast(schema))
+        out = op.flush() if pieces[r] else None
+        payload = write_output(plan, batch_id, r, out)
+        m = {"range": r, "rows": 0 if out is None else out.num_rows, "merge_task_s": time.perf_counter() - t0}
+        yield from pa.table({"vnode": [-1 - r], "metrics": [json.dumps(m)], "filter_state": [b""],
+                             "payload": [payload]}, schema=RESULT_SCHEMA).to_batches()
 
 
 def vnodes_task(plan: dict, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
@@ -458,6 +560,10 @@ def commit_batch(checkpoint: str, batch_id: int, filter_state: bytes, metrics: d
             continue
         if b <= batch_id - keep or ".tmp-" in name:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    ex = os.path.join(checkpoint, "gpuwm", "exchange")  # a sort's range pieces: a replay writes them again
+    for name in os.listdir(ex) if os.path.isdir(ex) else ():
+        if name.isdigit() and int(name) <= batch_id:
+            shutil.rmtree(os.path.join(ex, name), ignore_errors=True)
     nd = os.path.join(checkpoint, "gpuwm", "now")
     for name in os.listdir(nd):
         if name.isdigit() and int(name) <= batch_id - keep:
