@@ -246,3 +246,16 @@ def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
     assert "sessions.0.arrow" not in inode[3] and "sessions.3.arrow" in inode[3]
     assert back.drain(30).to_pylist() == op.drain(30).to_pylist() and back.state_rows == 0
 
+
+def test_checkpoint_and_sink_must_be_paths_every_executor_mounts(tmp_path):
+    """State and Parquet output go through plain file I/O in the tasks: an
+    hdfs:/s3a: URI would silently name a local directory on each executor."""
+    from gpuwm.errors import ConfigError
+
+    p = _pipeline(tmp_path, "sort", "cpu", 1)
+    with pytest.raises(ConfigError, match="hdfs: URI.*every executor mounts"):
+        Pipeline(p.df, "hdfs://nn/ck")
+    with pytest.raises(ConfigError, match="s3a: URI"):
+        p.write_parquet("s3a://bucket/out")
+    assert Pipeline(p.df, f"file://{tmp_path}/ck").checkpoint == f"{tmp_path}/ck"
+    assert p.write_parquet(f"file:{tmp_path}/o")._sink["path"] == f"{tmp_path}/o"

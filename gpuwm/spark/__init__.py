@@ -46,11 +46,14 @@ def read_nexmark(spark, checkpoint: str, **options):
     """``spark.readStream.format("nexmark")`` with the options given (see
     :mod:`gpuwm.spark.nexmark`) and the query's checkpoint, from which the
     source resumes its batch grid after a restart."""
-    r = spark.readStream.format("nexmark").option("checkpointLocation", os.path.abspath(checkpoint))
+    from .pipeline import posix_path
+
+    checkpoint = posix_path(checkpoint, "checkpoint")
+    r = spark.readStream.format("nexmark").option("checkpointLocation", checkpoint)
     for k, v in options.items():
         r = r.option(k, str(v))
     df = r.load()
     # lets a Pipeline on this very DataFrame generate each batch in its own task
     # (gpuwm.spark.direct); a DataFrame derived from it does not carry this
-    df._gpuwm_nexmark = {"checkpoint": os.path.abspath(checkpoint), "options": {k: str(v) for k, v in options.items()}}
+    df._gpuwm_nexmark = {"checkpoint": checkpoint, "options": {k: str(v) for k, v in options.items()}}
     return df

@@ -103,7 +103,7 @@ class Pipeline:
         self._warned_direct = False
         self.df = df
         self.spark = df.sparkSession
-        self.checkpoint = os.path.abspath(checkpoint.removeprefix("file:"))
+        self.checkpoint = posix_path(checkpoint, "checkpoint")
         self.vnodes = vnodes
         self.backend = backend or self.spark.conf.get("spark.gpuwm.backend", "auto")
         self.on_batch = on_batch
@@ -188,7 +188,7 @@ class Pipeline:
     def write_parquet(self, path: str) -> "Pipeline":
         """Parquet files per batch: ``<path>/batch_id=<N>/part-<vnode>.parquet``,
         rewritten identically if Spark replays batch N."""
-        self._sink = {"kind": "parquet", "path": os.path.abspath(path)}
+        self._sink = {"kind": "parquet", "path": posix_path(path, "Parquet sink path")}
         return self
 
     def write_console(self, rows: int = 20) -> "Pipeline":
@@ -407,6 +407,25 @@ class Pipeline:
             self._warned_direct = True
             log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
         return None, 0
+
+
+def posix_path(path: str, what: str) -> str:
+    """An absolute file path for ``path`` (``file:`` URIs included). gpuwm's
+    tasks keep state and write Parquet with plain file I/O, so a URI of
+    another scheme (``hdfs:``, ``s3a:``, ``abfss:``, ...) is refused: it would
+    otherwise name a local directory on each executor, and state would not
+    survive moving to another one."""
+    import re
+
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):", path)
+    if m and m.group(1).lower() != "file":
+        raise ConfigError(
+            f"{what} {path!r} is a {m.group(1)}: URI; gpuwm's tasks read and write it with plain file I/O, so it "
+            "must be a path that every executor mounts: any local directory in local mode, on a cluster a shared "
+            "file system (NFS, or a FUSE mount of the object store), e.g. '/mnt/shared/ck'")
+    if path.startswith("file:"):
+        path = "/" + path.removeprefix("file:").lstrip("/")
+    return os.path.abspath(path)
 
 
 def gpuwm_time(raw_us: int) -> str:
