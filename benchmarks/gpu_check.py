@@ -51,6 +51,7 @@ def run_all(backend: str, chunks: list[pa.Table]) -> list:
     g = gpuwm.WindowAggregate(gpuwm.Session("t", 40), by=["k", "name"],
                               aggs={"n": ("*", "count"), "m": ("v", "max"), "lo": ("t", "min")}, backend=backend)
     gp = gpuwm.WindowAggregate(gpuwm.Session("t", 40), by=["k"], aggs={"n": ("*", "count")}, backend=backend)
+    gp.FILTER_MIN = 1  # every level of its state searched through a key filter (kernels.key_filter)
     w = 0
     for c in chunks:
         s.push(c)
@@ -63,6 +64,7 @@ def run_all(backend: str, chunks: list[pa.Table]) -> list:
         w += 700
         outs += [s.drain(w).to_pydict(), a.drain(w).to_pydict(), u.drain(w).to_pydict(), g.drain(w).to_pydict(),
                  gp.drain(w).to_pydict(), g.late_rows, gp.late_rows]
+    outs.append(s.flush().to_pydict())  # the rest of the sort, as the range exchange's merge releases it
     # the Spark runtime's chain: one copy to the device, a Frame from the filter to the operators
     from gpuwm.frame import Frame
 

@@ -38,7 +38,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from kernels import group_starts, order_indices, reduce_runs, sessionize
+from kernels import group_starts, key_filter, key_filter_probe, order_indices, reduce_runs, sessionize
+from kernels.xp import INT64_MAX
 
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
@@ -98,6 +99,7 @@ class _Level:
     rows: int = -1  #: alive sessions (-1: all of ``s``)
     saved: bool = False  #: the part "sessions.<id>" holds ``s`` (since mark_saved)
     saved_alive: bool = False  #: the part "sessions.<id>.alive" holds ``alive``
+    filter: Any = None  #: kernels.KeyFilter of the first key column, built on first search (big levels)
 
     def __post_init__(self) -> None:
         if self.rows < 0:
@@ -172,7 +174,11 @@ class SessionAggregate(WindowAggregate):
         #   a level of max(FREEZE_MIN, state / FREEZE_PARTS) sessions takes no
         #   more merges — sessions close roughly oldest first, so rewriting an
         #   old level to add new sessions to it would copy it again and again;
-        #   it only shrinks, and is compacted once half of it is dead.
+        #   it only shrinks, and is compacted once half of it is dead;
+        # - a level of FILTER_MIN sessions or more gets a key filter
+        #   (kernels.key_filter, ~1 byte a session) on its first search: a
+        #   chunk key the filter rules out (most of them: a key's open
+        #   sessions are in one level) skips that level's binary search.
         # Several key columns (or none) keep one level, merged with each chunk.
         self._levels: list[_Level] = []
         self._next_id = 0
@@ -196,6 +202,8 @@ class SessionAggregate(WindowAggregate):
     MERGE_RATIO = 4
     FREEZE_MIN = 1 << 20
     FREEZE_PARTS = 8
+    #: levels of at least this many sessions get a key filter (kernels.key_filter)
+    FILTER_MIN = 1 << 18
 
     def _all(self) -> _Sessions:
         """Every open session, sorted by (keys, start), in one level."""
@@ -289,7 +297,12 @@ class SessionAggregate(WindowAggregate):
         uk = ckey[group_starts(xp, [ckey])]
         out = []
         for lv in self._levels:
-            t = _touched(xp, lv.s.keys[0], uk)
+            cand = uk
+            if lv.s.rows >= self.FILTER_MIN:  # most chunk keys are in no given level: skip their search
+                if lv.filter is None:
+                    lv.filter = key_filter(xp, lv.s.keys[0])
+                cand = uk[key_filter_probe(xp, lv.filter, uk)]
+            t = _touched(xp, lv.s.keys[0], cand)
             if lv.alive is not None:
                 t = t[lv.alive[t]]
             if t.shape[0]:
@@ -348,9 +361,11 @@ class SessionAggregate(WindowAggregate):
             return pa.table({}) if self._schema is None else self._empty_out()
         xp = self._backend.xp
         done = []
+        bound = min(w + self._close, INT64_MAX)  # end - close <= w, without a temporary column
         for lv in self._levels:
-            cm = lv.s.end - self._close <= w
-            ix = xp.flatnonzero(cm if lv.alive is None else cm & lv.alive)
+            ix = xp.flatnonzero(lv.s.end <= bound)
+            if lv.alive is not None:
+                ix = ix[lv.alive[ix]]
             if ix.shape[0]:
                 done.append(lv.s.take(ix))
                 lv.kill(xp, ix)
@@ -369,6 +384,7 @@ class SessionAggregate(WindowAggregate):
                 for lv, k in zip(self._levels, new):
                     lv.s.keys[i] = k
                     lv.saved = False
+                    lv.filter = None
         self.rows_out += out.num_rows
         return out
 

@@ -4,7 +4,7 @@ No state, no Spark, no I/O, and no module-level GPU import. Each function
 runs the same steps on ``numpy`` and on ``cupy``.
 """
 
-from .order import group_starts, order_indices, sort_rows
+from .order import KeyFilter, group_starts, key_filter, key_filter_probe, order_indices, sort_rows
 from .sort import cut, merge_released, range_parts
 from .watermark import FilterResult, per_split_max, watermark_filter
 from .window import (assign_windows, derive_watermarks, group_reduce, reduce_runs, segmented_cummax, sessionize,
@@ -14,11 +14,14 @@ from .xp import NONE
 __all__ = [
     "NONE",
     "FilterResult",
+    "KeyFilter",
     "assign_windows",
     "cut",
     "derive_watermarks",
     "group_reduce",
     "group_starts",
+    "key_filter",
+    "key_filter_probe",
     "merge_released",
     "order_indices",
     "per_split_max",

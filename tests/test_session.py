@@ -35,14 +35,17 @@ def _aggs():
 
 def _levels(monkeypatch, how: str) -> None:
     """The state's level structure: "tiered" (the default merge ratio, levels
-    frozen from 3 sessions or half the state: small streams freeze too),
-    "many" (levels never merged: one a push, searched and drained one by
-    one) or "one" (always merged into one level)."""
+    frozen from 3 sessions or half the state: small streams freeze too; key
+    filters on levels from 4 sessions), "many" (levels never merged: one a
+    push, searched — through key filters — and drained one by one) or "one"
+    (always merged into one level, no filter)."""
     if how == "tiered":
         monkeypatch.setattr(SessionAggregate, "FREEZE_MIN", 3)
         monkeypatch.setattr(SessionAggregate, "FREEZE_PARTS", 2)
+        monkeypatch.setattr(SessionAggregate, "FILTER_MIN", 4)
     elif how == "many":
         monkeypatch.setattr(SessionAggregate, "MERGE_RATIO", 0)
+        monkeypatch.setattr(SessionAggregate, "FILTER_MIN", 1)
     else:
         monkeypatch.setattr(SessionAggregate, "MERGE_RATIO", 10**9)
         monkeypatch.setattr(SessionAggregate, "FREEZE_MIN", 10**9)
@@ -278,3 +281,20 @@ def test_two_key_columns_give_the_one_key_sessions(backend, ops):
             got = two.drain(w)
             assert one.drain(w).to_pydict() == (got.drop(["k2"]) if "k2" in got.column_names else got).to_pydict()
     assert (one.state_rows, one.late_rows) == (two.state_rows, two.late_rows)
+
+
+def test_key_filters_follow_recoded_string_keys(backend, monkeypatch):
+    """A level keeps its key filter while it lives; when the string
+    dictionary is compacted the level's codes change, and so must its filter,
+    or a chunk row of an open session's key would start a second session."""
+    monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
+    _levels(monkeypatch, "many")  # every level filtered, none merged
+    a = gpuwm.WindowAggregate(gpuwm.Session("t", 10), by=["k"], aggs={"n": ("*", "count")}, backend=backend)
+    push = lambda rows: a.push(pa.table({"t": [t for t, _ in rows], "k": [k for _, k in rows]}))  # noqa: E731
+    push([(0, f"a{i}") for i in range(10)])  # codes 0..9
+    push([(100, "x")])  # code 10: searches (and filters) the a-level
+    push([(100, "y")])  # builds the x-level's filter
+    assert a.drain(50).num_rows == 10  # the a-sessions go; 12 keys for 2 sessions: x, y become 0, 1
+    push([(105, "x")])  # joins x's session [100, 110)
+    assert a.drain(200).to_pydict() == {"window_start": [100, 100], "window_end": [115, 110], "k": ["x", "y"],
+                                        "n": [2, 1]}
