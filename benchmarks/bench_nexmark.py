@@ -23,7 +23,6 @@ from the offsets Spark logged (``read="auto"``, see
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -32,6 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench import data_progress, write_results  # noqa: E402
 
 PUBLISHED = {"q5": {"Flink Nexmark V2": 74_500}, "q7": {"Flink Nexmark V2": 22_900, "RisingWave": 20_400},
              "q11": {}}
@@ -142,8 +143,8 @@ def main() -> int:
             sq = p.write_parquet(f"{work}/out").start()
             sq.processAllAvailable()
             sq.stop()
-            full = {m["batch_id"]: m["input_rows"] for m in p.history if m["input_rows"]}
-            prog = [x for x in sq.recentProgress if x["batchId"] in full][1:]
+            full = {m["batch_id"]: m["input_rows"] for m in p.history}
+            prog = data_progress(sq, p)[1:]
             times = [x["durationMs"]["triggerExecution"] / 1000 for x in prog]
             n = statistics.median([full[x["batchId"]] for x in prog])
             med = statistics.median(times)
@@ -164,11 +165,6 @@ def main() -> int:
         assert outs["auto"].equals(outs["spark"]), f"{q}: generated in the task and read from the source differ"
         rows.extend(native_and_floor(spark, q, args, outs["auto"]))
     spark.stop()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "cores": args.cores,
-                                                  "events": args.events, "batch": args.batch, "results": rows},
-                                                 indent=2))
     md = [f"# Nexmark-like queries, embedded source, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')})", "",
           "| query | input | k events/s | k events/s/core | median batch s | "
           "published k/s/core (other hardware and setups) |",
@@ -180,7 +176,8 @@ def main() -> int:
            + " |" for r in rows]
     md += ["", "Events count persons and auctions that the source skips (it generates the 46/50 that are bids). "
            "Both gpuwm inputs give the same output, and every window gpuwm emitted is one of Spark native's (checked)."]
-    (out / "results.md").write_text("\n".join(md) + "\n")
+    write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
+                             "batch": args.batch, "results": rows}, md)
     return 0
 
 

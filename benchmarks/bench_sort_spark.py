@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import shutil
 import statistics
 import sys
@@ -31,6 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench import data_progress, write_results  # noqa: E402
 
 
 def main() -> int:
@@ -55,8 +56,8 @@ def main() -> int:
         sq = p.start()
         sq.processAllAvailable()
         sq.stop()
-        full = {m["batch_id"]: m for m in p.history if m["input_rows"]}
-        prog = [x for x in sq.recentProgress if x["batchId"] in full][1:]
+        full = {m["batch_id"]: m for m in p.history}
+        prog = data_progress(sq, p)[1:]  # the first batch warms the JVM and the Python workers
         times = [x["durationMs"]["triggerExecution"] / 1000 for x in prog]
         med = statistics.median(times)
         files = sorted(glob.glob(f"{work}/out/batch_id=*/*.parquet"),
@@ -78,18 +79,14 @@ def main() -> int:
               flush=True)
         shutil.rmtree(work, ignore_errors=True)
     spark.stop()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "cores": args.cores,
-                                                  "events": args.events, "batch": args.batch, "results": rows},
-                                                 indent=2))
     md = [f"# Ordered bid stream, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')})", "",
           "| vnodes | k events/s | median batch s (min..max) | merge tasks s (sum, median batch) | parts per batch |",
           "|---|---|---|---|---|"]
     md += [f"| {r['vnodes']} | {r['events_per_s'] / 1e3:.1f} | {r['median_batch_s']:.2f} ({r['min_s']:.2f}.."
            f"{r['max_s']:.2f}) | {r['median_merge_tasks_s']:.2f} | {r['max_parts_per_batch']} |" for r in rows]
     md += ["", "Every run's output, read batch by batch and part by part, is checked to be one ordered stream."]
-    (out / "results.md").write_text("\n".join(md) + "\n")
+    write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
+                             "batch": args.batch, "results": rows}, md)
     return 0
 
 

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gpuwm  # noqa: E402
+from _bench import data_progress  # noqa: E402
 
 RATE = 200_000  # events per batch = per second of event time
 KEYS = 100_000
@@ -114,13 +115,6 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
     return out
 
 
-def _data_batches(q, pl) -> list[dict]:
-    """Progress of the batches that had input (the task reads the files
-    itself, so Spark's own numInputRows stays 0: gpuwm's metrics say)."""
-    ids = {m["batch_id"] for m in pl.history if m["input_rows"]}
-    return [p for p in q.recentProgress if p["batchId"] in ids]
-
-
 def spark_curve(delays_s: list[int], timed: int = 5, engines: tuple[str, ...] = ("window", "sort")) -> list[dict]:
     from pyspark.sql import functions as F
 
@@ -158,7 +152,7 @@ def spark_curve(delays_s: list[int], timed: int = 5, engines: tuple[str, ...] = 
                   .write_parquet(f"{work}/gout"))
             q = pl.start(trigger={"availableNow": True})
             q.awaitTermination()
-            prog = _data_batches(q, pl)
+            prog = data_progress(q, pl)
             res["gpuwm"] = ([p["durationMs"]["triggerExecution"] / 1000 for p in prog][-timed:],
                             pl.history[-1]["state_rows"])
             assert res["gpuwm"][1] == res["spark native"][1], "gpuwm and Spark native keep different state"
@@ -168,7 +162,7 @@ def spark_curve(delays_s: list[int], timed: int = 5, engines: tuple[str, ...] = 
                   .sort(key=["k"]).write_parquet(f"{work}/sout"))
             q = pl.start(trigger={"availableNow": True})
             q.awaitTermination()
-            prog = _data_batches(q, pl)
+            prog = data_progress(q, pl)
             h = pl.history[-1]
             # check: every input row not late is either written, ordered, or still buffered
             per = [pq.read_table(b, columns=["ts"]).column("ts").cast(pa.int64()).to_numpy()
