@@ -38,7 +38,7 @@ import gpuwm  # noqa: E402
 
 def sync(backend) -> None:
     if backend.is_gpu:
-        backend.xp.cuda.get_current_device().synchronize()
+        backend.xp.cuda.Device().synchronize()  # the current device: every queued kernel has finished
 
 
 def timed(backend, fn, runs: int, setup=None):

@@ -8,7 +8,11 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 out=${1:-benchmarks/results/operators-gpu}
 mkdir -p "$out"
-python - <<'PY'
+# the interpreter that has CuPy (GPU images often have python3 only); PYTHON=... to pick another
+py=${PYTHON:-$(command -v python3 || command -v python)}
+python() { "$py" "$@"; }
+export PYTHONUNBUFFERED=1
+"$py" - <<'PY'
 import cupy
 assert cupy.is_available(), "no usable GPU"
 p = cupy.cuda.runtime.getDeviceProperties(0)
@@ -17,7 +21,10 @@ PY
 status=0
 # 1. the operator tests' GPU parametrisation, when pytest + hypothesis exist here
 if python -c "import pytest, hypothesis" 2>/dev/null; then
-  python -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tee "$out/pytest-gpu.txt" || status=1
+  # pytest-xdist, where installed, spreads the test bodies over processes sharing the one GPU
+  par=()
+  if python -c "import xdist" 2>/dev/null; then par=(-n "$(( $(nproc) < 8 ? $(nproc) : 8 ))"); fi
+  python -m pytest -q -p no:cacheprovider -m gpu "${par[@]}" tests 2>&1 | tee "$out/pytest-gpu.txt" || status=1
 else
   echo "pytest/hypothesis not installed: skipping the pytest GPU run (gpu_check below still compares CPU vs GPU)" \
     | tee "$out/pytest-gpu.txt"

@@ -82,14 +82,23 @@ def run_all(backend: str, chunks: list[pa.Table]) -> list:
     return outs
 
 
-def same(x, y) -> bool:
+def first_difference(x, y, path: str = "") -> str | None:
+    """Where the CPU's output ``x`` and the GPU's ``y`` first differ (a path
+    and both values), or None when they are the same; floats to 1e-9."""
     if isinstance(x, dict):
-        return x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+        if not isinstance(y, dict) or x.keys() != y.keys():
+            return f"{path}: keys {sorted(x)} vs {type(y).__name__} {sorted(y) if isinstance(y, dict) else ''}"
+        return next((d for k in x if (d := first_difference(x[k], y[k], f"{path}.{k}")) is not None), None)
     if isinstance(x, list):
-        return len(x) == len(y) and all(same(a, b) for a, b in zip(x, y))
+        if not isinstance(y, list) or len(x) != len(y):
+            return f"{path}: list of {len(x)} vs {type(y).__name__} of {len(y) if hasattr(y, '__len__') else '?'}"
+        return next((d for i, (a, b) in enumerate(zip(x, y))
+                     if (d := first_difference(a, b, f"{path}[{i}]")) is not None), None)
     if isinstance(x, float) and isinstance(y, float):
-        return abs(x - y) <= 1e-9 * max(1.0, abs(x))
-    return x == y
+        same = abs(x - y) <= 1e-9 * max(1.0, abs(x)) or (x != x and y != y)
+    else:
+        same = type(x) is type(y) and x == y
+    return None if same else f"{path}: cpu {x!r} ({type(x).__name__}) vs gpu {y!r} ({type(y).__name__})"
 
 
 def main() -> int:
@@ -108,10 +117,10 @@ def main() -> int:
         want = run_all("cpu", chunks)
         for variant in variants:
             os.environ["GPUWM_CUDF"] = "1" if variant == "cupy+cudf" else "0"
-            ok = same(want, run_all("gpu", chunks))
-            bad += not ok
+            diff = first_difference(want, run_all("gpu", chunks), "out")
+            bad += diff is not None
             runs += 1
-            print(f"seed {seed} [{variant}]: {'identical' if ok else 'MISMATCH'}")
+            print(f"seed {seed} [{variant}]: {'identical' if diff is None else 'MISMATCH at ' + diff[:2000]}")
     os.environ.pop("GPUWM_CUDF", None)
     print(f"gpu_check: {runs - bad} passed, {bad} failed")
     return 1 if bad else 0

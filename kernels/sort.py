@@ -22,7 +22,8 @@ def cut(xp: Any, sorted_ts: Any, wm: int, inclusive: bool) -> int:
     (2, 4)
     """
     side = "right" if inclusive else "left"
-    return int(xp.searchsorted(sorted_ts, xp.int64(wm), side=side))
+    # a Python int: CuPy's searchsorted takes Python scalars or device arrays, not NumPy scalars
+    return int(xp.searchsorted(sorted_ts, int(wm), side=side))
 
 
 def merge_released(xp: Any, cols: Sequence[Any]) -> tuple[Any, list[Any]]:

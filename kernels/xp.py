@@ -58,30 +58,62 @@ def sort_unique(xp: Any, a: Any) -> Any:
     return xp.sort(a)
 
 
-def scatter_max(xp: Any, out: Any, idx: Any, vals: Any) -> None:
-    """``out[idx] = max(out[idx], vals)`` with repeated indices."""
-    if is_numpy(xp):
-        np.maximum.at(out, idx, vals)
+def _ordered_bits(xp: Any, a: Any) -> Any:
+    """Floats as signed integers of the same width in the same order
+    (IEEE 754: flip the magnitude bits of negatives); its own inverse."""
+    it = xp.int64 if a.dtype.itemsize == 8 else xp.int32
+    b = a.view(it)
+    return xp.where(b < 0, b ^ xp.iinfo(it).max, b)
+
+
+def _scatter_extreme(xp: Any, out: Any, idx: Any, vals: Any, op: str) -> None:
+    """``out[idx] = op(out[idx], vals)`` with repeated indices, as NumPy's
+    ``maximum.at``/``minimum.at`` give it (NaN propagates).
+
+    On CuPy, floats go through integer atomics on their ordered bits: CuPy
+    14's float64 ``maximum.at`` (and ``scatter_max``) returned values
+    rounded to float32 precision on an H100 (0.13959463899653946 ->
+    0.1395946443080902), which no aggregate may do."""
+    uf = xp.maximum if op == "max" else xp.minimum
+    if _numpy_path(xp):
+        uf.at(out, idx, vals)
+        return
+    if out.dtype.kind == "f" and out.dtype.itemsize in (4, 8):
+        vals = xp.asarray(vals).astype(out.dtype, copy=False)
+        keys = _ordered_bits(xp, out)
+        _scatter_int(xp, keys, idx, _ordered_bits(xp, vals), op)
+        nan = xp.isnan(out).astype(xp.int32)
+        _scatter_int(xp, nan, idx, xp.isnan(vals).astype(xp.int32), "max")
+        res = _ordered_bits(xp, keys).view(out.dtype)
+        out[...] = xp.where(nan > 0, xp.asarray(np.nan, dtype=out.dtype), res)
+        return
+    _scatter_int(xp, out, idx, vals, op)
+
+
+def _scatter_int(xp: Any, out: Any, idx: Any, vals: Any, op: str) -> None:
+    uf = xp.maximum if op == "max" else xp.minimum
+    if is_numpy(xp) or hasattr(uf, "at"):  # CuPy >= 13 has ufunc.at; scatter_max/min are deprecated there
+        uf.at(out, idx, vals)
     else:
         import cupyx
 
-        cupyx.scatter_max(out, idx, vals)
+        (cupyx.scatter_max if op == "max" else cupyx.scatter_min)(out, idx, vals)
+
+
+def scatter_max(xp: Any, out: Any, idx: Any, vals: Any) -> None:
+    """``out[idx] = max(out[idx], vals)`` with repeated indices."""
+    _scatter_extreme(xp, out, idx, vals, "max")
 
 
 def scatter_min(xp: Any, out: Any, idx: Any, vals: Any) -> None:
     """``out[idx] = min(out[idx], vals)`` with repeated indices."""
-    if is_numpy(xp):
-        np.minimum.at(out, idx, vals)
-    else:
-        import cupyx
-
-        cupyx.scatter_min(out, idx, vals)
+    _scatter_extreme(xp, out, idx, vals, "min")
 
 
 def scatter_add(xp: Any, out: Any, idx: Any, vals: Any) -> None:
     """``out[idx] += vals`` with repeated indices."""
-    if is_numpy(xp):
-        np.add.at(out, idx, vals)
+    if is_numpy(xp) or hasattr(xp.add, "at"):  # CuPy >= 13 has ufunc.at; scatter_add is deprecated there
+        xp.add.at(out, idx, vals)
     else:
         import cupyx
 

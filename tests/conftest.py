@@ -32,6 +32,23 @@ class HostGpu(gpuwm.backend.Backend):
         return np.asarray(a)
 
 
+_np_searchsorted = __import__("numpy").searchsorted
+
+
+def _cupy_like_searchsorted(a, v, side="left", sorter=None):
+    """``numpy.searchsorted`` refusing what ``cupy.searchsorted`` refuses: a
+    NumPy scalar ``v`` ("Only python scalars or ndarrays are supported for
+    v"). The ``gpu-sim`` backends run with it, so that a kernel passing
+    ``np.int64(w)`` fails here and not first on a GPU."""
+    import numpy as np
+
+    if not isinstance(a, np.ndarray):
+        raise NotImplementedError("Only int or ndarray are supported for a")
+    if not isinstance(v, np.ndarray) and (isinstance(v, np.generic) or not isinstance(v, int | float | complex)):
+        raise NotImplementedError("Only python scalars or ndarrays are supported for v")
+    return _np_searchsorted(a, v, side=side, sorter=sorter)
+
+
 @pytest.fixture(
     params=[
         "cpu",
@@ -56,5 +73,7 @@ def backend(request, monkeypatch) -> str:
         monkeypatch.setattr(gpuwm.backend, "_gpu_backend", lambda: HostGpu("gpu", np, cudf))
         # and the kernels' CuPy-side shims (running max by doubling, per-run min/max by scatter)
         monkeypatch.setattr("kernels.xp.CUPY_BRANCHES", True)
+        # and CuPy's narrower argument types, as seen on a GPU (CuPy 14)
+        monkeypatch.setattr(np, "searchsorted", _cupy_like_searchsorted)
         return "gpu"
     return request.param

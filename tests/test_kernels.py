@@ -202,6 +202,37 @@ def test_cupy_side_shims_equal_numpy_ufunc_methods(values, runs, monkeypatch):
     assert [a.tolist() for a in shim] == [a.tolist() for a in native]
 
 
+_FLOATS = st.floats(allow_nan=True, allow_infinity=True)
+
+
+@given(rows=st.lists(st.tuples(st.integers(0, 5), _FLOATS), max_size=60),
+       init=st.lists(_FLOATS, min_size=6, max_size=6), width=st.sampled_from([np.float64, np.float32]))
+def test_float_scatter_min_max_exact_on_the_cupy_side(rows, init, width, monkeypatch):
+    """The CuPy side of scatter_min/max takes floats through integer atomics
+    on their ordered bits (CuPy's float64 maximum.at rounded to float32
+    precision on an H100); run on NumPy it equals NumPy's maximum.at /
+    minimum.at bit for bit up to the sign of zero: NaN propagates, +-inf,
+    subnormals, both widths."""
+    import kernels.xp as kx
+
+    idx = np.array([r[0] for r in rows], dtype=np.int64)
+    with np.errstate(all="ignore"):
+        vals = np.array([r[1] for r in rows], dtype=np.float64).astype(width)
+        start = np.array(init, dtype=np.float64).astype(width)
+    want = {}
+    for uf in (np.maximum, np.minimum):
+        a = start.copy()
+        with np.errstate(invalid="ignore"):
+            uf.at(a, idx, vals)
+        want[uf.__name__] = a
+    monkeypatch.setattr(kx, "CUPY_BRANCHES", True)
+    for name, fn in (("maximum", kx.scatter_max), ("minimum", kx.scatter_min)):
+        got = start.copy()
+        fn(np, got, idx, vals)
+        assert got.dtype == want[name].dtype
+        assert np.array_equal(got, want[name], equal_nan=True), (name, got, want[name])
+
+
 @given(ts=st.lists(st.integers(-2**62, 2**62), max_size=40), lo=st.one_of(st.none(), st.integers(-2**61, 2**61)),
        width=st.integers(-5, 2**61), parts=st.integers(1, 9))
 def test_range_parts(ts, lo, width, parts):
