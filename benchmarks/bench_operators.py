@@ -91,6 +91,17 @@ def copy_floor(backend, n: int, runs: int) -> float:
     return n / med
 
 
+def transfer_floor(backend, n: int, runs: int) -> float | None:
+    """GPU only: rows/s of one int64 column host -> device -> host (pageable
+    NumPy memory, as the operators' Arrow input and output are): the floor
+    of an operator that takes and returns host Arrow tables."""
+    if not backend.is_gpu:
+        return None
+    host = np.arange(n, dtype=np.int64)
+    med, _, _, _ = timed(backend, lambda _: backend.to_numpy(backend.asarray(host)), runs)
+    return n / med
+
+
 def bench_filter(backend, n, runs, emit, split):
     def setup():
         t = events(n, seed=int(time.time_ns() % 2**31))
@@ -258,6 +269,9 @@ def main() -> int:
               f"{lo * 1e3:.1f}..{hi * 1e3:.1f})  {100 * rate / floor:5.1f}% of copy{tgt}", flush=True)
 
     print(f"backend={backend.name} device={machine} rows={n:,} copy floor {floor / 1e6:.0f} M rows/s (int64)")
+    xfer = transfer_floor(backend, n, args.runs)
+    if xfer:
+        print(f"host -> device -> host floor {xfer / 1e6:.0f} M rows/s (one int64 column, pageable memory)")
     # name, run(size, runs), target, peak bytes per row (the process's peak RSS / rows, measured at 10 M)
     ops = [("filter on-batch, 1 split", lambda m, r: bench_filter(backend, m, r, "on-batch", False), 150e6, 100),
            ("filter on-batch, 8 splits", lambda m, r: bench_filter(backend, m, r, "on-batch", True), None, 110),
@@ -291,12 +305,14 @@ def main() -> int:
         print(f"sort drain of 100k rows with {r['buffered']:>10,} buffered: {r['median_s'] * 1e3:7.2f} ms "
               f"({r['min_s'] * 1e3:.2f}..{r['max_s'] * 1e3:.2f})")
     meta = {"backend": backend.name, "device": machine, "python": platform.python_version(),
-            "numpy": np.__version__, "pyarrow": pa.__version__, "date": time.strftime("%Y-%m-%d")}
+            "numpy": np.__version__, "pyarrow": pa.__version__, "date": time.strftime("%Y-%m-%d"),
+            "copy_floor_rows_per_s": floor, "transfer_floor_rows_per_s": xfer}
     (out / "results.json").write_text(json.dumps({"meta": meta, "operators": results, "drain_flat": flat,
                                                   "sizes": sweep}, indent=2))
     md = [f"# Operator benchmarks ({backend.name}, {machine}, {meta['date']})", "",
           f"{n:,} rows per chunk; median of {args.runs} runs (min..max); copy floor "
-          f"{floor / 1e6:.0f} M rows/s (one int64 column).", "",
+          f"{floor / 1e6:.0f} M rows/s (one int64 column)"
+          + (f"; host -> device -> host {xfer / 1e6:.0f} M rows/s (one int64 column)." if xfer else "."), "",
           "| benchmark | M rows/s | median ms | spread ms | % of copy | target |", "|---|---|---|---|---|---|"]
     for r in results:
         tgt = "" if not r["target_rows_per_s"] else f"{r['target_rows_per_s'] / 1e6:.0f} M/s"

@@ -8,86 +8,18 @@ from __future__ import annotations
 
 import glob
 import os
-from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import gpuwm
-from gpuwm.nexmark import NexmarkConfig, bids
-
 pytest.importorskip("pyspark")
-
-from pyspark.sql.pandas.types import from_arrow_schema  # noqa: E402
 
 from gpuwm.spark import Pipeline, runtime  # noqa: E402
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc).isoformat()
-CFG = NexmarkConfig(events_per_second=2_000, splits=3, out_of_order_fraction=0.2, max_delay_ms=9_000, seed=3)
-
-
-def _batches(n=5, per=4_000):
-    """Each batch as its input partitions (one per split, as the source gives them)."""
-    return [[bids(CFG, a, a + per, s) for s in range(CFG.splits)] for a in range(0, n * per, per)]
-
-
-def _pipeline(tmp, op, backend, vnodes):
-    schema = _batches(1, 10)[0][0].schema
-    df = SimpleNamespace(isStreaming=True, schema=from_arrow_schema(schema),
-                         sparkSession=SimpleNamespace(conf=SimpleNamespace(get=lambda k, d=None: d)))
-    p = Pipeline(df, f"{tmp}/ck", vnodes=vnodes, backend=backend).watermark(
-        "date_time", delay="2 seconds", split="split", profile="spark")
-    if op == "window":
-        p = p.window(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
-                     aggs={"n": ("*", "count"), "hi": ("price", "max")})
-    else:
-        p = p.sort(key=["auction", "bidder"])
-    return p.write_parquet(f"{tmp}/out")
-
-
-def _run(plan: dict, batches) -> tuple[list[pa.Table], list[int]]:
-    """Each batch's output (its part files in name order) and how many parts it had."""
-    fstate, prev, outs, nparts = None, None, [], []
-    for batch_id, parts in enumerate(batches):
-        if batch_id % 2:  # an executor that lost its memory: the state comes back from the checkpoint
-            runtime._CACHE.clear()
-        if plan["vnodes"] == 1:
-            rows = pa.concat_tables(parts).to_batches()
-            res = list(runtime.single_task(plan, fstate, NOW, batch_id, prev, iter(rows)))
-        else:
-            stage1 = [b for part in parts for b in runtime.filter_task(plan, fstate, iter(part.to_batches()))]
-            t = pa.Table.from_batches(stage1)
-            res = list(runtime.vnodes_task(plan, fstate, NOW, batch_id, prev, iter(t.to_batches())))
-            if runtime.sort_exchange(plan):  # the range shuffle, its partitions in reverse (arrival order must not matter)
-                t = pa.Table.from_batches(res)
-                rng = t.column("__range").to_numpy()
-                res = [b for r in sorted(set(rng.tolist()), reverse=True)
-                       for b in runtime.merge_task(plan, batch_id, iter(t.filter(rng == r).to_batches()[::-1]))]
-        res = pa.Table.from_batches(res)
-        fstate = [s for s in res.column("filter_state").to_pylist() if s][0]
-        prev = batch_id
-        files = sorted(glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet")))
-        outs.append(pa.concat_tables([pq.read_table(f) for f in files]) if files else None)
-        nparts.append(len(files))
-    return outs, nparts
-
-
-def _operators(op, batches) -> list[pa.Table]:
-    f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile="spark",
-                              backend="cpu")
-    if op == "window":
-        o = gpuwm.WindowAggregate(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
-                                  aggs={"n": ("*", "count"), "hi": ("price", "max")}, profile="spark",
-                                  backend="cpu")
-    else:
-        o = gpuwm.StreamSort("date_time", key=["auction", "bidder"], profile="spark", backend="cpu")
-    outs = []
-    for parts in batches:
-        o.push(f.process(pa.concat_tables(parts)))
-        outs.append(o.drain(f.output_watermark))
-    return outs
+from .runtime_replay import NOW, mismatch, run_operators, run_tasks  # noqa: E402
+from .runtime_replay import batches as _batches  # noqa: E402
+from .runtime_replay import pipeline as _pipeline  # noqa: E402
 
 
 @pytest.mark.parametrize("vnodes", [1, 3])
@@ -98,19 +30,9 @@ def test_tasks_equal_operators(backend, op, vnodes, tmp_path, monkeypatch):
     monkeypatch.setattr(device, "use_task_gpu", lambda b: None)  # gpu-sim has no CUDA device to pick
     batches = _batches()
     plan = _pipeline(tmp_path, op, backend, vnodes)._plan()
-    got, nparts = _run(plan, batches)
-    exp = _operators(op, batches)
-    assert sum(e.num_rows for e in exp) > 1_000
-    if op == "sort" and vnodes > 1:  # the ranges split the batches' output
-        assert max(nparts) == vnodes
-    for g, e in zip(got, exp):
-        if not e.num_rows:
-            assert g is None
-        elif op == "sort":  # one totally ordered stream: with 3 vnodes, their parts in order
-            assert g.select(e.column_names).equals(e)
-        else:  # windows: per vnode, compare as sets of rows
-            key = e.column_names
-            assert sorted(g.select(key).to_pylist(), key=repr) == sorted(e.to_pylist(), key=repr)
+    got, nparts = run_tasks(plan, batches)
+    exp = run_operators(op, batches)
+    assert mismatch(op, vnodes, got, nparts, exp) is None
 
 
 def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, monkeypatch):
@@ -145,7 +67,7 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
         files = glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet"))
         outs.append(pa.concat_tables([pq.read_table(f) for f in files]) if files else None)
     assert calls["n"] > 3
-    exp = _operators("window", batches)
+    exp = run_operators("window", batches)
     for g, e in zip(outs, exp):
         assert (g is None and not e.num_rows) or sorted(g.to_pylist(), key=repr) == sorted(e.to_pylist(), key=repr)
 
