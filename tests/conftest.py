@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -27,12 +28,10 @@ class HostGpu(gpuwm.backend.Backend):
     shared kernels; what it cannot check is CuPy itself."""
 
     def to_numpy(self, a):
-        import numpy as np
-
         return np.asarray(a)
 
 
-_np_searchsorted = __import__("numpy").searchsorted
+_np_searchsorted = np.searchsorted
 
 
 def _cupy_like_searchsorted(a, v, side="left", sorter=None):
@@ -40,8 +39,6 @@ def _cupy_like_searchsorted(a, v, side="left", sorter=None):
     NumPy scalar ``v`` ("Only python scalars or ndarrays are supported for
     v"). The ``gpu-sim`` backends run with it, so that a kernel passing
     ``np.int64(w)`` fails here and not first on a GPU."""
-    import numpy as np
-
     if not isinstance(a, np.ndarray):
         raise NotImplementedError("Only int or ndarray are supported for a")
     if not isinstance(v, np.ndarray) and (isinstance(v, np.generic) or not isinstance(v, int | float | complex)):
@@ -64,8 +61,6 @@ def backend(request, monkeypatch) -> str:
     (CuPy alone); ``gpu-sim-cudf`` adds :mod:`tests.fake_cudf`, so string
     columns take gpuwm's cuDF branches."""
     if request.param.startswith("gpu-sim"):
-        import numpy as np
-
         from . import fake_cudf
 
         cudf = fake_cudf if request.param == "gpu-sim-cudf" else None

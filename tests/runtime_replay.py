@@ -72,10 +72,17 @@ def run_tasks(plan: dict, batches) -> tuple[list[pa.Table], list[int]]:
         res = pa.Table.from_batches(res)
         fstate = [s for s in res.column("filter_state").to_pylist() if s][0]
         prev = batch_id
-        files = sorted(glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet")))
-        outs.append(pa.concat_tables([pq.read_table(f) for f in files]) if files else None)
-        nparts.append(len(files))
+        out, n = batch_output(plan, batch_id)
+        outs.append(out)
+        nparts.append(n)
     return outs, nparts
+
+
+def batch_output(plan: dict, batch_id: int) -> tuple[pa.Table | None, int]:
+    """What the Parquet sink holds for ``batch_id`` (its part files in name
+    order, None if it wrote none) and how many part files that is."""
+    files = sorted(glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet")))
+    return (pa.concat_tables([pq.read_table(f) for f in files]) if files else None), len(files)
 
 
 def run_operators(op, batches) -> list[pa.Table]:

@@ -6,18 +6,16 @@ the filter to the drain."""
 
 from __future__ import annotations
 
-import glob
 import os
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyspark")
 
 from gpuwm.spark import Pipeline, runtime  # noqa: E402
 
-from .runtime_replay import NOW, mismatch, run_operators, run_tasks  # noqa: E402
+from .runtime_replay import NOW, batch_output, mismatch, run_operators, run_tasks  # noqa: E402
 from .runtime_replay import batches as _batches  # noqa: E402
 from .runtime_replay import pipeline as _pipeline  # noqa: E402
 
@@ -64,8 +62,7 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
             except OSError:
                 assert attempt == 1
         fstate, prev = [s for s in res.column("filter_state").to_pylist() if s][0], batch_id
-        files = glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet"))
-        outs.append(pa.concat_tables([pq.read_table(f) for f in files]) if files else None)
+        outs.append(batch_output(plan, batch_id)[0])
     assert calls["n"] > 3
     exp = run_operators("window", batches)
     for g, e in zip(outs, exp):
