@@ -60,7 +60,7 @@ def batch(i: int, rng, keys: int = KEYS) -> pa.Table:
 
 
 def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dict]:
-    from gpuwm.spark import runtime  # the state store (no pyspark needed)
+    from gpuwm.spark import store as state_store  # the state store (no pyspark needed)
 
     out = []
     for d in delays_ms:
@@ -84,10 +84,10 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
             res = op.drain(wm)
             dt = time.perf_counter() - t0
             # what the Spark runtime does next: save the new state version
-            runtime.save_operator(store, i, 0, op, i - 1 if i else None)
+            state_store.save_operator(store, i, 0, 0, op, i - 1 if i else None)
             ds = time.perf_counter() - t0 - dt
             if i >= 2:
-                shutil.rmtree(runtime.batch_dir(store, i - 2))
+                shutil.rmtree(state_store.batch_dir(store, i - 2))
             if i >= warm:
                 times.append(dt)
                 saves.append(ds)

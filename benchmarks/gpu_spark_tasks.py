@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gpuwm  # noqa: E402
-from gpuwm.spark import runtime  # noqa: E402
+from gpuwm.spark import store  # noqa: E402
 from tests.runtime_replay import batches, mismatch, pipeline, run_operators, run_tasks  # noqa: E402
 
-CASES = [(op, vnodes) for op in ("window", "sort") for vnodes in (1, 3)]
+CASES = [(op, vnodes) for op in ("window", "sort", "chain") for vnodes in (1, 3)]
 ROOT = "/@gpuwm-plan-root@"  # replaced by a fresh directory per run
 
 
@@ -37,10 +37,11 @@ def build_plans() -> dict:
     return {f"{op}-{v}": pipeline(ROOT, op, "gpu", v)._plan() for op, v in CASES}
 
 
-def relocate(plan: dict, root: str) -> dict:
-    plan = dict(plan, checkpoint=plan["checkpoint"].replace(ROOT, root))
-    plan["sink"] = dict(plan["sink"], path=plan["sink"]["path"].replace(ROOT, root))
-    return plan
+def relocate(plan, root: str):
+    from dataclasses import replace
+
+    return replace(plan, checkpoint=plan.checkpoint.replace(ROOT, root),
+                   sink=replace(plan.sink, path=plan.sink.path.replace(ROOT, root)))
 
 
 def main() -> int:
@@ -61,12 +62,12 @@ def main() -> int:
     for op, vnodes in CASES:
         with tempfile.TemporaryDirectory() as tmp:
             plan = relocate(plans[f"{op}-{vnodes}"], tmp)
-            assert plan["backend"] == "gpu"
-            runtime._CACHE.clear()
+            assert plan.backend == "gpu"
+            store._CACHE.clear()
             t0 = time.perf_counter()
             got, nparts = run_tasks(plan, data)
             took = time.perf_counter() - t0
-            held = sorted({o._backend.name for _, o in runtime._CACHE.values()})
+            held = sorted({o._backend.name for _, o in store._CACHE.values()})
             why = mismatch(op, vnodes, got, nparts, run_operators(op, data))
         bad += why is not None
         rows = sum(g.num_rows for g in got if g is not None)

@@ -6,7 +6,7 @@
 """
 
 from .backend import Backend, get_backend, gpu_available, set_backend
-from .errors import BackendError, ConfigError, GpuwmError, SchemaError, WatermarkError
+from .errors import BackendError, ConfigError, GpuwmError, SchemaError, StateError, WatermarkError
 from .profiles import PROFILES, Profile, resolve as resolve_profile
 from .sort import StreamSort
 from .watermark import WatermarkFilter, WatermarkMerger
@@ -24,6 +24,7 @@ __all__ = [
     "PROFILES",
     "Profile",
     "SchemaError",
+    "StateError",
     "Session",
     "StreamSort",
     "Tumble",

@@ -12,14 +12,14 @@ import pandas as pd
 from .errors import WatermarkError
 
 
-def _encode_instant(v: Any) -> Any:
+def encode_instant(v: Any) -> Any:
     """A watermark given before the column type was known, as JSON."""
     if v is None or isinstance(v, int):
         return v
     return {"datetime": pd.Timestamp(v).isoformat()}
 
 
-def _decode_instant(v: Any) -> Any:
+def decode_instant(v: Any) -> Any:
     if isinstance(v, dict):
         return pd.Timestamp(v["datetime"])
     return v
@@ -65,14 +65,21 @@ class Drained:
         self._drained = w
         return w
 
+    @property
+    def drained_watermark(self) -> Any:
+        """The watermark of the last drain (None before any), in the column's type."""
+        if self._drained is None or self._domain is None:
+            return None
+        return self._domain.from_raw(self._drained)
+
     def _drained_meta(self) -> dict:
-        return {"drained": self._drained, "pending": _encode_instant(self._pending_drain),
+        return {"drained": self._drained, "pending": encode_instant(self._pending_drain),
                 "late_rows": self.late_rows, "null_rows": self.null_rows,
                 "rows_in": self.rows_in, "rows_out": self.rows_out}
 
     def _load_drained_meta(self, meta: dict) -> None:
         self._drained = meta["drained"]
         if self._schema is None:
-            self._pending_drain = _decode_instant(meta.get("pending"))
+            self._pending_drain = decode_instant(meta.get("pending"))
         self.late_rows, self.null_rows = meta["late_rows"], meta["null_rows"]
         self.rows_in, self.rows_out = meta["rows_in"], meta["rows_out"]

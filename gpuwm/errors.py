@@ -19,3 +19,7 @@ class WatermarkError(GpuwmError, ValueError):
 
 class BackendError(GpuwmError, RuntimeError):
     """The requested backend cannot run here (e.g. 'gpu' without a GPU)."""
+
+
+class StateError(GpuwmError, RuntimeError):
+    """Saved state is missing or damaged (a checkpoint's file, part or batch)."""

@@ -38,6 +38,10 @@ class Profile:
     release_inclusive : the stream sort releases rows with ``ts <= W`` (else ``ts < W``).
     nulls : null event times in the filter: ``drop`` once a watermark exists
         (they pass before), ``keep`` (always pass), ``error`` (raise).
+    derive_watermarks : a tumbling/hopping window stage's output watermark
+        (on ``window_time``) is derived from its input watermark —
+        RisingWave's window_end derivation, minus 1 unit — instead of being
+        the input watermark passed on (Spark's and Flink's aggregations).
     """
 
     name: str
@@ -49,6 +53,7 @@ class Profile:
     close_minus_one: bool
     release_inclusive: bool
     nulls: str
+    derive_watermarks: bool = False
 
     def __post_init__(self) -> None:
         if self.emit not in EMITS:
@@ -64,7 +69,7 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "risingwave": Profile("risingwave", False, False, "on-batch", 0, "min", False, False, "drop"),
+    "risingwave": Profile("risingwave", False, False, "on-batch", 0, "min", False, False, "drop", True),
     "spark": Profile("spark", False, True, "on-batch", 1, "max", False, True, "keep"),
     "flink": Profile("flink", True, True, "on-event", 0, "min-non-idle", True, True, "error"),
 }

@@ -41,11 +41,10 @@ import pyarrow as pa
 from kernels import group_starts, key_filter, key_filter_probe, order_indices, reduce_runs, sessionize
 from kernels.xp import INT64_MAX
 
-from .errors import ConfigError, SchemaError, WatermarkError
+from .errors import SchemaError, StateError, WatermarkError
 from .frame import Frame
-from .timecol import TimeDomain
 from .watermark import same_schema
-from .window import WindowAggregate, _positive
+from .window import Session, WindowAggregate
 
 # state-store parts: each level's sessions ("sessions.<id>") and its alive
 # marks ("sessions.<id>.alive", a bitmap in Arrow: rows / 8 bytes);
@@ -117,29 +116,6 @@ class _Level:
         self.saved_alive = False
 
 
-@dataclass(frozen=True)
-class Session:
-    """Session windows on ``column``: rows of one key less than ``gap`` apart
-    (``ts2 <= ts1 + gap``) share a session ``[first ts, last ts + gap)``.
-
-    >>> Session("ts", 10)
-    Session('ts', gap=10)
-    """
-
-    column: str
-    gap: Any
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gap", _positive(self.gap, "gap"))
-
-    def raw(self, dom: TimeDomain) -> tuple[int, int]:
-        g = dom.duration(self.gap, "gap", allow_zero=False)
-        return g, g
-
-    def __repr__(self) -> str:
-        return f"Session({self.column!r}, gap={self.gap!r})"
-
-
 class SessionAggregate(WindowAggregate):
     """:class:`~gpuwm.WindowAggregate` over :class:`Session` windows (built
     by ``WindowAggregate(Session(...), ...)``). Output: ``window_start``,
@@ -155,12 +131,9 @@ class SessionAggregate(WindowAggregate):
 
     def __init__(self, window: Session, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
                  emit: str = "on-window-close", profile: Any = "risingwave", *,
-                 close_minus_one: bool | None = None, backend: str | None = None):
-        if emit == "on-update":
-            raise ConfigError("session windows emit on window close only (emit='on-window-close'): a later row "
-                              "can merge sessions, which an update stream would have to retract")
+                 close_minus_one: bool | None = None, backend: str | None = None, window_time: bool = False):
         super().__init__(window, by=by, aggs=aggs, emit=emit, profile=profile, close_minus_one=close_minus_one,
-                         backend=backend)
+                         backend=backend, window_time=window_time)
         # The open sessions are levels (an LSM tree of sorted runs), oldest
         # first, so that a push or drain does not copy every open session:
         # - a push finds the open sessions of its chunk's keys in every level
@@ -183,10 +156,6 @@ class SessionAggregate(WindowAggregate):
         self._levels: list[_Level] = []
         self._next_id = 0
         self._empty: _Sessions | None = None
-
-    @staticmethod
-    def _session_window(window: Any) -> bool:
-        return isinstance(window, Session)
 
     def _bind(self, schema: pa.Schema) -> None:
         fresh = self._schema is None
@@ -437,7 +406,7 @@ class SessionAggregate(WindowAggregate):
         for lv in self._levels:
             if lv.id == lid:
                 return lv
-        raise KeyError(f"no session level {name!r}")
+        raise StateError(f"the session state holds no level {name!r}")
 
     def snapshot_part(self, name: str) -> pa.Table:
         lv = self._level(name)
@@ -462,7 +431,7 @@ class SessionAggregate(WindowAggregate):
             raise WatermarkError("restore() must be called on a fresh WindowAggregate")
         state = snapshot["state"]
         if b"gpuwm.session" not in (state.schema.metadata or {}):
-            raise ConfigError("this snapshot is not of a session-window aggregate")
+            raise StateError("this snapshot is not of a session-window aggregate")
         meta = json.loads(state.schema.metadata[b"gpuwm.session"])
         parts = parts or {}
         if self._restore_bind(meta, snapshot):
@@ -477,7 +446,7 @@ class SessionAggregate(WindowAggregate):
             if meta.get("levels") is not None:  # the incremental store's parts, as they were saved
                 missing = [f"sessions.{lid}" for lid in meta["levels"] if f"sessions.{lid}" not in parts]
                 if missing:
-                    raise ConfigError(f"snapshot(rows=False) leaves the sessions to its parts: {missing} not given")
+                    raise StateError(f"snapshot(rows=False) leaves the sessions to its parts: {missing} not given")
                 for lid in meta["levels"]:
                     alive = parts[f"sessions.{lid}.alive"].column("alive")
                     alive = b.asarray(alive.to_numpy(zero_copy_only=False)) if len(alive) else None

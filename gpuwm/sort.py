@@ -16,7 +16,8 @@ and counted in ``null_rows``.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -25,9 +26,10 @@ from kernels import cut, merge_released, sort_rows
 
 from .backend import Backend, get_backend
 from .drained import Drained
-from .errors import SchemaError, WatermarkError
+from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame, sort_table
 from .keys import KeyCodec
+from .operator import Capabilities, Operator, OperatorSpec
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain
 from .watermark import same_schema
@@ -52,7 +54,47 @@ class _Run:
         return _Run(self.frame.slice(0, c), self.ts[:c], [k[:c] for k in self.keys], self.id, self.base)
 
 
-class StreamSort(Drained):
+@dataclass(frozen=True)
+class SortSpec(OperatorSpec):
+    """A stream sort on event-time ``column``, ties broken by ``key``.
+
+    >>> SortSpec("ts", ("pk",)).build("risingwave", "cpu").key
+    ['pk']
+    """
+
+    column: str
+    key: tuple[str, ...] = ()
+
+    capabilities: ClassVar[Capabilities] = Capabilities(range_exchange=True)
+    kind: ClassVar[str] = "sort"
+
+    def __post_init__(self) -> None:
+        key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
+        if not all(isinstance(k, str) for k in key):
+            raise ConfigError(f"sort key must be column names, got {self.key!r}")
+        object.__setattr__(self, "key", key)
+
+    def build(self, profile: Any, backend: str | None = None) -> "StreamSort":
+        return StreamSort(self.column, key=self.key, profile=profile, backend=backend)
+
+    def vnode_keys(self, vnodes: int) -> tuple[str, ...]:
+        # spread evenly over the vnodes; the range exchange puts the output back in one order
+        return (self.column, *self.key) if vnodes > 1 else ()
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        event_time_domain(schema, self.column)
+        for k in self.key:
+            if k not in schema.names:
+                raise SchemaError(f"sort key column {k!r} not found; the table has columns {schema.names}")
+        return schema
+
+    def with_next(self, nxt: OperatorSpec) -> OperatorSpec:
+        if isinstance(nxt, SortSpec):
+            raise ConfigError("a second sort cannot follow a sort: the stream is ordered already")
+        return self
+
+
+class StreamSort(Operator, Drained):
     """Buffer rows and release them in event-time order below a watermark.
 
     Parameters
@@ -84,8 +126,9 @@ class StreamSort(Drained):
         release_inclusive: bool | None = None,
         backend: str | None = None,
     ):
+        self.spec = SortSpec(column, key)
         self.column = column
-        self.key = [key] if isinstance(key, str) else list(key)
+        self.key = list(self.spec.key)
         self.profile = resolve(profile, release_inclusive=release_inclusive)
         self._backend: Backend = get_backend(backend)
         self._schema: pa.Schema | None = None
@@ -95,14 +138,17 @@ class StreamSort(Drained):
         self._next_run = 0
         self._init_drained()
 
+    def bind(self, schema: pa.Schema) -> "StreamSort":
+        """Fix the input schema before any row (checked on every push)."""
+        self._bind(schema)
+        return self
+
     def _bind(self, schema: pa.Schema) -> None:
         if self._schema is not None:
             same_schema(self._schema, schema, "StreamSort.push")
             return
+        self.spec.output_schema(schema)
         self._domain = event_time_domain(schema, self.column)
-        for k in self.key:
-            if k not in schema.names:
-                raise SchemaError(f"sort key column {k!r} not found; the table has columns {schema.names}")
         self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.key]
         self._schema = schema
         self._bind_pending_drain()
@@ -302,7 +348,15 @@ class StreamSort(Drained):
         for r in self._runs:
             if r.id == rid:
                 return r
-        raise KeyError(f"no buffered run {name!r}")
+        raise StateError(f"the sort holds no buffered run {name!r}")
+
+    def state_tables(self) -> dict[str, pa.Table]:
+        return {"sort": self.snapshot(rows=False)}
+
+    def load_state(self, tables: dict[str, pa.Table], parts: dict[str, pa.Table]) -> "StreamSort":
+        if "sort" not in tables:
+            raise StateError(f"sort state has no 'sort' table (found {sorted(tables)})")
+        return self.restore(tables["sort"], parts)
 
     def restore(self, snapshot: pa.Table, parts: dict[str, pa.Table] | None = None) -> "StreamSort":
         """Continue exactly where the snapshotted sort stopped: from
@@ -318,7 +372,7 @@ class StreamSort(Drained):
             for rid, base in meta["runs"]:
                 name = f"run.{rid}"
                 if name not in parts:
-                    raise WatermarkError(f"sort state is missing its part {name!r}")
+                    raise StateError(f"sort state is missing its part {name!r}")
                 t = parts[name]
                 saved = json.loads(t.schema.metadata[b"gpuwm.run"])["base"]
                 live = t.slice(base - saved).replace_schema_metadata(md or None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
@@ -88,6 +89,57 @@ def combine_split_watermarks(
     return min(counted)
 
 
+def _check_idle(idle_timeout: Any) -> Any:
+    value = parse_interval(idle_timeout)
+    if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
+        raise ConfigError(f"idle_timeout must be a positive timedelta, got {idle_timeout!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class WatermarkSpec:
+    """What builds a :class:`WatermarkFilter` in a task: the same arguments,
+    validated when the spec is made (a frozen, picklable value; ``knobs`` as
+    ``((name, value), ...)``).
+
+    >>> WatermarkSpec("ts", "5 seconds", profile="spark").build("cpu").profile.lag
+    1
+    """
+
+    column: str
+    delay: Any
+    profile: str = "risingwave"
+    emit: str | None = None
+    split: str | None = None
+    idle_timeout: Any = None
+    max_drift: Any = None
+    allowed_lateness: Any = 0
+    knobs: tuple = ()
+
+    def __post_init__(self) -> None:
+        knobs = tuple(sorted(dict(self.knobs).items()))
+        object.__setattr__(self, "knobs", knobs)
+        object.__setattr__(self, "delay", _check_delay(self.delay))
+        object.__setattr__(self, "allowed_lateness", _check_delay(self.allowed_lateness or 0, "allowed_lateness"))
+        object.__setattr__(self, "idle_timeout", _check_idle(self.idle_timeout))
+        object.__setattr__(self, "max_drift", parse_interval(self.max_drift))
+        resolve(self.profile, emit=self.emit, **dict(knobs))  # names and values of the profile knobs
+
+    @property
+    def resolved_profile(self) -> Profile:
+        return resolve(self.profile, emit=self.emit, **dict(self.knobs))
+
+    def build(self, backend: str | None = None) -> "WatermarkFilter":
+        return WatermarkFilter(self.column, self.delay, profile=self.profile, emit=self.emit, split=self.split,
+                               idle_timeout=self.idle_timeout, max_drift=self.max_drift,
+                               allowed_lateness=self.allowed_lateness, backend=backend, **dict(self.knobs))
+
+    def describe(self) -> dict:
+        from .operator import _plain
+
+        return {k: _plain(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
 class WatermarkFilter:
     """Drop late rows and track the watermark of an event-time column.
 
@@ -145,11 +197,7 @@ class WatermarkFilter:
         self.profile = resolve(profile, emit=emit, **knobs)
         self.split = split if self.profile.combine != "max" else None
         self.split_column = split
-        self.idle_timeout = parse_interval(idle_timeout)
-        if self.idle_timeout is not None and (
-            not isinstance(self.idle_timeout, timedelta) or self.idle_timeout <= timedelta(0)
-        ):
-            raise ConfigError(f"idle_timeout must be a positive timedelta, got {idle_timeout!r}")
+        self.idle_timeout = _check_idle(idle_timeout)
         self.max_drift = parse_interval(max_drift)
         self._backend: Backend = get_backend(backend)
         self._schema: pa.Schema | None = None
@@ -513,11 +561,7 @@ class WatermarkMerger:
         if len(set(inputs)) != len(inputs):
             raise ConfigError(f"WatermarkMerger inputs must be distinct, got {inputs}")
         self.inputs = inputs
-        self.idle_timeout = parse_interval(idle_timeout)
-        if self.idle_timeout is not None and (
-            not isinstance(self.idle_timeout, timedelta) or self.idle_timeout <= timedelta(0)
-        ):
-            raise ConfigError(f"idle_timeout must be a positive timedelta, got {idle_timeout!r}")
+        self.idle_timeout = _check_idle(idle_timeout)
         self.max_drift = parse_interval(max_drift)
         self._wm: dict[str, Any] = {}
         self._at: dict[str, datetime] = {}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,7 @@ from .drained import Drained
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
 from .keys import KeyCodec
+from .operator import Capabilities, Operator, OperatorSpec
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain, parse_interval
 from .watermark import same_schema, schema_from_text, schema_to_text
@@ -121,6 +122,29 @@ class Hop(_Window):
 
 
 @dataclass(frozen=True)
+class Session:
+    """Session windows on ``column``: rows of one key less than ``gap`` apart
+    (``ts2 <= ts1 + gap``) share a session ``[first ts, last ts + gap)``.
+
+    >>> Session("ts", 10)
+    Session('ts', gap=10)
+    """
+
+    column: str
+    gap: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gap", _positive(self.gap, "gap"))
+
+    def raw(self, dom: TimeDomain) -> tuple[int, int]:
+        g = dom.duration(self.gap, "gap", allow_zero=False)
+        return g, g
+
+    def __repr__(self) -> str:
+        return f"Session({self.column!r}, gap={self.gap!r})"
+
+
+@dataclass(frozen=True)
 class _Acc:
     agg: str  # output name
     role: str  # n, s, nn, v
@@ -128,7 +152,144 @@ class _Acc:
     op: str  # add, min, max
 
 
-class WindowAggregate(Drained):
+def _check_aggs(aggs: Mapping[str, tuple[str, str]] | None) -> tuple[tuple[str, str, str], ...]:
+    """``{output: (column, fn)}`` checked, as ``((output, column, fn), ...)``."""
+    aggs = dict(aggs) if aggs is not None else {"count": ("*", "count")}
+    if not aggs:
+        raise ConfigError("aggs must name at least one aggregate, e.g. {'n': ('*', 'count')}")
+    out = []
+    for name, spec in aggs.items():
+        if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
+            raise ConfigError(f"aggregate {name!r} must be (column, function), got {spec!r}")
+        col, fn = spec
+        if fn not in AGG_FUNCS:
+            raise ConfigError(f"unknown aggregate function {fn!r} in {name!r}; expected one of {AGG_FUNCS}")
+        if col == "*" and fn != "count":
+            raise ConfigError(f"aggregate {name!r}: '*' only works with count, not {fn!r}")
+        out.append((name, col, fn))
+    return tuple(out)
+
+
+def _plan_aggs(aggs: Mapping[str, tuple[str, str]], schema: pa.Schema) -> tuple[list[_Acc], list[pa.Field]]:
+    """The accumulators of ``aggs`` over ``schema`` and their output fields
+    (the column types are checked here)."""
+    accs: list[_Acc] = []
+    out_fields: list[pa.Field] = []
+    for name, (col, fn) in aggs.items():
+        if col != "*" and col not in schema.names:
+            raise SchemaError(f"aggregate {name!r}: column {col!r} not found; the table has columns {schema.names}")
+        t = None if col == "*" else schema.field(col).type
+        if fn == "count":
+            accs.append(_Acc(name, "n", np.dtype(np.int64), "add"))
+            out_fields.append(pa.field(name, pa.int64()))
+            continue
+        numeric = t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t))
+        ordered = numeric or (t is not None and (pa.types.is_timestamp(t) or pa.types.is_date(t)
+                                                 or pa.types.is_duration(t)))
+        if fn in ("sum", "mean") and not numeric:
+            raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric column, {col!r} is {t}")
+        if fn in ("min", "max") and not ordered:
+            raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric or temporal column, {col!r} is {t}")
+        if fn == "mean":
+            dt, out_t = np.dtype(np.float64), pa.float64()
+        elif fn == "sum":
+            isf = pa.types.is_floating(t)
+            dt = np.dtype(np.float64 if isf else np.int64)
+            out_t = pa.float64() if isf else pa.int64()
+        else:
+            isf = pa.types.is_floating(t)
+            dt, out_t = np.dtype(np.float64 if isf else np.int64), t
+        role = "v" if fn in ("min", "max") else "s"
+        op = {"min": "min", "max": "max"}.get(fn, "add")
+        accs.append(_Acc(name, role, dt, op))
+        accs.append(_Acc(name, "nn", np.dtype(np.int64), "add"))
+        out_fields.append(pa.field(name, out_t))
+    accs.append(_Acc("__rows", "n", np.dtype(np.int64), "add"))  # (row, window) pairs: late counts
+    return accs, out_fields
+
+
+#: the output column a window adds when another stage follows it: Spark's
+#: ``window_time``, window_end - 1 unit of the event-time column, the event
+#: time of the window's row downstream
+WINDOW_TIME = "window_time"
+
+
+@dataclass(frozen=True)
+class WindowSpec(OperatorSpec):
+    """A windowed aggregation: ``window`` (:class:`Tumble`, :class:`Hop` or
+    :class:`Session`), group keys ``by``, ``aggs`` as ``((output, column,
+    fn), ...)`` (or a ``{output: (column, fn)}`` dict), ``emit``, and
+    ``window_time``: add the ``window_time`` column (a stage follows).
+
+    >>> WindowSpec(Tumble("ts", 10), by=("k",), aggs={"n": ("*", "count")}).keys()
+    ('k',)
+    """
+
+    window: Any
+    by: tuple[str, ...] = ()
+    aggs: Any = None
+    emit: str = "on-window-close"
+    window_time: bool = False
+
+    capabilities: ClassVar[Capabilities] = Capabilities(partials=True)
+    kind: ClassVar[str] = "window"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.window, (_Window, Session)):
+            raise ConfigError(f"window must be gpuwm.Tumble, gpuwm.Hop or gpuwm.Session, got {self.window!r}")
+        if self.emit not in EMIT_MODES:
+            raise ConfigError(f"emit must be one of {EMIT_MODES}, got {self.emit!r}")
+        if isinstance(self.window, Session) and self.emit == "on-update":
+            raise ConfigError("session windows emit on window close only (emit='on-window-close'): a later row "
+                              "can merge sessions, which an update stream would have to retract")
+        by = (self.by,) if isinstance(self.by, str) else tuple(self.by)
+        aggs = self.aggs
+        if aggs is None or isinstance(aggs, Mapping):
+            aggs = _check_aggs(aggs)
+        else:
+            aggs = _check_aggs({name: (col, fn) for name, col, fn in aggs})
+        object.__setattr__(self, "by", by)
+        object.__setattr__(self, "aggs", aggs)
+        names = [n for n, _, _ in aggs]
+        clash = ({"window_start", "window_end", WINDOW_TIME} & (set(names) | set(by))) | (set(names) & set(by))
+        if clash:
+            raise ConfigError(f"output column names collide: {sorted(clash)}")
+
+    @property
+    def agg_dict(self) -> dict[str, tuple[str, str]]:
+        return {name: (col, fn) for name, col, fn in self.aggs}
+
+    def build(self, profile: Any, backend: str | None = None) -> "WindowAggregate":
+        return WindowAggregate(self.window, by=self.by, aggs=self.agg_dict, emit=self.emit, profile=profile,
+                               backend=backend, window_time=self.window_time)
+
+    def keys(self) -> tuple[str, ...]:
+        return self.by
+
+    def event_time(self, upstream: str) -> str:
+        return WINDOW_TIME
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        dom = event_time_domain(schema, self.window.column)
+        self.window.raw(dom)  # sizes fit the column (ints for an integer column)
+        for k in self.by:
+            if k not in schema.names:
+                raise SchemaError(f"group key column {k!r} not found; the table has columns {schema.names}")
+        _, agg_fields = _plan_aggs(self.agg_dict, schema)
+        fields = [pa.field("window_start", dom.type), pa.field("window_end", dom.type)]
+        fields += [schema.field(k) for k in self.by] + agg_fields
+        if self.window_time:
+            fields.append(pa.field(WINDOW_TIME, dom.type))
+        return pa.schema(fields)
+
+    def with_next(self, nxt: OperatorSpec) -> "WindowSpec":
+        if self.emit == "on-update":
+            raise ConfigError("a stage cannot follow a window with emit='on-update': its rows are updates, "
+                              "not final values (use emit='on-window-close')")
+        return self if self.window_time else WindowSpec(self.window, self.by, self.aggs, self.emit, True)
+
+
+class WindowAggregate(Operator, Drained):
     """Aggregate rows per (window, group key); emit and forget closed windows.
 
     Parameters
@@ -174,27 +335,14 @@ class WindowAggregate(Drained):
         *,
         close_minus_one: bool | None = None,
         backend: str | None = None,
+        window_time: bool = False,
     ):
-        if not isinstance(window, _Window) and not self._session_window(window):
-            raise ConfigError(f"window must be gpuwm.Tumble, gpuwm.Hop or gpuwm.Session, got {window!r}")
-        if emit not in EMIT_MODES:
-            raise ConfigError(f"emit must be one of {EMIT_MODES}, got {emit!r}")
+        if isinstance(aggs, Mapping):
+            aggs = {k: tuple(v) if isinstance(v, list) else v for k, v in aggs.items()}
+        self.spec = WindowSpec(window, by, aggs, emit, window_time)
         self.window = window
-        self.by = [by] if isinstance(by, str) else list(by)
-        self.aggs = dict(aggs) if aggs is not None else {"count": ("*", "count")}
-        if not self.aggs:
-            raise ConfigError("aggs must name at least one aggregate, e.g. {'n': ('*', 'count')}")
-        for name, spec in self.aggs.items():
-            if not (isinstance(spec, tuple) and len(spec) == 2):
-                raise ConfigError(f"aggregate {name!r} must be (column, function), got {spec!r}")
-            col, fn = spec
-            if fn not in AGG_FUNCS:
-                raise ConfigError(f"unknown aggregate function {fn!r} in {name!r}; expected one of {AGG_FUNCS}")
-            if col == "*" and fn != "count":
-                raise ConfigError(f"aggregate {name!r}: '*' only works with count, not {fn!r}")
-        clash = {"window_start", "window_end"} & (set(self.aggs) | set(self.by))
-        if clash or set(self.aggs) & set(self.by):
-            raise ConfigError(f"output column names collide: {sorted(clash or set(self.aggs) & set(self.by))}")
+        self.by = list(self.spec.by)
+        self.aggs = self.spec.agg_dict
         self.emit = emit
         self.profile = resolve(profile, close_minus_one=close_minus_one)
         self._backend: Backend = get_backend(backend)
@@ -202,10 +350,6 @@ class WindowAggregate(Drained):
         self._blocks: dict[int, tuple[list[Any], list[Any]]] = {}
         self._dirty: set[int] = set()  # window starts changed since mark_saved()
         self._init_drained()
-
-    @staticmethod
-    def _session_window(window: Any) -> bool:
-        return False  # SessionAggregate accepts gpuwm.Session
 
     # -- set-up ----------------------------------------------------------------
     def bind(self, schema: pa.Schema) -> "WindowAggregate":
@@ -224,42 +368,9 @@ class WindowAggregate(Drained):
             if k not in schema.names:
                 raise SchemaError(f"group key column {k!r} not found; the table has columns {schema.names}")
         self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.by]
-        accs: list[_Acc] = []
-        out_fields = [pa.field("window_start", dom.type), pa.field("window_end", dom.type)]
-        out_fields += [schema.field(k) for k in self.by]
-        for name, (col, fn) in self.aggs.items():
-            if col != "*" and col not in schema.names:
-                raise SchemaError(f"aggregate {name!r}: column {col!r} not found; the table has columns {schema.names}")
-            t = None if col == "*" else schema.field(col).type
-            if fn == "count":
-                accs.append(_Acc(name, "n", np.dtype(np.int64), "add"))
-                out_fields.append(pa.field(name, pa.int64()))
-                continue
-            numeric = t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t))
-            ordered = numeric or (t is not None and (pa.types.is_timestamp(t) or pa.types.is_date(t)
-                                                     or pa.types.is_duration(t)))
-            if fn in ("sum", "mean") and not numeric:
-                raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric column, {col!r} is {t}")
-            if fn in ("min", "max") and not ordered:
-                raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric or temporal column, {col!r} is {t}")
-            if fn == "mean":
-                dt, out_t = np.dtype(np.float64), pa.float64()
-            elif fn == "sum":
-                isf = pa.types.is_floating(t)
-                dt = np.dtype(np.float64 if isf else np.int64)
-                out_t = pa.float64() if isf else pa.int64()
-            else:
-                isf = pa.types.is_floating(t)
-                dt, out_t = np.dtype(np.float64 if isf else np.int64), t
-            role = "v" if fn in ("min", "max") else "s"
-            op = {"min": "min", "max": "max"}.get(fn, "add")
-            accs.append(_Acc(name, role, dt, op))
-            accs.append(_Acc(name, "nn", np.dtype(np.int64), "add"))
-            out_fields.append(pa.field(name, out_t))
-        accs.append(_Acc("__rows", "n", np.dtype(np.int64), "add"))  # (row, window) pairs: late counts
-        self._accs = accs
+        self._accs = _plan_aggs(self.aggs, schema)[0]
         self._domain = dom
-        self._out_schema = pa.schema(out_fields)
+        self._out_schema = self.spec.output_schema(schema)
         self._schema = schema
         self._bind_pending_drain()
 
@@ -476,6 +587,19 @@ class WindowAggregate(Drained):
         self.rows_out += out.num_rows
         return out
 
+    def output_watermark(self, watermark: Any) -> Any:
+        """The watermark on ``window_time`` after a drain at ``watermark``:
+        under profiles with ``derive_watermarks`` (RisingWave), a window not
+        yet emitted ends at or after the derived window_end watermark
+        (:meth:`Tumble.derive`), so its ``window_time`` is at least that - 1;
+        otherwise (Spark, Flink: an aggregation passes its input watermark
+        on) ``watermark`` itself. Session windows pass it on."""
+        if watermark is None or self._schema is None or not self.profile.derive_watermarks \
+                or isinstance(self.window, Session):
+            return watermark
+        _, end = derive_watermarks(self._domain.to_raw(watermark), self._size, self._slide)
+        return self._domain.from_raw(end - 1)
+
     def _compact_keys(self) -> None:
         """Forget dictionary keys no open window references any more."""
         b = self._backend
@@ -518,6 +642,8 @@ class WindowAggregate(Drained):
             if fn in ("min", "max") and v.dtype.kind != "f":
                 v = v.astype(_fixed_dtype(field.type))
             cols.append(numpy_to_arrow(field.type, np.where(valid, v, 0).astype(v.dtype), valid))
+        if self.spec.window_time:
+            cols.append(numpy_to_arrow(t, (e - 1).astype(wdt), None))
         out = pa.Table.from_arrays(cols, schema=self._out_schema)
         if any(not c.ordered for c in self._codecs):
             out = sort_table(out, ["window_start", *self.by])

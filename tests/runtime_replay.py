@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 import gpuwm
 from gpuwm.nexmark import NexmarkConfig, bids
-from gpuwm.spark import runtime
+from gpuwm.spark import store, tasks
+from gpuwm.spark.exchange import FLOW_SCHEMA, merge_task
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc).isoformat()
 CFG = NexmarkConfig(events_per_second=2_000, splits=3, out_of_order_fraction=0.2, max_delay_ms=9_000, seed=3)
@@ -46,31 +47,48 @@ def pipeline(tmp, op, backend, vnodes):
     if op == "window":
         p = p.window(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
                      aggs={"n": ("*", "count"), "hi": ("price", "max")})
+    elif op == "chain":  # bids per auction per 2 s, then the busiest auction's count per 4 s (global)
+        p = p.window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"], aggs={"n": ("*", "count")})
+        p = p.window(gpuwm.Tumble("window_time", "4 seconds"),
+                     aggs={"mx": ("n", "max"), "tot": ("n", "sum"), "groups": ("*", "count")})
     else:
         p = p.sort(key=["auction", "bidder"])
     return p.write_parquet(f"{tmp}/out")
 
 
-def run_tasks(plan: dict, batches) -> tuple[list[pa.Table], list[int]]:
+def _shuffle(t: pa.Table, col: str, n: int, task) -> pa.Table:
+    """Spark's ``repartition(n, col).mapInArrow(task)``: rows hashed by ``col``
+    (null: partition 0) into ``n - 1`` partitions, so that one task gets
+    several destinations as Spark's hash often gives it; partitions run last
+    first and their batches in reverse (arrival order must not matter); the
+    tasks' output rows."""
+    key = t.column(col).fill_null(0).to_numpy(zero_copy_only=False) % max(n - 1, 1)
+    out = [b for p in range(n - 1, -1, -1) for b in task(iter(t.filter(pa.array(key == p)).to_batches()[::-1]))]
+    return pa.Table.from_batches(out, schema=FLOW_SCHEMA)
+
+
+def run_tasks(plan, batches) -> tuple[list[pa.Table], list[int]]:
     """Each batch's output (its part files in name order) and how many parts it had."""
     fstate, prev, outs, nparts = None, None, [], []
     for batch_id, parts in enumerate(batches):
         if batch_id % 2:  # an executor that lost its memory: the state comes back from the checkpoint
-            runtime._CACHE.clear()
-        if plan["vnodes"] == 1:
+            store._CACHE.clear()
+        if plan.vnodes == 1:
             rows = pa.concat_tables(parts).to_batches()
-            res = list(runtime.single_task(plan, fstate, NOW, batch_id, prev, iter(rows)))
+            res = pa.Table.from_batches(list(tasks.single_task(plan, fstate, NOW, batch_id, prev, iter(rows))),
+                                        schema=FLOW_SCHEMA)
         else:
-            stage1 = [b for part in parts for b in runtime.filter_task(plan, fstate, iter(part.to_batches()))]
-            t = pa.Table.from_batches(stage1)
-            res = list(runtime.vnodes_task(plan, fstate, NOW, batch_id, prev, iter(t.to_batches())))
-            if runtime.sort_exchange(plan):  # the range shuffle, its partitions in reverse (arrival order must not matter)
-                t = pa.Table.from_batches(res)
-                rng = t.column("__range").to_numpy()
-                res = [b for r in sorted(set(rng.tolist()), reverse=True)
-                       for b in runtime.merge_task(plan, batch_id, iter(t.filter(rng == r).to_batches()[::-1]))]
-        res = pa.Table.from_batches(res)
-        fstate = [s for s in res.column("filter_state").to_pylist() if s][0]
+            stage1 = pa.Table.from_batches(
+                [b for part in parts for b in tasks.filter_task(plan, fstate, iter(part.to_batches()))])
+            res = _shuffle(stage1, "__vnode", plan.vnodes,
+                           lambda b: tasks.vnodes_task(plan, fstate, NOW, batch_id, prev, b))
+            for seg in range(1, len(plan.segments)):  # each later segment after its exchange
+                res = _shuffle(res, "__dest", plan.segments[seg].tasks,
+                               lambda b, seg=seg: tasks.segment_task(plan, seg, batch_id, prev, b))
+            if plan.range_exchange:  # the sort's ranges, merged range by range
+                res = _shuffle(res, "__dest", plan.vnodes, lambda b: merge_task(plan, batch_id, b))
+        res = res.filter(res.column("__metrics").is_valid())
+        fstate = [s for s in res.column("__filter_state").to_pylist() if s][0]
         prev = batch_id
         out, n = batch_output(plan, batch_id)
         outs.append(out)
@@ -81,7 +99,7 @@ def run_tasks(plan: dict, batches) -> tuple[list[pa.Table], list[int]]:
 def batch_output(plan: dict, batch_id: int) -> tuple[pa.Table | None, int]:
     """What the Parquet sink holds for ``batch_id`` (its part files in name
     order, None if it wrote none) and how many part files that is."""
-    files = sorted(glob.glob(os.path.join(plan["sink"]["path"], f"batch_id={batch_id}", "*.parquet")))
+    files = sorted(glob.glob(os.path.join(plan.sink.path, f"batch_id={batch_id}", "*.parquet")))
     return (pa.concat_tables([pq.read_table(f) for f in files]) if files else None), len(files)
 
 
@@ -90,21 +108,30 @@ def run_operators(op, batches) -> list[pa.Table]:
     f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile="spark",
                               backend="cpu")
     if op == "window":
-        o = gpuwm.WindowAggregate(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
-                                  aggs={"n": ("*", "count"), "hi": ("price", "max")}, profile="spark",
-                                  backend="cpu")
+        ops = [gpuwm.WindowAggregate(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
+                                     aggs={"n": ("*", "count"), "hi": ("price", "max")}, profile="spark",
+                                     backend="cpu")]
+    elif op == "chain":
+        ops = [gpuwm.WindowAggregate(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"],
+                                     aggs={"n": ("*", "count")}, profile="spark", backend="cpu", window_time=True),
+               gpuwm.WindowAggregate(gpuwm.Tumble("window_time", "4 seconds"),
+                                     aggs={"mx": ("n", "max"), "tot": ("n", "sum"), "groups": ("*", "count")},
+                                     profile="spark", backend="cpu")]
     else:
-        o = gpuwm.StreamSort("date_time", key=["auction", "bidder"], profile="spark", backend="cpu")
+        ops = [gpuwm.StreamSort("date_time", key=["auction", "bidder"], profile="spark", backend="cpu")]
     outs = []
     for parts in batches:
-        o.push(f.process(pa.concat_tables(parts)))
-        outs.append(o.drain(f.output_watermark))
+        rows, w = f.process(pa.concat_tables(parts)), f.output_watermark
+        for o in ops:  # a chain: each stage drains with the one before's output watermark
+            o.push(rows)
+            rows, w = o.release(w)
+        outs.append(rows)
     return outs
 
 
 def mismatch(op: str, vnodes: int, got: list, nparts: list[int], exp: list[pa.Table]) -> str | None:
     """Why the tasks' output differs from the operators', or None."""
-    if sum(e.num_rows for e in exp) <= 1_000:
+    if sum(e.num_rows for e in exp) <= (3 if op == "chain" else 1_000):  # a chain ends in one row per 4 s
         return "too few rows to compare"
     if op == "sort" and vnodes > 1 and max(nparts) != vnodes:  # the ranges split the batches' output
         return f"expected a batch cut into {vnodes} ranges, got at most {max(nparts)} parts"

@@ -13,15 +13,26 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from gpuwm.spark import Pipeline, runtime  # noqa: E402
+import gpuwm  # noqa: E402
+from gpuwm.sort import SortSpec  # noqa: E402
+from gpuwm.spark import Pipeline, store, tasks  # noqa: E402
+from gpuwm.spark.exchange import FLOW_SCHEMA  # noqa: E402
+from gpuwm.spark.plan import Plan, Sink  # noqa: E402
+from gpuwm.watermark import WatermarkSpec  # noqa: E402
+from gpuwm.window import WindowSpec  # noqa: E402
 
 from .runtime_replay import NOW, batch_output, mismatch, run_operators, run_tasks  # noqa: E402
 from .runtime_replay import batches as _batches  # noqa: E402
 from .runtime_replay import pipeline as _pipeline  # noqa: E402
 
 
+def _plan(tmp_path, spec, schema: pa.Schema) -> Plan:
+    """A one-stage plan over ``schema`` (event time ``t``), profile risingwave, on the CPU."""
+    return Plan(str(tmp_path), "cpu", 1, WatermarkSpec("t", 0), (spec,), Sink("console"), schema)
+
+
 @pytest.mark.parametrize("vnodes", [1, 3])
-@pytest.mark.parametrize("op", ["window", "sort"])
+@pytest.mark.parametrize("op", ["window", "sort", "chain"])
 def test_tasks_equal_operators(backend, op, vnodes, tmp_path, monkeypatch):
     import gpuwm.spark.device as device
 
@@ -42,7 +53,7 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
     monkeypatch.setattr(device, "use_task_gpu", lambda b: None)
     batches = _batches()
     plan = _pipeline(tmp_path, "window", backend, 1)._plan()
-    real = runtime.save_operator
+    real = store.save_operator
     calls = {"n": 0}
 
     def flaky(*a, **k):
@@ -51,17 +62,18 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
             raise OSError("disk full")
         return real(*a, **k)
 
-    monkeypatch.setattr(runtime, "save_operator", flaky)
+    monkeypatch.setattr(store, "save_operator", flaky)
     fstate, prev, outs = None, None, []
     for batch_id, parts in enumerate(batches):
         for attempt in (1, 2):
             try:
-                res = pa.Table.from_batches(list(runtime.single_task(
-                    plan, fstate, NOW, batch_id, prev, iter(pa.concat_tables(parts).to_batches()))))
+                res = pa.Table.from_batches(list(tasks.single_task(
+                    plan, fstate, NOW, batch_id, prev, iter(pa.concat_tables(parts).to_batches()))),
+                    schema=FLOW_SCHEMA)
                 break
             except OSError:
                 assert attempt == 1
-        fstate, prev = [s for s in res.column("filter_state").to_pylist() if s][0], batch_id
+        fstate, prev = [s for s in res.column("__filter_state").to_pylist() if s][0], batch_id
         outs.append(batch_output(plan, batch_id)[0])
     assert calls["n"] > 3
     exp = run_operators("window", batches)
@@ -72,41 +84,40 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
 def test_window_state_is_saved_incrementally(tmp_path):
     """A window the batch did not touch is a hard link to the previous
     version's file; what is loaded back is the operator's whole state."""
-    plan = {"checkpoint": str(tmp_path), "backend": "cpu", "watermark": {"profile": "risingwave"},
-            "operator": {"kind": "window", "column": "t", "size": 10, "slide": None, "by": ["k"],
-                         "aggs": {"n": ["*", "count"], "s": ["v", "sum"]}, "emit": "on-window-close"}}
-    op = runtime.make_operator(plan)
-    op.push(pa.table({"t": [1, 2, 15, 25], "k": ["a", "b", "a", "c"], "v": [1, 2, 3, 4]}))
-    runtime.save_operator(str(tmp_path), 0, 0, op, None)
+    first = pa.table({"t": [1, 2, 15, 25], "k": ["a", "b", "a", "c"], "v": [1, 2, 3, 4]})
+    plan = _plan(tmp_path, WindowSpec(gpuwm.Tumble("t", 10), ("k",), {"n": ("*", "count"), "s": ("v", "sum")}),
+                 first.schema)
+    op = plan.build(0)
+    op.push(first)
+    store.save_operator(str(tmp_path), 0, 0, 0, op, None)
     op.push(pa.table({"t": [16, 17], "k": ["b", "a"], "v": [5, 6]}))  # window 10 only
-    runtime.save_operator(str(tmp_path), 1, 0, op, 0)
-    v0, v1 = (runtime._vnode_dir(str(tmp_path), b, 0) for b in (0, 1))
+    store.save_operator(str(tmp_path), 1, 0, 0, op, 0)
+    v0, v1 = (store.stage_dir(str(tmp_path), b, 0, 0) for b in (0, 1))
     same = {s: os.path.samefile(f"{v0}/parts/win.{s}.arrow", f"{v1}/parts/win.{s}.arrow") for s in (0, 10, 20)}
     assert same == {0: True, 10: False, 20: True}
-    runtime._CACHE.clear()
-    back = runtime.load_operator(plan, 1, 0)
+    store._CACHE.clear()
+    back = store.load_operator(plan, 0, 1, 0)
     assert back.snapshot()["state"].equals(op.snapshot()["state"])
     assert back.drain(30).to_pylist() == op.drain(30).to_pylist()
 
 
-def _save_and_reload(plan: dict, op, batch_id: int, inodes: dict):
+def _save_and_reload(plan: Plan, op, batch_id: int, inodes: dict):
     """Save ``op`` as version ``batch_id`` (linked to the previous one), note
     its parts' inodes in ``inodes[batch_id]``, and load it back from disk."""
-    ck = plan["checkpoint"]
-    runtime.save_operator(ck, batch_id, 0, op, batch_id - 1 if batch_id else None)
-    d = os.path.join(runtime._vnode_dir(ck, batch_id, 0), "parts")
+    ck = plan.checkpoint
+    store.save_operator(ck, batch_id, 0, 0, op, batch_id - 1 if batch_id else None)
+    d = os.path.join(store.stage_dir(ck, batch_id, 0, 0), "parts")
     inodes[batch_id] = {f: os.stat(os.path.join(d, f)).st_ino for f in os.listdir(d)}
-    runtime._CACHE.clear()
-    return runtime.load_operator(plan, batch_id, 0)
+    store._CACHE.clear()
+    return store.load_operator(plan, 0, batch_id, 0)
 
 
 def test_sort_state_is_saved_incrementally(tmp_path):
     """A sort run saved before is linked, not written again, until more of its
     saved file has been drained than is left; the state loaded back from the
     files drains exactly like the operator in memory."""
-    plan = {"checkpoint": str(tmp_path), "backend": "cpu", "watermark": {"profile": "risingwave"},
-            "operator": {"kind": "sort", "column": "t", "key": ["k"]}}
-    op = runtime.make_operator(plan)
+    plan = _plan(tmp_path, SortSpec("t", ("k",)), pa.schema([("t", pa.int64()), ("k", pa.int64())]))
+    op = plan.build(0)
     files = {}
 
     def save(batch_id):
@@ -138,10 +149,9 @@ def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
     from gpuwm.session import SessionAggregate
 
     monkeypatch.setattr(SessionAggregate, "MERGE_RATIO", 0)  # a level per push, never merged
-    plan = {"checkpoint": str(tmp_path), "backend": "cpu", "watermark": {"profile": "risingwave"},
-            "operator": {"kind": "window", "column": "t", "session": 5, "size": None, "slide": None, "by": ["k"],
-                         "aggs": {"n": ["*", "count"], "s": ["v", "sum"]}, "emit": "on-window-close"}}
-    op = runtime.make_operator(plan)
+    plan = _plan(tmp_path, WindowSpec(gpuwm.Session("t", 5), ("k",), {"n": ("*", "count"), "s": ("v", "sum")}),
+                 pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.int64())]))
+    op = plan.build(0)
     inode = {}
 
     def save(batch_id):
@@ -177,4 +187,4 @@ def test_checkpoint_and_sink_must_be_paths_every_executor_mounts(tmp_path):
     with pytest.raises(ConfigError, match="s3a: URI"):
         p.write_parquet("s3a://bucket/out")
     assert Pipeline(p.df, f"file://{tmp_path}/ck").checkpoint == f"{tmp_path}/ck"
-    assert p.write_parquet(f"file:{tmp_path}/o")._sink["path"] == f"{tmp_path}/o"
+    assert p.write_parquet(f"file:{tmp_path}/o")._sink.path == f"{tmp_path}/o"

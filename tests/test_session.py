@@ -148,7 +148,7 @@ def test_state_parts_are_rewritten_only_after_a_change(backend, monkeypatch):
     a.push(_table([(8, 4, 1)], "int"))
     b.push(_table([(8, 4, 1)], "int"))
     assert list(b.state_parts()) == list(a.state_parts())  # the same level ids go on
-    with pytest.raises(gpuwm.ConfigError, match="not given"):
+    with pytest.raises(gpuwm.StateError, match="not given"):
         gpuwm.WindowAggregate(gpuwm.Session("t", 5), by=["k"], aggs=_aggs(), backend=backend).restore(
             a.snapshot(rows=False))
     assert b.drain(20).to_pydict() == a.drain(20).to_pydict() and b.state_rows == a.state_rows == 0
@@ -258,7 +258,7 @@ def test_session_errors():
     b.drain(4)
     with pytest.raises(gpuwm.WatermarkError, match="backwards"):
         b.drain(3)
-    with pytest.raises(gpuwm.ConfigError, match="not of a session"):
+    with pytest.raises(gpuwm.StateError, match="not of a session"):
         gpuwm.WindowAggregate(gpuwm.Session("t", 5)).restore(
             gpuwm.WindowAggregate(gpuwm.Tumble("t", 5)).snapshot())
 

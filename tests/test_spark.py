@@ -204,6 +204,93 @@ def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
         assert reads == {"direct" if read == "auto" else "spark"}
 
 
+def test_spark_profile_matches_spark_native_chained_windows(spark, tmp_path):
+    """Two chained stateful operators, as Spark runs them (SPARK-40925): a
+    5 s tumbling count per key, then a global 10 s tumbling window over the
+    first one's window_time — against Spark's withWatermark + window ->
+    window(window_time(w)) + append on the same files. gpuwm runs the issue's
+    JSON spec form (vnodes 2: the second, global stage gets its own exchange
+    to one vnode) and the Python builder (vnodes 1: one task runs both)."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.spec import load_spec, run
+
+    rng = np.random.default_rng(5)
+    batches = []
+    for i in range(12):  # out-of-order event times, seconds
+        n = 50
+        secs = (i * 6 + rng.integers(-12, 6, n)).clip(0)
+        batches.append(list(zip(secs.tolist(), rng.integers(0, 4, n).tolist(), rng.integers(0, 1000, n).tolist())))
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    first = (spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src)
+             .withWatermark("ts", "10 seconds")
+             .groupBy(F.window("ts", "5 seconds").alias("w"), "k").agg(F.count("*").alias("n")))
+    second = (first.groupBy(F.window(F.window_time("w"), "10 seconds").alias("w2"))
+              .agg(F.max("n").alias("max_n"), F.sum("n").alias("total"), F.count("*").alias("groups"))
+              .selectExpr("w2.start as ws", "w2.end as we", "max_n", "total", "groups"))
+    nq = (second.writeStream.format("parquet").option("path", f"{tmp_path}/native")
+          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append").trigger(availableNow=True).start())
+    nq.awaitTermination()
+    utc = lambda t: t.to_pydatetime().replace(tzinfo=timezone.utc) if t.tzinfo is None else t.to_pydatetime()  # noqa: E731
+    exp = sorted((utc(r.ws), utc(r.we), r.max_n, r.total, r.groups)
+                 for r in spark.read.parquet(f"{tmp_path}/native").toPandas().itertuples())
+    assert len(exp) >= 5 and any(r[4] > 1 for r in exp)  # several first-stage groups per second-stage window
+
+    src2 = f"{tmp_path}/in2"  # one more (empty) file plays Spark's final no-data batch
+    _write_batches(src2, batches + [[]])
+    cols = ["window_start", "window_end", "max_n", "total", "groups"]
+    spec = {"source": {"format": "parquet", "schema": SCHEMA_TKP, "path": src2,
+                       "options": {"maxFilesPerTrigger": 1}},
+            "checkpoint": f"{tmp_path}/ck-json", "vnodes": 2, "trigger": {"availableNow": True},
+            "watermark": {"column": "ts", "delay": "10 seconds", "profile": "spark"},
+            "stages": [
+                {"window": {"tumble": "5 seconds", "by": ["k"], "aggs": {"n": ["*", "count"]}}},
+                {"window": {"tumble": "10 seconds", "on": "window_time",
+                            "aggs": {"max_n": ["n", "max"], "total": ["n", "sum"], "groups": ["*", "count"]}}}],
+            "sink": {"parquet": f"{tmp_path}/out-json"}}
+    path = tmp_path / "chain.json"
+    path.write_text(json.dumps(spec))
+    p = run(spark, load_spec(str(path)), verbose=False)
+    assert rows_of(read_out(f"{tmp_path}/out-json"), cols) == exp
+    assert [st["kind"] for st in p.history[-1]["stages"]] == ["window", "window"]
+    assert sum(m["stages"][1]["rows_pushed"] for m in p.history) == sum(m["stages"][0]["rows_emitted"]
+                                                                         for m in p.history) > 0
+    df = spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src2)
+    p = (Pipeline(df, f"{tmp_path}/ck-py").watermark("ts", delay="10 seconds", profile="spark")
+         .window(gpuwm.Tumble("ts", "5 seconds"), by=["k"], aggs={"n": ("*", "count")})
+         .window(gpuwm.Tumble("window_time", "10 seconds"),
+                 aggs={"max_n": ("n", "max"), "total": ("n", "sum"), "groups": ("*", "count")})
+         .write_parquet(f"{tmp_path}/out-py"))
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    assert rows_of(read_out(f"{tmp_path}/out-py"), cols) == exp
+
+
+def test_stages_that_cannot_follow_are_refused_before_the_first_batch(spark, tmp_path):
+    df = read_nexmark(spark, f"{tmp_path}/ck", **NEX)
+    p = Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")
+    with pytest.raises(gpuwm.ConfigError, match="differs from the event-time column of its input, 'window_time'"):
+        p.window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"]).window(gpuwm.Tumble("date_time", "4 seconds"))
+    p = Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")
+    with pytest.raises(gpuwm.SchemaError, match="column 'price' not found"):  # the first stage's output has no price
+        p.window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"]).window(
+            gpuwm.Tumble("window_time", "4 seconds"), aggs={"m": ("price", "max")})
+    p = Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")
+    with pytest.raises(gpuwm.ConfigError, match="a second sort cannot follow a sort"):
+        p.sort().sort()
+    p = Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")
+    with pytest.raises(gpuwm.ConfigError, match="emit='on-update'"):
+        p.window(gpuwm.Tumble("date_time", "2 seconds"), emit="on-update").window(
+            gpuwm.Tumble("window_time", "4 seconds"))
+    p = (Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split").sort()
+         .window(gpuwm.Tumble("date_time", "4 seconds")).write_parquet(f"{tmp_path}/o"))
+    with pytest.raises(gpuwm.ConfigError, match="stage 0 \\(sort\\) must be the last stage"):
+        p.start()
+
+
 @pytest.mark.parametrize("vnodes", [None, 2])
 def test_spark_profile_matches_spark_native_sessions(spark, tmp_path, vnodes):
     """Session windows (gap 4 s) against Spark's session_window + append on
@@ -424,13 +511,12 @@ def test_run_spec_file(spark, tmp_path):
     with pytest.raises(gpuwm.ConfigError, match="unknown key"):
         load_spec(str(bad))
     # a session window: the gap reaches the operator and, as allowed lateness, the filter
-    from gpuwm.spark.runtime import make_filter, make_operator
     from gpuwm.spark.spec import build
 
     sess = build(spark, dict(spec, checkpoint=f"{tmp_path}/ck2",
                              window={"session": "3 seconds", "by": ["bidder"]}), verbose=False)
-    plan = {"operator": sess._op, "watermark": sess._wm, "backend": "cpu"}
-    op, f = make_operator(plan), make_filter(plan)
+    plan = sess._plan()
+    op, f = plan.build(0), plan.watermark.build("cpu")
     assert isinstance(op.window, gpuwm.Session) and op.window.gap == timedelta(seconds=3)
     assert f.allowed_lateness == timedelta(seconds=3)
     with pytest.raises(gpuwm.ConfigError, match="on window close only"):

@@ -11,7 +11,7 @@
 (``tests/test_spark.py`` runs this shape end to end.)
 
 Each micro-batch runs through ``foreachBatch`` as one Spark job (see
-:mod:`gpuwm.spark.runtime`); the driver only fixes the batch's processing
+:mod:`gpuwm.spark.tasks`); the driver only fixes the batch's processing
 time, reads the previous watermark-filter state (a few bytes per split) and
 commits the new one with the batch's metrics. Configuration is validated in
 Python before the query starts.
@@ -22,28 +22,22 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import timedelta
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
 from ..backend import log
-from ..errors import ConfigError, SchemaError
-from ..session import Session
-from ..window import Hop, Tumble, _Window
-from . import runtime
+from ..errors import ConfigError, SchemaError, StateError
+from ..operator import OperatorSpec
+from ..sort import SortSpec
+from ..watermark import WatermarkSpec
+from ..window import Session, WindowSpec
+from . import store, tasks
+from .exchange import FLOW_SCHEMA, merge_task
+from .plan import Plan, Sink, is_timestamp
 
 _INT_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
-
-
-def _encode(v: Any) -> Any:
-    from ..timecol import parse_interval
-
-    v = parse_interval(v) if isinstance(v, str) else v
-    if isinstance(v, timedelta):
-        return {"timedelta_us": v // timedelta(microseconds=1)}
-    return v
 
 
 def _spark_field(schema, name: str, what: str):
@@ -53,7 +47,16 @@ def _spark_field(schema, name: str, what: str):
 
 
 class Pipeline:
-    """Watermark filter, then a stream sort or a window aggregation, then a sink.
+    """Watermark filter, then stages — stream sort, windowed aggregations
+    (tumbling, hopping, session), chained — then a sink. Each stage drains
+    with the output watermark of the one before, in the same micro-batch; a
+    window's output has the event-time column ``window_time`` (window_end - 1
+    unit, Spark's ``window_time``) when a stage follows it::
+
+        (Pipeline(df, "ck/").watermark("ts", delay="10 seconds", profile="spark")
+           .window(gpuwm.Tumble("ts", "5 seconds"), by=["k"], aggs={"n": ("*", "count")})
+           .window(gpuwm.Tumble("window_time", "10 seconds"), aggs={"max_n": ("n", "max")})
+           .write_parquet("out/"))
 
     Parameters
     ----------
@@ -109,9 +112,11 @@ class Pipeline:
         self.on_batch = on_batch
         self.verbose = verbose
         self.name = name
-        self._wm: dict | None = None
-        self._op: dict | None = None
-        self._sink: dict | None = None
+        self._wm: WatermarkSpec | None = None
+        self._stages: list[OperatorSpec] = []
+        self._sink: Sink | None = None
+        self._arrow_schema: pa.Schema | None = None
+        self._lateness_given = False
         self.history: list[dict] = []
 
     # -- builder ---------------------------------------------------------------
@@ -119,8 +124,6 @@ class Pipeline:
                   emit: str | None = None, idle_timeout: Any = None, max_drift: Any = None,
                   **knobs: Any) -> "Pipeline":
         """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`)."""
-        from .. import WatermarkFilter
-
         schema = self.df.schema
         f = _spark_field(schema, column, "event-time")
         tname = type(f.dataType).__name__
@@ -132,67 +135,80 @@ class Pipeline:
                               "expected timestamp or an integer type")
         if split is not None:
             _spark_field(schema, split, "split")
-        WatermarkFilter(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
-                        max_drift=max_drift, backend="cpu", **knobs)  # validates every argument now
-        self._wm = {"column": column, "delay": _encode(delay), "split": split, "profile": profile, "emit": emit,
-                    "idle_timeout": _encode(idle_timeout), "max_drift": _encode(max_drift), "knobs": knobs}
+        self._lateness_given = "allowed_lateness" in knobs
+        lateness = knobs.pop("allowed_lateness", 0)
+        self._wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
+                                 max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()))
+        if self._stages:  # .watermark() again: the stages' columns are checked again
+            stages, self._stages = self._stages, []
+            for st in stages:
+                self._add(st)
         return self
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
         """Release rows in event-time order, append-only: one ordered stream,
         batch after batch and, within a batch, part file after part file
         (``vnodes > 1``: the vnodes' released rows are merged by event-time
-        range)."""
+        range). The last stage of a pipeline."""
         self._need_watermark("sort")
-        key = [key] if isinstance(key, str) else list(key)
-        for k in key:
-            _spark_field(self.df.schema, k, "sort key")
-        self._op = {"kind": "sort", "column": self._wm["column"], "key": key, "partition_by": []}
-        return self
+        return self._add(SortSpec(self._event_time(), key))
 
-    def window(self, window: _Window, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
+    def window(self, window: Any, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
                emit: str = "on-window-close") -> "Pipeline":
         """Tumbling, hopping or session aggregation emitted when the watermark
-        closes a window (session windows: on window close only)."""
-        from .. import WindowAggregate
-
+        closes a window (session windows: on window close only). The
+        window's column is the event-time column of its input: the
+        watermark's column for the first stage, ``window_time`` after a
+        window."""
         self._need_watermark("window")
-        if not isinstance(window, (Tumble, Hop, Session)):
-            raise ConfigError(f"window must be gpuwm.Tumble, gpuwm.Hop or gpuwm.Session, got {window!r}")
-        if window.column != self._wm["column"]:
-            raise ConfigError(f"window column {window.column!r} differs from the watermark column "
-                              f"{self._wm['column']!r}")
-        by = [by] if isinstance(by, str) else list(by)
-        for k in by:
-            _spark_field(self.df.schema, k, "group key")
-        WindowAggregate(window, by=by, aggs=aggs, emit=emit, backend="cpu")  # validates
-        aggs = dict(aggs) if aggs is not None else {"count": ("*", "count")}
-        for name, (col, _) in aggs.items():
-            if col != "*":
-                _spark_field(self.df.schema, col, f"aggregate {name!r}")
-        self._op = {"kind": "window", "column": window.column, "by": by,
-                    "aggs": {k: list(v) for k, v in aggs.items()}, "emit": emit, "partition_by": by}
-        if isinstance(window, Session):
-            self._op.update(size=None, slide=None, session=_encode(window.gap))
-            # a row behind the watermark whose own session [ts, ts + gap) is open
-            # can still join one: the filter lets it through (as Spark does),
-            # unless .watermark(allowed_lateness=...) said otherwise
-            if "allowed_lateness" not in self._wm["knobs"]:
-                self._wm["allowed_lateness"] = _encode(window.gap)
-        else:
-            self._wm.pop("allowed_lateness", None)
-            tumble = isinstance(window, Tumble)
-            self._op.update(size=_encode(window.size), slide=None if tumble else _encode(window.slide))
+        spec = WindowSpec(window, by, aggs, emit)
+        if window.column != self._event_time():
+            raise ConfigError(f"window column {window.column!r} differs from the event-time column of its input, "
+                              f"{self._event_time()!r}" + (" (after a window stage: 'window_time')"
+                                                           if self._stages else " (the watermark's column)"))
+        return self._add(spec)
+
+    def stage(self, spec: OperatorSpec) -> "Pipeline":
+        """Append any operator spec as the next stage (what :meth:`sort`,
+        :meth:`window` and :meth:`dedup` do)."""
+        self._need_watermark(spec.kind or "stage")
+        return self._add(spec)
+
+    def _event_time(self) -> str:
+        col = self._wm.column
+        for st in self._stages:
+            col = st.event_time(col)
+        return col
+
+    def _add(self, spec: OperatorSpec) -> "Pipeline":
+        """Append a stage: the stage before learns what follows it (a window
+        adds ``window_time``), and every stage's columns are checked against
+        the stream's schema now, not in the first micro-batch."""
+        stages = list(self._stages)
+        if stages:
+            stages[-1] = stages[-1].with_next(spec)
+        stages.append(spec)
+        schema = self._input_arrow_schema()
+        for st in stages:
+            schema = st.output_schema(schema)
+        self._stages = stages
         return self
+
+    def _input_arrow_schema(self) -> pa.Schema:
+        if self._arrow_schema is None:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            self._arrow_schema = to_arrow_schema(self.df.schema)
+        return self._arrow_schema
 
     def write_parquet(self, path: str) -> "Pipeline":
         """Parquet files per batch: ``<path>/batch_id=<N>/part-<vnode>.parquet``,
         rewritten identically if Spark replays batch N."""
-        self._sink = {"kind": "parquet", "path": posix_path(path, "Parquet sink path")}
+        self._sink = Sink("parquet", posix_path(path, "Parquet sink path"))
         return self
 
     def write_console(self, rows: int = 20) -> "Pipeline":
-        self._sink = {"kind": "console", "rows": rows}
+        self._sink = Sink("console", rows=rows)
         return self
 
     def _need_watermark(self, what: str) -> None:
@@ -200,43 +216,24 @@ class Pipeline:
             raise ConfigError(f"call .watermark(...) before .{what}(...): the operator drains by the watermark")
 
     # -- plan ------------------------------------------------------------------
-    def _plan(self) -> dict:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
+    def _plan(self) -> Plan:
         if self._wm is None:
             raise ConfigError("the pipeline has no .watermark(...)")
         if self._sink is None:
             raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
-        arrow = to_arrow_schema(self.df.schema)
-        vnodes = self.vnodes
-        if vnodes is None:
-            vnodes = 1
-        if vnodes < 1:
-            raise ConfigError(f"vnodes must be >= 1, got {vnodes}")
-        return {
-            "version": 1, "checkpoint": self.checkpoint, "backend": self.backend, "vnodes": vnodes,
-            "watermark": self._wm, "operator": self._op, "sink": self._sink,
-            "vnode_keys": self._vnode_keys(vnodes),
-            "input_schema": [(f.name, f.type) for f in arrow],
-            "input_schema_is_timestamp": pa.types.is_timestamp(arrow.field(self._wm["column"]).type),
-        }
+        wm = self._wm
+        first = self._stages[0] if self._stages else None
+        if isinstance(first, WindowSpec) and isinstance(first.window, Session) and not self._lateness_given:
+            # a row behind the watermark whose own session [ts, ts + gap) is open
+            # can still join one: the filter lets it through (as Spark does),
+            # unless .watermark(allowed_lateness=...) said otherwise
+            from dataclasses import replace
 
-    def _vnode_keys(self, vnodes: int) -> list[str]:
-        """Columns whose hash picks a row's vnode: the window's group keys; for
-        a sort over several vnodes, event time and key (spread evenly; the
-        range exchange puts the output back in one order)."""
-        if self._op is None:
-            return []
-        if self._op["kind"] == "sort" and vnodes > 1:
-            return [self._op["column"], *self._op["key"]]
-        return self._op["partition_by"]
+            wm = replace(wm, allowed_lateness=first.window.gap)
+        return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
+                    tuple(self._stages), self._sink, self._input_arrow_schema())
 
-    def _describe(self, plan: dict) -> str:
-        d = {k: v for k, v in plan.items() if k not in ("checkpoint", "backend", "sink", "input_schema_is_timestamp")}
-        d["input_schema"] = [(n, str(t)) for n, t in plan["input_schema"]]
-        return json.dumps(d, sort_keys=True, default=str)
-
-    def _prepare_checkpoint(self, plan: dict) -> None:
+    def _prepare_checkpoint(self, plan: Plan) -> None:
         d = os.path.join(self.checkpoint, "gpuwm")
         try:
             os.makedirs(d, exist_ok=True)
@@ -246,7 +243,7 @@ class Pipeline:
             os.remove(probe)
         except OSError as e:
             raise ConfigError(f"checkpoint location {self.checkpoint!r} is not writable: {e}") from None
-        desc = self._describe(plan)
+        desc = plan.describe()
         p = os.path.join(d, "pipeline.json")
         if os.path.exists(p):
             with open(p) as fh:
@@ -280,8 +277,8 @@ class Pipeline:
                 raise ConfigError(f"read='direct' cannot read this input itself: {why}")
             self._direct = why is None
         self._prepare_checkpoint(plan)
-        if plan["sink"]["kind"] == "parquet":
-            os.makedirs(plan["sink"]["path"], exist_ok=True)
+        if plan.sink.kind == "parquet":
+            os.makedirs(plan.sink.path, exist_ok=True)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         writer = self.df.writeStream.foreachBatch(partial(self._run_batch, plan)).option(
             "checkpointLocation", self.checkpoint)
@@ -291,80 +288,57 @@ class Pipeline:
             writer = writer.queryName(query_name or self.name)
         return writer.start()
 
-    def _run_batch(self, plan: dict, df, batch_id: int) -> None:
+    def _run_batch(self, plan: Plan, df, batch_id: int) -> None:
         import time
 
         t0 = time.perf_counter()
-        ck = plan["checkpoint"]
-        committed = runtime.committed_batches(ck)
+        ck = plan.checkpoint
+        committed = store.committed_batches(ck)
         prev = batch_id - 1 if (batch_id - 1) in committed else None
         if prev is None and committed and min(committed) < batch_id:
-            raise RuntimeError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm/state "
-                               f"(have {committed}); the checkpoint was damaged")
-        fstate = runtime.load_filter_state(ck, prev) if prev is not None else None
-        now = runtime.now_for_batch(ck, batch_id)
-        result_schema = "vnode int, metrics string, filter_state binary, payload binary"
+            raise StateError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm/state "
+                             f"(have {committed}); the checkpoint was damaged")
+        fstate = store.load_filter_state(ck, prev) if prev is not None else None
+        now = store.now_for_batch(ck, batch_id)
+        flow = _spark_schema(FLOW_SCHEMA)
         t_job = time.perf_counter()
         direct, parts = self._direct_input(plan, df, batch_id)
         if direct is not None:  # the tasks read / generate the input; Spark hands them part numbers
-            df = self.spark.range(0, parts, 1, parts if plan["vnodes"] > 1 else 1)
-        if plan["vnodes"] == 1:
+            df = self.spark.range(0, parts, 1, parts if plan.vnodes > 1 else 1)
+        if plan.vnodes == 1:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
             res = df.coalesce(1).mapInArrow(
-                partial(runtime.single_task, plan, fstate, now, batch_id, prev, direct=direct),
-                result_schema).collect()
+                partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct), flow)
         else:
-            s1 = runtime.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(runtime.filter_task, plan, fstate, direct=direct), _spark_schema(s1))
-            ticks = self.spark.range(plan["vnodes"]).selectExpr("cast(id as int) as __vnode",
-                                                                 f"cast({runtime.KIND_TICK} as tinyint) as __kind")
+            s1 = tasks.stage1_schema(plan)
+            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct), _spark_schema(s1))
+            ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
+                                                             f"cast({tasks.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
-            exchange = runtime.sort_exchange(plan)
             # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
-            res = rows.repartition(plan["vnodes"], "__vnode").mapInArrow(
-                partial(runtime.vnodes_task, plan, fstate, now, batch_id, prev),
-                _spark_schema(runtime.EXCHANGE_SCHEMA) if exchange else result_schema)
-            if exchange:  # the sort's released rows, by event-time range, merged range by range
-                res = res.repartition(plan["vnodes"], "__range").mapInArrow(
-                    partial(runtime.merge_task, plan, batch_id), result_schema)
-            res = res.collect()
+            res = rows.repartition(plan.vnodes, "__vnode").mapInArrow(
+                partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev), flow)
+            for seg in range(1, len(plan.segments)):  # each later segment: its own exchange, same job
+                res = res.repartition(plan.segments[seg].tasks, "__dest").mapInArrow(
+                    partial(tasks.segment_task, plan, seg, batch_id, prev), flow)
+            if plan.range_exchange:  # the sort's released rows, by event-time range, merged range by range
+                res = res.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
+        res = [r for r in res.collect() if r["__metrics"] is not None]
         t_job = time.perf_counter() - t_job
-        ranges = sorted((r for r in res if r["vnode"] < 0), key=lambda r: -r["vnode"])
-        res = sorted((r for r in res if r["vnode"] >= 0), key=lambda r: r["vnode"])
-        per = [json.loads(r["metrics"]) for r in res]
-        merged = [json.loads(r["metrics"]) for r in ranges]
-        if ranges and sum(x["rows"] for x in merged) != sum(p["rows_emitted"] for p in per):
-            raise RuntimeError(f"gpuwm: batch {batch_id}: the sort's vnodes released "
-                               f"{sum(p['rows_emitted'] for p in per)} rows but its ranges wrote "
-                               f"{sum(x['rows'] for x in merged)}; the batch is not committed")
-        head = per[0]
-        m = {
-            "batch_id": batch_id, "input_rows": head["input_rows"], "late_rows": head["late_rows"],
-            "null_rows": head["null_rows"], "rows_emitted": sum(p["rows_emitted"] for p in per),
-            "state_rows": sum(p["state_rows"] for p in per), "state_bytes": sum(p["state_bytes"] for p in per),
-            "watermark": head["watermark"], "output_watermark": head["output_watermark"],
-            "kernel_s": sum(p["kernel_s"] for p in per), "state_save_s": sum(p["state_save_s"] for p in per),
-            "backend": head["backend"], "vnodes": len(per),
-            "max_event_time": head["max_event_time"],
-            "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
-            else head["max_event_time"] - head["watermark"],
-            "wall_s": time.perf_counter() - t0, "job_s": t_job,
-            "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
-            "vnode_tasks_s": sum(p["vnode_task_s"] for p in per),
-            "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
-            "read": "spark" if direct is None else "direct",
-        }
-        runtime.commit_batch(ck, batch_id, bytes(res[0]["filter_state"]), m)
+        m = self._batch_metrics(plan, batch_id, res)
+        m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
+        fstate = [bytes(r["__filter_state"]) for r in res if r["__filter_state"]]
+        store.commit_batch(ck, batch_id, fstate[0], m)
         self.history.append(m)
-        if plan["sink"]["kind"] == "console":
-            outs = [runtime.bytes_to_table(bytes(r["payload"])) for r in (ranges or res) if r["payload"]]
+        if plan.sink.kind == "console":
+            outs = [store.bytes_to_table(bytes(r["__payload"])) for r in res if r["__payload"]]
             print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
             if outs:
-                print(pa.concat_tables(outs).slice(0, plan["sink"]["rows"]).to_pandas().to_string(index=False))
+                print(pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False))
         if self.verbose:
             wm = m["output_watermark"]
-            if wm is not None and plan["input_schema_is_timestamp"]:
+            if wm is not None and is_timestamp(plan):
                 wm = gpuwm_time(wm)
             print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
                   f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
@@ -373,8 +347,42 @@ class Pipeline:
         if self.on_batch:
             self.on_batch(m)
 
+    @staticmethod
+    def _batch_metrics(plan: Plan, batch_id: int, res: list) -> dict:
+        """One batch's metrics from its tasks' result rows: the filter's (from
+        a first-segment task), per stage summed over the vnodes, the totals."""
+        per = [json.loads(r["__metrics"]) for r in res]
+        tasks_ = sorted((p for p in per if "segment" in p), key=lambda p: (p["segment"], p["vnode"]))
+        merged = [p for p in per if "range" in p]
+        head = tasks_[0]
+        last = [p for p in tasks_ if p["segment"] == len(plan.segments) - 1]
+        emitted = sum(p["rows_emitted"] for p in last)
+        if merged and sum(x["rows"] for x in merged) != emitted:
+            raise StateError(f"gpuwm: batch {batch_id}: the sort's vnodes released {emitted} rows but its ranges "
+                             f"wrote {sum(x['rows'] for x in merged)}; the batch is not committed")
+        stages: dict[str, dict] = {}
+        for p in tasks_:
+            for i, st in p["stages"].items():
+                acc = stages.setdefault(i, {"kind": plan.stages[int(i)].kind})
+                for k, v in st.items():
+                    acc[k] = acc.get(k, 0) + v
+        return {
+            "batch_id": batch_id, "input_rows": head["input_rows"], "late_rows": head["late_rows"],
+            "null_rows": head["null_rows"], "rows_emitted": emitted,
+            "state_rows": sum(st["state_rows"] for st in stages.values()),
+            "state_bytes": sum(st["state_bytes"] for st in stages.values()),
+            "watermark": head["watermark"], "output_watermark": head["output_watermark"],
+            "kernel_s": sum(p["kernel_s"] for p in tasks_), "state_save_s": sum(p["state_save_s"] for p in tasks_),
+            "backend": head["backend"], "vnodes": plan.vnodes, "max_event_time": head["max_event_time"],
+            "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
+            else head["max_event_time"] - head["watermark"],
+            "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
+            "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
+            "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
+            "stages": [stages.get(str(i), {"kind": s.kind}) for i, s in enumerate(plan.stages)],
+        }
 
-    def _direct_input(self, plan: dict, df, batch_id: int) -> tuple[dict | None, int]:
+    def _direct_input(self, plan: Plan, df, batch_id: int) -> tuple[dict | None, int]:
         """What the tasks make this batch's input from themselves (and into
         how many parts), or (None, 0): Spark's rows. A batch with no input
         goes through Spark (nothing to read)."""
@@ -398,7 +406,7 @@ class Pipeline:
             if files == []:
                 return None, 0
             why = "its files could not be found in the batch's scan" if files is None else \
-                check_files(files, runtime.input_schema(plan))
+                check_files(files, plan.input_schema)
             if why is None:
                 return {"files": files}, len(files)
         if self.read == "direct":

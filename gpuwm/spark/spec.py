@@ -1,6 +1,6 @@
 """A pipeline described in a JSON file, so a cluster job needs no Python code.
 
-Example (``gpuwm run q7.json`` or ``spark-submit ... gpuwm/app.py q7.json``)::
+Example (``gpuwm run q7.json`` or ``spark-submit ... gpuwm/spark/app.py q7.json``)::
 
     {
       "source": {"format": "nexmark", "options": {"totalEvents": 1000000, "splits": 4}},
@@ -18,9 +18,25 @@ org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1``; its ``partition``
 column is the natural split) or any file format with a ``schema`` and
 ``path``; ``options`` are passed to ``readStream``; ``select`` (optional)
 is a list of SQL expressions applied to the stream (e.g. to parse Kafka
-values). Operator: ``window`` (``tumble``, ``hop`` + ``slide``, or
-``session``: the gap) or
-``sort`` (``{"key": [...]}``) or neither (filter only). ``sink``:
+values). Operators: ``stages``, a list of stages, each one of
+
+- ``{"window": {"tumble": size | "hop": size, "slide": s | "session": gap,
+  "by": [...], "aggs": {out: [column, fn]}, "emit": ..., "on": column}}``
+  (``on``: the window's column, default the event-time column of the
+  stage's input — the watermark's column, ``window_time`` after a window),
+- ``{"sort": {"key": [...]}}`` (the last stage),
+
+or, for one stage, ``window`` or ``sort`` at the top level (as before);
+neither: filter only. Two chained windows (the second over the first's
+``window_time``)::
+
+    "stages": [
+      {"window": {"tumble": "5 seconds", "by": ["k"], "aggs": {"n": ["*", "count"]}}},
+      {"window": {"tumble": "10 seconds", "on": "window_time",
+                  "aggs": {"max_n": ["n", "max"], "total": ["n", "sum"], "groups": ["*", "count"]}}}
+    ]
+
+``sink``:
 ``{"parquet": path}`` or ``{"console": rows}``. ``read`` (optional):
 ``auto``, ``direct`` or ``spark`` — see ``Pipeline(read=...)`` (default:
 Spark conf ``spark.gpuwm.read``, else ``auto``).
@@ -35,7 +51,9 @@ from ..errors import ConfigError
 from ..session import Session
 from ..window import Hop, Tumble
 
-_TOP = {"source", "checkpoint", "watermark", "window", "sort", "sink", "trigger", "vnodes", "backend", "read"}
+_TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
+        "read"}
+_STAGES = ("window", "sort")
 
 
 def load_spec(path: str) -> dict:
@@ -52,9 +70,54 @@ def load_spec(path: str) -> dict:
     for k in ("source", "checkpoint", "watermark", "sink"):
         if k not in spec:
             raise ConfigError(f"pipeline spec {path!r} needs {k!r}")
-    if "window" in spec and "sort" in spec:
-        raise ConfigError(f"pipeline spec {path!r}: choose one of 'window' and 'sort'")
+    given = [k for k in ("window", "sort", "stages") if k in spec]
+    if len(given) > 1:
+        raise ConfigError(f"pipeline spec {path!r}: choose one of 'window', 'sort' and 'stages' (a list of "
+                          f"stages), got {given}")
+    if "stages" in spec and not (isinstance(spec["stages"], list) and spec["stages"]):
+        raise ConfigError(f"pipeline spec {path!r}: 'stages' must be a non-empty list of stages, "
+                          f"e.g. [{{\"window\": {{...}}}}, {{\"window\": {{...}}}}]")
     return spec
+
+
+def stages_of(spec: dict) -> list[dict]:
+    """The spec's stages, each ``{kind: options}`` (a top-level ``window`` or ``sort`` is one stage)."""
+    if "stages" in spec:
+        out = spec["stages"]
+    else:
+        out = [{k: spec[k]} for k in _STAGES if k in spec]
+    for i, st in enumerate(out):
+        if not (isinstance(st, dict) and len(st) == 1 and next(iter(st)) in _STAGES
+                and isinstance(next(iter(st.values())), dict)):
+            raise ConfigError(f"stage {i} must be one of {[{k: {}} for k in _STAGES]} with its options, got {st!r}")
+    return out
+
+
+def add_stage(p, i: int, stage: dict) -> None:
+    """Append one JSON stage to Pipeline ``p``."""
+    (kind, opts), = stage.items()
+    opts = dict(opts)
+    if kind == "sort":
+        p.sort(key=opts.pop("key", []))
+    else:
+        col = opts.pop("on", None) or p._event_time()
+        if "tumble" in opts:
+            window = Tumble(col, opts.pop("tumble"))
+        elif "hop" in opts:
+            if "slide" not in opts:
+                raise ConfigError(f"stage {i}: a 'hop' window needs 'slide'")
+            window = Hop(col, size=opts.pop("hop"), slide=opts.pop("slide"))
+        elif "session" in opts:
+            window = Session(col, opts.pop("session"))
+        else:
+            raise ConfigError(f"stage {i}: window needs 'tumble': size, 'hop': size with 'slide', or 'session': gap")
+        aggs = opts.pop("aggs", {"count": ["*", "count"]})
+        if not isinstance(aggs, dict):
+            raise ConfigError(f"stage {i}: 'aggs' must be {{output: [column, function]}}, got {aggs!r}")
+        p.window(window, by=opts.pop("by", []), aggs={k: tuple(v) for k, v in aggs.items()},
+                 emit=opts.pop("emit", "on-window-close"))
+    if opts:
+        raise ConfigError(f"stage {i} ({kind}): unknown key(s) {sorted(opts)}")
 
 
 def build(spark, spec: dict, verbose: bool = True):
@@ -81,23 +144,8 @@ def build(spark, spec: dict, verbose: bool = True):
                  read=spec.get("read"))
     w = dict(spec["watermark"])
     p.watermark(w.pop("column"), w.pop("delay"), **w)
-    if "window" in spec:
-        win = dict(spec["window"])
-        col = p._wm["column"]
-        if "tumble" in win:
-            window = Tumble(col, win.pop("tumble"))
-        elif "hop" in win:
-            window = Hop(col, size=win.pop("hop"), slide=win.pop("slide"))
-        elif "session" in win:
-            window = Session(col, win.pop("session"))
-        else:
-            raise ConfigError("window needs 'tumble': size, 'hop': size with 'slide', or 'session': gap")
-        aggs = {k: tuple(v) for k, v in win.pop("aggs", {"count": ["*", "count"]}).items()}
-        p.window(window, by=win.pop("by", []), aggs=aggs, emit=win.pop("emit", "on-window-close"))
-        if win:
-            raise ConfigError(f"unknown window key(s) {sorted(win)}")
-    elif "sort" in spec:
-        p.sort(key=spec["sort"].get("key", []))
+    for i, stage in enumerate(stages_of(spec)):
+        add_stage(p, i, stage)
     sink: dict[str, Any] = spec["sink"]
     if "parquet" in sink:
         p.write_parquet(sink["parquet"])

@@ -1,4 +1,4 @@
-"""spark-submit entry point: ``spark-submit [--properties-file spark_conf/...] gpuwm/app.py SPEC.json``.
+"""spark-submit entry point: ``spark-submit [--properties-file spark_conf/...] gpuwm/spark/app.py SPEC.json``.
 
 Runs the pipeline a JSON spec describes (see :mod:`gpuwm.spark.spec`) in the
 SparkSession spark-submit configured.
@@ -13,9 +13,9 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: spark-submit gpuwm/app.py SPEC.json", file=sys.stderr)
+        print("usage: spark-submit gpuwm/spark/app.py SPEC.json", file=sys.stderr)
         return 2
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from pyspark.sql import SparkSession
 
     from gpuwm.spark import register_sources

@@ -8,7 +8,7 @@ prints a line per micro-batch and a summary, and exits by itself.
 
 ``gpuwm run SPEC.json`` runs a pipeline described in a file (see
 ``gpuwm.spark.spec``) in Spark local mode; on a cluster use
-``spark-submit --properties-file spark_conf/rapids.conf gpuwm/app.py SPEC.json``.
+``spark-submit --properties-file spark_conf/rapids.conf gpuwm/spark/app.py SPEC.json``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from . import Hop, StreamSort, Tumble, WatermarkFilter, WindowAggregate, get_backend
-from .nexmark import NexmarkConfig, bids
+from .. import Hop, StreamSort, Tumble, WatermarkFilter, WindowAggregate, get_backend
+from ..nexmark import NexmarkConfig, bids
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -84,8 +84,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _demo_spark(args: argparse.Namespace) -> int:
     import shutil
 
-    from . import Hop, Tumble
-    from .spark import Pipeline, local_session, read_nexmark
+    from . import Pipeline, local_session, read_nexmark
 
     out = Path(args.out)
     if out.exists():
@@ -135,8 +134,8 @@ def _demo_spark(args: argparse.Namespace) -> int:
 
 
 def _run_spec(args: argparse.Namespace) -> int:
-    from .spark import local_session
-    from .spark.spec import load_spec, run
+    from . import local_session
+    from .spec import load_spec, run
 
     spec = load_spec(args.spec)
     spark = local_session(app="gpuwm-run")

@@ -1,0 +1,165 @@
+"""The operator contract every stateful gpuwm operator implements, and the
+spec that builds one.
+
+An **operator** (:class:`Operator`) is engine-independent, Arrow in / Arrow
+out, and can be driven from a plain Python loop:
+
+- ``bind(schema)`` fixes the input schema before any row (checked on every
+  push);
+- ``push(rows)`` takes a chunk (a ``pyarrow.Table`` or a device
+  :class:`~gpuwm.frame.Frame`); it returns None, or rows it emits at once
+  (a window under ``emit="on-update"``, a dedup's first rows);
+- ``release(W)`` drains with watermark ``W`` and returns
+  :class:`Released` — the rows it releases **and its output watermark**, the
+  watermark on its output's event-time column that the next stage drains
+  with (``drain(W)`` is ``release(W).rows``). The output watermark is a
+  function of ``W`` and the spec alone, never of the rows an operator holds,
+  so every task of a micro-batch derives the same one without talking to the
+  others;
+- state as named Arrow parts: ``state_tables()`` (small tables: counters,
+  dictionaries), ``state_parts()`` (``{name: must_write}``: parts the store
+  writes again only when changed, e.g. one per open window or sort run),
+  ``snapshot_part(name)``, ``mark_saved(written)``, and
+  ``load_state(tables, parts)`` on a fresh operator;
+- ``counters()``: cumulative row counts (``rows_in``, ``rows_out``,
+  ``late_rows``, ``null_rows``, and any of its own, e.g. ``duplicate_rows``);
+  ``state_rows`` / ``state_bytes``.
+
+A **spec** (:class:`OperatorSpec`) is a small frozen, picklable value,
+validated when it is made, that the Spark layer ships to its tasks and that
+builds the operator there (``spec.build(profile, backend)``). The Spark
+layer knows specs and their declared :class:`Capabilities`, never operator
+kinds: partition keys, pre-aggregated partials, the event-time range
+exchange of an ordered output, and the output schema (checked before the
+first micro-batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import pyarrow as pa
+
+
+class Released(NamedTuple):
+    """What a drain gives the next stage: the released rows and the operator's
+    output watermark (None before any watermark)."""
+
+    rows: pa.Table
+    watermark: Any
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an operator can do beyond the contract, which the runtime uses.
+
+    Attributes
+    ----------
+    partials : ``partial_schema()``, ``partials(rows)`` and
+        ``push_partials(table)``: the rows of an input partition are
+        pre-aggregated where they are read, and only partials cross the
+        shuffle (windows and sessions).
+    range_exchange : the released rows are ordered by event time
+        (``range_parts``, ``flush``): with several vnodes, each vnode's
+        released rows are cut into event-time ranges and merged range by range
+        into one ordered stream (the stream sort).
+    arrival_order : the output depends on the order rows arrive in (a
+        dedup keeps a key's first row): rows crossing the shuffle carry their
+        input partition and position, and each vnode takes them in that
+        order, so a replayed batch gives the same output.
+    """
+
+    partials: bool = False
+    range_exchange: bool = False
+    arrival_order: bool = False
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """Base of the operator specs: frozen, picklable, validated on creation.
+
+    Subclasses set :attr:`capabilities` and implement :meth:`build`,
+    :meth:`keys`, :meth:`event_time` and :meth:`output_schema`.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: the key of this spec in a JSON ``stages`` list and in the pipeline description
+    kind: ClassVar[str] = ""
+
+    def build(self, profile: Any, backend: str | None = None) -> "Operator":
+        """The operator, on ``backend``, with ``profile``'s conventions."""
+        raise NotImplementedError
+
+    def keys(self) -> tuple[str, ...]:
+        """The columns whose values are state partitions (the vnode hash);
+        () for a global operator (one vnode holds its state)."""
+        return ()
+
+    def vnode_keys(self, vnodes: int) -> tuple[str, ...]:
+        """The columns rows are hashed on to reach this stage's vnodes
+        (default :meth:`keys`; the sort spreads rows by event time and key)."""
+        return self.keys()
+
+    def event_time(self, upstream: str) -> str:
+        """The event-time column of this stage's output, given its input's."""
+        return upstream
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The schema of the released rows for input ``schema``; raises
+        :class:`~gpuwm.SchemaError` when a column is missing or has a type
+        the operator cannot take."""
+        raise NotImplementedError
+
+    def with_next(self, nxt: "OperatorSpec") -> "OperatorSpec":
+        """This spec when ``nxt`` follows it (a window adds ``window_time``);
+        raises :class:`~gpuwm.ConfigError` when ``nxt`` cannot follow it."""
+        return self
+
+    def describe(self) -> dict:
+        """A JSON-able description (the checkpoint remembers it)."""
+        from dataclasses import fields
+
+        return {"kind": self.kind, **{f.name: _plain(getattr(self, f.name)) for f in fields(self)}}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return repr(v)
+
+
+class Operator:
+    """Mixin with the parts of the contract that are the same for every
+    operator (see the module docstring). An operator sets ``spec`` and
+    implements ``bind``, ``push``, ``drain``, ``output_watermark`` and the
+    state methods."""
+
+    spec: OperatorSpec
+
+    def output_watermark(self, watermark: Any) -> Any:
+        """The watermark on the output's event time after a drain at
+        ``watermark`` (default: the same; a window derives it)."""
+        return watermark
+
+    def release(self, watermark: Any) -> Released:
+        """Drain with ``watermark``: the released rows and the output watermark."""
+        return Released(self.drain(watermark), self.output_watermark(watermark))
+
+    def counters(self) -> dict[str, int]:
+        """Cumulative row counts since the operator started (restores keep them)."""
+        return {"rows_in": self.rows_in, "rows_out": self.rows_out, "late_rows": self.late_rows,
+                "null_rows": self.null_rows}
+
+    def state_tables(self) -> dict[str, pa.Table]:
+        """The small state tables (counters, dictionaries) beside the parts."""
+        snap = self.snapshot(rows=False)
+        return snap if isinstance(snap, dict) else {"state": snap}
+
+    def load_state(self, tables: dict[str, pa.Table], parts: dict[str, pa.Table]) -> "Operator":
+        """Restore a fresh operator from :meth:`state_tables` and its parts."""
+        return self.restore(tables, parts)

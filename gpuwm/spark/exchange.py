@@ -1,0 +1,126 @@
+"""Rows from one stage's tasks to the next one's, inside a micro-batch's job.
+
+A task writes the rows it sends as Arrow IPC pieces under the checkpoint
+(the state store's file system, which every executor reaches), one per
+destination, and only the pieces' names cross Spark's shuffle — one *flow
+row* per destination, so that every destination task runs (and drains its
+state) whether rows reach it or not. The same flow rows carry the tasks'
+results (metrics, the filter state, console payloads) through to the driver.
+
+Two exchanges use it: between segments of a pipeline (rows hashed on the
+next segment's keys; a global segment on one task), and the stream sort's
+event-time ranges (each vnode's released rows cut into ranges, each range
+merged by one task into one output part: the parts in order are one ordered
+stream).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..drained import decode_instant, encode_instant
+from .store import read_table, write_table
+
+#: what every task after the filter returns: exchange rows (``__dest``,
+#: ``__piece`` — "" when no row goes there —, ``__wm`` the watermark the
+#: destination drains with) and result rows (``__metrics`` set)
+FLOW_SCHEMA = pa.schema([("__dest", pa.int32()), ("__vnode", pa.int32()), ("__piece", pa.string()),
+                         ("__wm", pa.string()), ("__metrics", pa.string()), ("__filter_state", pa.binary()),
+                         ("__payload", pa.binary())])
+
+
+def exchange_root(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "gpuwm", "exchange")
+
+
+def result_row(metrics: dict, filter_state: bytes = b"", payload: bytes = b"") -> pa.Table:
+    return pa.table({"__dest": pa.nulls(1, pa.int32()), "__vnode": pa.array([metrics.get("vnode", -1)], pa.int32()),
+                     "__piece": pa.nulls(1, pa.string()), "__wm": pa.nulls(1, pa.string()),
+                     "__metrics": [json.dumps(metrics)], "__filter_state": [filter_state], "__payload": [payload]},
+                    schema=FLOW_SCHEMA)
+
+
+def send(checkpoint: str, batch_id: int, tag: str, vnode: int, rows: pa.Table | None, dest: Any, ndest: int,
+         watermark: Any) -> pa.Table:
+    """Write ``rows`` (row i to destination ``dest[i]``, stable) as one piece
+    per destination; the flow rows naming them, one per destination."""
+    pieces = [""] * ndest
+    if rows is not None and rows.num_rows:
+        dest = np.asarray(dest)
+        order = np.argsort(dest, kind="stable")
+        bounds = np.searchsorted(dest[order], np.arange(ndest + 1))
+        d = os.path.join(exchange_root(checkpoint), f"{batch_id:010d}", tag)
+        os.makedirs(d, exist_ok=True)
+        ordered = rows if np.all(order[:-1] <= order[1:]) else rows.take(pa.array(order))
+        for r in range(ndest):
+            lo, hi = int(bounds[r]), int(bounds[r + 1])
+            if hi > lo:
+                pieces[r] = os.path.join(d, f"to-{r:05d}-from-{vnode:05d}.arrow")
+                tmp = f"{pieces[r]}.tmp-{os.getpid()}"
+                write_table(tmp, ordered.slice(lo, hi - lo))
+                os.replace(tmp, pieces[r])
+    wm = json.dumps(encode_instant(watermark))
+    return pa.table({"__dest": pa.array(range(ndest), pa.int32()), "__vnode": pa.array([vnode] * ndest, pa.int32()),
+                     "__piece": pieces, "__wm": [wm] * ndest, "__metrics": pa.nulls(ndest, pa.string()),
+                     "__filter_state": pa.nulls(ndest, pa.binary()), "__payload": pa.nulls(ndest, pa.binary())},
+                    schema=FLOW_SCHEMA)
+
+
+class Received:
+    """What a shuffle partition of flow rows holds: the results passing
+    through, and per destination its pieces (in source-vnode order, so the
+    output does not depend on arrival order) and watermark."""
+
+    def __init__(self, batches: list[pa.RecordBatch]):
+        t = pa.Table.from_batches(batches, schema=FLOW_SCHEMA) if batches else FLOW_SCHEMA.empty_table()
+        is_result = t.column("__metrics").is_valid()
+        self.results = t.filter(is_result)
+        flow = t.filter(pc.invert(is_result))
+        self.pieces: dict[int, list[tuple[int, str]]] = {}
+        self.watermark: dict[int, Any] = {}
+        for d, v, path, wm in zip(*(flow.column(c).to_pylist() for c in ("__dest", "__vnode", "__piece", "__wm"))):
+            self.pieces.setdefault(d, [])
+            if path:
+                self.pieces[d].append((v, path))
+            self.watermark[d] = decode_instant(json.loads(wm))
+
+    def rows(self, dest: int, schema: pa.Schema) -> pa.Table:
+        paths = [p for _, p in sorted(self.pieces.get(dest, []))]
+        if not paths:
+            return schema.empty_table()
+        return pa.concat_tables([read_table(p).cast(schema) for p in paths])
+
+
+def merge_task(plan: Any, batch_id: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``repartition(vnodes, "__dest").mapInArrow`` after a stream sort's
+    range exchange: results pass through; each range hashed here merges its
+    pieces (each ordered) with a sort flushed at once and writes them as
+    output part ``<range>``, with a result row (its row count and time)."""
+    from .device import use_task_gpu
+    from .sinks import write_output
+
+    batches = list(batches)
+    if not batches:
+        return
+    use_task_gpu(plan.backend)
+    got = Received(batches)
+    yield from got.results.to_batches()
+    last = len(plan.stages) - 1
+    for r in sorted(got.pieces):
+        t0 = time.perf_counter()
+        rows = got.rows(r, plan.schemas[last])
+        op = plan.build(last)
+        out = None
+        if rows.num_rows:
+            op.push(rows)
+            out = op.flush()
+        payload = write_output(plan.sink, batch_id, r, out)
+        m = {"range": r, "rows": 0 if out is None else out.num_rows, "merge_task_s": time.perf_counter() - t0}
+        yield from result_row(m, payload=payload).to_batches()

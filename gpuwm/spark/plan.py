@@ -1,0 +1,138 @@
+"""The plan a query's tasks run: the watermark spec, the stages' operator
+specs, the sink, the input schema — one frozen, picklable value, made and
+checked on the driver before the first micro-batch.
+
+A pipeline is a list of stages. Each stage's input schema and event-time
+column follow from the one before (:meth:`OperatorSpec.output_schema`,
+:meth:`OperatorSpec.event_time`), so a stage that cannot follow another is
+refused here, not inside a task. With ``vnodes > 1`` the stages are cut into
+*segments*: a stage whose partition keys differ from its segment's starts a
+new one, which gets its own exchange (by the new keys; a global stage, with
+no keys, on one vnode) inside the same micro-batch job.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+import pyarrow as pa
+
+from ..errors import ConfigError
+from ..operator import OperatorSpec
+from ..watermark import WatermarkSpec
+
+
+@dataclass(frozen=True)
+class Sink:
+    """``parquet`` (``path``: ``<path>/batch_id=<N>/part-<P>.parquet``) or
+    ``console`` (the first ``rows`` rows of each batch, printed by the driver)."""
+
+    kind: str
+    path: str | None = None
+    rows: int = 20
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("parquet", "console"):
+            raise ConfigError(f"sink must be 'parquet' or 'console', got {self.kind!r}")
+        if self.kind == "parquet" and not self.path:
+            raise ConfigError("a Parquet sink needs a path")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive stages that run in one task per vnode without an exchange
+    between them. ``tasks``: how many vnodes hold their state (1 for a global
+    stage after an exchange); ``keys``: the columns rows are hashed on to
+    reach them."""
+
+    stages: tuple[int, ...]
+    keys: tuple[str, ...]
+    tasks: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    checkpoint: str
+    backend: str
+    vnodes: int
+    watermark: WatermarkSpec
+    stages: tuple[OperatorSpec, ...]
+    sink: Sink
+    input_schema: pa.Schema
+    #: the input schema of each stage, then the output's (derived)
+    schemas: tuple[pa.Schema, ...] = field(init=False)
+    segments: tuple[Segment, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.vnodes < 1:
+            raise ConfigError(f"vnodes must be >= 1, got {self.vnodes}")
+        stages = tuple(self.stages)
+        for i, s in enumerate(stages[:-1]):
+            if s.capabilities.range_exchange:
+                raise ConfigError(f"stage {i} ({s.kind}) must be the last stage: its output is one ordered stream "
+                                  f"across the vnodes, which a following {stages[i + 1].kind} would not keep")
+        schemas = [self.input_schema]
+        for s in stages:
+            schemas.append(s.output_schema(schemas[-1]))
+        object.__setattr__(self, "stages", stages)
+        object.__setattr__(self, "schemas", tuple(schemas))
+        object.__setattr__(self, "segments", self._cut())
+
+    def _cut(self) -> tuple[Segment, ...]:
+        if not self.stages:
+            return (Segment((), (), self.vnodes),)
+        if self.vnodes == 1:  # one task runs every stage: nothing to exchange
+            return (Segment(tuple(range(len(self.stages))), (), 1),)
+        segs = [[0]]
+        seg_keys = [tuple(self.stages[0].vnode_keys(self.vnodes))]
+        for i, s in enumerate(self.stages[1:], start=1):
+            k = tuple(s.vnode_keys(self.vnodes))
+            if k != seg_keys[-1]:
+                segs.append([])
+                seg_keys.append(k)
+            segs[-1].append(i)
+        return tuple(Segment(tuple(st), k, self.vnodes if (j == 0 or k) else 1)
+                     for j, (st, k) in enumerate(zip(segs, seg_keys)))
+
+    # -- what the tasks ask ------------------------------------------------------
+    @property
+    def profile(self):
+        return self.watermark.resolved_profile
+
+    @property
+    def pre_aggregates(self) -> bool:
+        """The first stage's partials cross the shuffle, not rows (vnodes > 1)."""
+        return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.partials
+
+    @property
+    def range_exchange(self) -> bool:
+        """The last stage's ordered output is merged by event-time range over the vnodes."""
+        return self.vnodes > 1 and bool(self.stages) and self.stages[-1].capabilities.range_exchange \
+            and self.segments[-1].tasks > 1
+
+    def build(self, stage: int):
+        """Stage ``stage``'s operator, bound to its input schema."""
+        op = self.stages[stage].build(self.profile, self.backend)
+        op.bind(self.schemas[stage])
+        return op
+
+    def describe(self) -> str:
+        """What the checkpoint remembers: a query whose description differs cannot reuse its state."""
+        d = {"version": 2, "vnodes": self.vnodes, "watermark": self.watermark.describe(),
+             "stages": [s.describe() for s in self.stages],
+             "input_schema": [(f.name, str(f.type)) for f in self.input_schema]}
+        return json.dumps(d, sort_keys=True, default=str)
+
+
+def is_timestamp(plan: Plan) -> bool:
+    return pa.types.is_timestamp(plan.input_schema.field(plan.watermark.column).type)
+
+
+def partial_schema(plan: Plan) -> pa.Schema:
+    """The partials the first stage pre-aggregates (``plan.pre_aggregates``)."""
+    return plan.build(0).partial_schema()
+
+
+def shuffled_schema(plan: Plan) -> pa.Schema:
+    """The data rows the filter tasks send to the vnodes."""
+    return partial_schema(plan) if plan.pre_aggregates else plan.input_schema

@@ -1,0 +1,299 @@
+"""What runs inside Spark tasks for one micro-batch: one job per batch
+(DESIGN.md, "Running inside Spark").
+
+1. ``filter_task`` (``mapInArrow``, once per input partition): restores the
+   watermark filter as of the previous batch, filters its rows (or, when the
+   first stage pre-aggregates, turns them into partials), tags each with its
+   vnode, and emits its statistics (per-split watermark candidates, counts)
+   once *per vnode*.
+2. ``vnodes_task`` (``repartition(vnodes, "__vnode").mapInArrow``; a tick
+   row per vnode makes every vnode run): folds every partition's statistics
+   into the filter — the same deterministic function everywhere — so each
+   vnode knows the combined watermark of this batch, then runs the first
+   segment's stages on its rows (:func:`run_segment`).
+3. ``segment_task`` (``repartition(tasks, "__dest").mapInArrow``), once per
+   later segment: the stages after an exchange, on the rows the previous
+   segment's tasks sent (:mod:`gpuwm.spark.exchange`), with the watermark
+   they sent beside them; and ``exchange.merge_task`` for a stream sort's
+   event-time ranges.
+
+With one vnode, ``single_task`` does all of it in one task over the
+coalesced input: one narrow stage, no shuffle, and the kept rows go from the
+filter to the first operator as they are (on the GPU, a device Frame).
+
+A stage drains with its upstream's output watermark in the same task, so a
+chain of stages adds no micro-batch of latency. No kernel math here: the
+tasks call the operators through their contract (:mod:`gpuwm.operator`).
+A batch's output and state are a function of (state at batch_id - 1, batch
+input), so a replayed batch rewrites the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from ..errors import ConfigError
+from ..watermark import split_key
+from . import exchange, store
+from .plan import Plan, shuffled_schema
+from .sinks import write_output
+
+KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
+
+
+def stage1_schema(plan: Plan) -> pa.Schema:
+    fields = [f.with_nullable(True) for f in shuffled_schema(plan)]
+    return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string())])
+
+
+class _Filter:
+    """The task's watermark filter, built and restored once per task."""
+
+    def __init__(self, plan: Plan, filter_state: bytes | None):
+        from .device import use_task_gpu
+
+        use_task_gpu(plan.backend)
+        self.f = plan.watermark.build(plan.backend).bind(plan.input_schema)
+        if filter_state:
+            self.f.restore(store.bytes_to_table(filter_state))
+
+    def advance(self, stats: list[dict], now_iso: str) -> Any:
+        """Fold every input partition's statistics: this batch's watermark."""
+        if self.f.profile.emit == "on-event":
+            _check_split_locality(stats)
+        self.f.advance(stats, datetime.fromisoformat(now_iso))
+        return self.f.output_watermark
+
+
+def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatch]) -> tuple[Any, dict]:
+    """Filter one input partition against the previous batch's filter state.
+    On the GPU the Arrow batch moves to the device here, once, and the kept
+    rows come back as a device :class:`~gpuwm.frame.Frame`."""
+    import gpuwm
+    from gpuwm.frame import Frame
+
+    t_start = time.perf_counter()
+    batches = list(batches)
+    t_read = time.perf_counter()
+    schema = plan.input_schema
+    table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
+    table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
+    backend = gpuwm.get_backend(plan.backend)
+    data = Frame.from_arrow(table, backend) if backend.is_gpu else table
+    kept, stats = filt.f.filter_local(data)
+    stats["read_s"] = t_read - t_start
+    stats["t_read"] = t_read
+    return kept, stats
+
+
+def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -> Iterator[pa.RecordBatch]:
+    """The task's input rows: from Spark, or — ``direct`` given — made here
+    (:mod:`gpuwm.spark.direct`): read from the files, or generated for the
+    Nexmark splits, whose numbers Spark sent."""
+    if direct is None:
+        return batches
+    from .direct import generate_nexmark, read_files
+
+    if "files" in direct:
+        return read_files(direct["files"], plan.input_schema, batches)
+    return generate_nexmark(direct["nexmark"], batches)
+
+
+# -- task 1: filter each input partition ---------------------------------------------
+def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.RecordBatch],
+                direct: dict | None = None) -> Iterator[pa.RecordBatch]:
+    from gpuwm.partition import vnode_of
+
+    filt = _Filter(plan, filter_state)
+    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct))
+    schema = plan.input_schema
+    if plan.pre_aggregates:  # partial aggregates per (window, key) of this partition
+        kept = plan.build(0).partials(kept)
+        schema = kept.schema
+    elif not isinstance(kept, pa.Table):  # device rows go back to the host for the shuffle
+        kept = kept.to_arrow()
+    v = plan.vnodes
+    out_schema = stage1_schema(plan)
+    vn = vnode_of(kept, plan.segments[0].keys, v)
+    n = kept.num_rows
+    if n:
+        data = kept.append_column("__vnode", pa.array(vn, pa.int32()))
+        data = data.append_column("__kind", pa.array([KIND_DATA] * n, pa.int8()))
+        data = data.append_column("__stats", pa.nulls(n, pa.string()))
+        yield from data.cast(out_schema).to_batches()
+    stats["task_s"] = time.perf_counter() - stats.pop("t_read")
+    st = json.dumps(stats)
+    cols = {f.name: pa.nulls(v, f.type) for f in schema}
+    cols["__vnode"] = pa.array(range(v), pa.int32())
+    cols["__kind"] = pa.array([KIND_STATS] * v, pa.int8())
+    cols["__stats"] = pa.array([st] * v, pa.string())
+    yield from pa.table(cols, schema=out_schema).to_batches()
+
+
+# -- task 2: the first segment of one vnode ------------------------------------------
+def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a shuffle partition: every vnode hashed into it. Each
+    vnode's rows (or partials) come with every input partition's statistics."""
+    import numpy as np
+
+    batches = list(batches)
+    if not batches:
+        return
+    t_start = time.perf_counter()
+    table = pa.Table.from_batches(batches)
+    kind = table.column("__kind").to_numpy(zero_copy_only=False)
+    vn = table.column("__vnode").to_numpy(zero_copy_only=False)
+    filt = _Filter(plan, filter_state)
+    stats = None
+    schema = shuffled_schema(plan)
+    for v in np.unique(vn).tolist():  # a few vnodes per partition
+        mine = vn == v
+        if stats is None:  # every vnode got every partition's statistics: fold them once per task
+            stats = [json.loads(s) for s in table.filter(pa.array(mine & (kind == KIND_STATS)))
+                     .column("__stats").to_pylist()]
+            wm = filt.advance(stats, now_iso)
+        rows = table.filter(pa.array(mine & (kind == KIND_DATA))).select(schema.names).cast(schema)
+        yield from run_segment(plan, 0, v, rows, wm, batch_id, prev_batch, stats=stats, filt=filt,
+                               t_start=t_start).to_batches()
+        t_start = time.perf_counter()
+
+
+def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+                batches: Iterator[pa.RecordBatch], direct: dict | None = None) -> Iterator[pa.RecordBatch]:
+    """One vnode, one task: the whole batch (input partitions coalesced, each
+    still contiguous and in order) is filtered and handed straight to the
+    stages, with no shuffle and no Arrow round trip in between (on the GPU
+    the rows stay on the device from the filter to the first drain)."""
+    filt = _Filter(plan, filter_state)
+    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct))
+    stats["task_s"] = time.perf_counter() - stats.pop("t_read")
+    wm = filt.advance([stats], now_iso)
+    yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev_batch, stats=[stats], filt=filt,
+                           t_start=time.perf_counter()).to_batches()
+
+
+# -- task 3: a later segment ----------------------------------------------------------
+def segment_task(plan: Plan, seg: int, batch_id: int, prev_batch: int | None,
+                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``repartition(tasks, "__dest").mapInArrow``: the results of earlier
+    tasks pass through; each destination vnode hashed here runs segment
+    ``seg`` on the rows sent to it, with the watermark sent beside them."""
+    from .device import use_task_gpu
+
+    batches = list(batches)
+    if not batches:
+        return
+    use_task_gpu(plan.backend)
+    got = exchange.Received(batches)
+    yield from got.results.to_batches()
+    first = plan.segments[seg].stages[0]
+    for v in sorted(got.watermark):
+        t_start = time.perf_counter()
+        rows = got.rows(v, plan.schemas[first])
+        yield from run_segment(plan, seg, v, rows, got.watermark[v], batch_id, prev_batch,
+                               t_start=t_start).to_batches()
+
+
+def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: int,
+                prev_batch: int | None, *, stats: list[dict] | None = None, filt: _Filter | None = None,
+                t_start: float) -> pa.Table:
+    """Run segment ``seg``'s stages on ``vnode``: each pushes what the one
+    before released and drains with the one before's output watermark;
+    save each stage's state; send the last stage's rows on (to the next
+    segment, the sort's ranges, or the sink). Returns the flow rows."""
+    import gpuwm
+
+    segment = plan.segments[seg]
+    flows: list[pa.Table] = []
+    per_stage: dict[str, dict] = {}
+    kernel_s = save_s = 0.0
+    out = rows
+    low = high = None
+    for i in segment.stages:
+        t0 = time.perf_counter()
+        op = store.load_operator(plan, i, prev_batch, vnode)
+        before = op.counters()
+        low = op.drained_watermark  # for the sort's ranges: [its previous drain, this one)
+        n_in = out.num_rows
+        if i == 0 and plan.pre_aggregates:
+            updates = op.push_partials(out) if n_in else None
+        else:
+            updates = op.push(out) if n_in else None
+        released = op.release(wm)
+        out = _concat([updates, released.rows], plan.schemas[i + 1])
+        t1 = time.perf_counter()
+        store.save_operator(plan.checkpoint, batch_id, vnode, i, op, prev_batch)
+        store.keep_operator(plan, i, vnode, batch_id, op)
+        t2 = time.perf_counter()
+        kernel_s += t1 - t0
+        save_s += t2 - t1
+        after = op.counters()
+        per_stage[str(i)] = {**{k: after[k] - before.get(k, 0) for k in after}, "rows_pushed": n_in,
+                             "rows_emitted": out.num_rows, "state_rows": op.state_rows,
+                             "state_bytes": op.state_bytes, "kernel_s": t1 - t0, "state_save_s": t2 - t1}
+        high, wm = wm, released.watermark
+    if not segment.stages and not isinstance(out, pa.Table):
+        out = out.to_arrow()
+    last = seg == len(plan.segments) - 1
+    emitted = out.num_rows
+    payload = b""
+    if not last:  # to the next segment's vnodes, by its keys
+        from gpuwm.partition import vnode_of
+
+        nxt = plan.segments[seg + 1]
+        flows.append(exchange.send(plan.checkpoint, batch_id, f"seg-{seg + 1}", vnode, out,
+                                   vnode_of(out, nxt.keys, nxt.tasks), nxt.tasks, wm))
+        emitted = 0
+    elif plan.range_exchange:  # the sort's released rows, by event-time range of [low, high)
+        op_parts = op.range_parts(out, low, high, plan.vnodes) if out.num_rows else []
+        flows.append(exchange.send(plan.checkpoint, batch_id, "ranges", vnode, out, op_parts, plan.vnodes, wm))
+    else:
+        payload = write_output(plan.sink, batch_id, vnode, out)
+    metrics = {
+        "segment": seg, "vnode": vnode, "rows_to_operator": rows.num_rows, "rows_emitted": emitted,
+        "stages": per_stage, "kernel_s": kernel_s, "state_save_s": save_s,
+        "backend": gpuwm.get_backend(plan.backend).name, "vnode_task_s": time.perf_counter() - t_start,
+    }
+    fstate = b""
+    if filt is not None:
+        f = filt.f
+        metrics.update({
+            "input_rows": sum(s["rows"] for s in stats), "late_rows": sum(s["late"] for s in stats),
+            "null_rows": sum(s["nulls"] for s in stats), "watermark": f.watermark_raw,
+            "output_watermark": f.output_watermark_raw, "max_event_time": f.max_event_time_raw,
+            "filter_task_s": sum(s.get("task_s", 0) for s in stats), "read_s": sum(s.get("read_s", 0) for s in stats),
+        })
+        if vnode == 0:
+            fstate = store.table_to_bytes(f.snapshot())
+    flows.append(exchange.result_row(metrics, fstate, payload))
+    return pa.concat_tables(flows)
+
+
+def _concat(tables: list[pa.Table | None], schema: pa.Schema) -> pa.Table:
+    """What a stage emitted in a batch: rows its push returned (a window's
+    updates, a dedup's first rows) and then what its drain released."""
+    got = [t for t in tables if t is not None and t.num_rows]
+    if not got:
+        return schema.empty_table()
+    return got[0] if len(got) == 1 else pa.concat_tables(got)
+
+
+def _check_split_locality(stats: list[dict]) -> None:
+    """``on-event`` orders a split's rows by arrival, which only holds when
+    each split's rows of a batch came from one input partition."""
+    seen: set = set()
+    for st in stats:
+        for key, _ in st["splits"]:
+            key = split_key(key)
+            if key in seen:
+                raise ConfigError(
+                    f"emit='on-event' needs each split's rows in one input partition, but split {key!r} came "
+                    "from several in this micro-batch; use emit='on-batch', vnodes=1, or a source partitioned "
+                    "by split (Kafka, nexmark)")
+            seen.add(key)
