@@ -8,6 +8,7 @@
 from .backend import Backend, get_backend, gpu_available, set_backend
 from .errors import BackendError, ConfigError, GpuwmError, SchemaError, StateError, WatermarkError
 from .profiles import PROFILES, Profile, resolve as resolve_profile
+from .dedup import Dedup
 from .sort import StreamSort
 from .watermark import WatermarkFilter, WatermarkMerger
 from .session import Session
@@ -19,6 +20,7 @@ __all__ = [
     "Backend",
     "BackendError",
     "ConfigError",
+    "Dedup",
     "GpuwmError",
     "Hop",
     "PROFILES",

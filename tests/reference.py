@@ -281,3 +281,32 @@ class RefSession:
     @property
     def open_sessions(self) -> int:
         return sum(len(v) for v in self.sessions.values())
+
+
+@dataclass
+class RefDedup:
+    """Spark's dropDuplicatesWithinWatermark, one row at a time: a key's
+    first row is kept and holds the key until ``ts + delay <= W`` for a
+    drain's ``W``; rows with the key meanwhile are duplicates. Null event
+    times are dropped; a null key is a value like any other."""
+
+    delay: int
+    key_of: Callable[[tuple], tuple]
+    held: dict = field(default_factory=dict)  # key -> expires
+    dups: int = 0
+    nulls: int = 0
+
+    def push(self, rows: list[tuple]) -> list[tuple]:
+        out = []
+        for r in rows:
+            if r[0] is None:
+                self.nulls += 1
+            elif self.key_of(r) in self.held:
+                self.dups += 1
+            else:
+                self.held[self.key_of(r)] = r[0] + self.delay
+                out.append(r)
+        return out
+
+    def drain(self, w: int) -> None:
+        self.held = {k: e for k, e in self.held.items() if e > w}

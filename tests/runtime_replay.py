@@ -47,6 +47,8 @@ def pipeline(tmp, op, backend, vnodes):
     if op == "window":
         p = p.window(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
                      aggs={"n": ("*", "count"), "hi": ("price", "max")})
+    elif op == "dedup":  # the first bid of each (auction, bidder) while it is held
+        p = p.dedup(["auction", "bidder"])
     elif op == "chain":  # bids per auction per 2 s, then the busiest auction's count per 4 s (global)
         p = p.window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"], aggs={"n": ("*", "count")})
         p = p.window(gpuwm.Tumble("window_time", "4 seconds"),
@@ -78,8 +80,9 @@ def run_tasks(plan, batches) -> tuple[list[pa.Table], list[int]]:
             res = pa.Table.from_batches(list(tasks.single_task(plan, fstate, NOW, batch_id, prev, iter(rows))),
                                         schema=FLOW_SCHEMA)
         else:
-            stage1 = pa.Table.from_batches(
-                [b for part in parts for b in tasks.filter_task(plan, fstate, iter(part.to_batches()))])
+            stage1 = pa.Table.from_batches([b for i, part in enumerate(parts)
+                                            for b in tasks.filter_task(plan, fstate, iter(part.to_batches()),
+                                                                       partition=i)])
             res = _shuffle(stage1, "__vnode", plan.vnodes,
                            lambda b: tasks.vnodes_task(plan, fstate, NOW, batch_id, prev, b))
             for seg in range(1, len(plan.segments)):  # each later segment after its exchange
@@ -111,6 +114,8 @@ def run_operators(op, batches) -> list[pa.Table]:
         ops = [gpuwm.WindowAggregate(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
                                      aggs={"n": ("*", "count"), "hi": ("price", "max")}, profile="spark",
                                      backend="cpu")]
+    elif op == "dedup":
+        ops = [gpuwm.Dedup(["auction", "bidder"], "date_time", delay=timedelta(seconds=2), backend="cpu")]
     elif op == "chain":
         ops = [gpuwm.WindowAggregate(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"],
                                      aggs={"n": ("*", "count")}, profile="spark", backend="cpu", window_time=True),
@@ -123,8 +128,10 @@ def run_operators(op, batches) -> list[pa.Table]:
     for parts in batches:
         rows, w = f.process(pa.concat_tables(parts)), f.output_watermark
         for o in ops:  # a chain: each stage drains with the one before's output watermark
-            o.push(rows)
+            pushed = o.push(rows)
             rows, w = o.release(w)
+            if pushed is not None and pushed.num_rows:  # a dedup emits on push
+                rows = pushed
         outs.append(rows)
     return outs
 

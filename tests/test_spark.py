@@ -269,6 +269,54 @@ def test_spark_profile_matches_spark_native_chained_windows(spark, tmp_path):
     assert rows_of(read_out(f"{tmp_path}/out-py"), cols) == exp
 
 
+@pytest.mark.parametrize("vnodes", [None, 2])
+def test_spark_profile_matches_spark_native_dedup(spark, tmp_path, vnodes):
+    """dedup against Spark's withWatermark(10 s) + dropDuplicatesWithinWatermark
+    + append on the same files: keys repeat within and across batches, some
+    come back after they expired, some rows are late. vnodes=2 runs the
+    issue's JSON form ({"stages": [{"dedup": {"key": [...]}}]})."""
+    import json
+
+    from gpuwm.spark.spec import load_spec, run
+
+    rng = np.random.default_rng(17)
+    batches = []
+    for i in range(12):
+        n = 30
+        secs = (i * 6 + rng.integers(-14, 6, n)).clip(0)
+        batches.append(list(zip(secs.tolist(), rng.integers(0, 10, n).tolist(), rng.integers(0, 1000, n).tolist())))
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    nq = (spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src)
+          .withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(["k"])
+          .writeStream.format("parquet").option("path", f"{tmp_path}/native")
+          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append").trigger(availableNow=True).start())
+    nq.awaitTermination()
+    utc = lambda t: t.to_pydatetime().replace(tzinfo=timezone.utc) if t.tzinfo is None else t.to_pydatetime()  # noqa: E731
+    exp = sorted((utc(r.ts), r.k, r.price) for r in spark.read.parquet(f"{tmp_path}/native").toPandas().itertuples())
+    assert 20 < len(exp) < sum(len(b) for b in batches) // 2  # most rows are duplicates
+
+    if vnodes:
+        spec = {"source": {"format": "parquet", "schema": SCHEMA_TKP, "path": src,
+                           "options": {"maxFilesPerTrigger": 1}},
+                "checkpoint": f"{tmp_path}/ck", "vnodes": vnodes, "trigger": {"availableNow": True},
+                "watermark": {"column": "ts", "delay": "10 seconds", "profile": "spark"},
+                "stages": [{"dedup": {"key": ["k"]}}], "sink": {"parquet": f"{tmp_path}/out"}}
+        path = tmp_path / "dedup.json"
+        path.write_text(json.dumps(spec))
+        p = run(spark, load_spec(str(path)), verbose=False)
+    else:
+        df = spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src)
+        p = (Pipeline(df, f"{tmp_path}/ck").watermark("ts", delay="10 seconds", profile="spark")
+             .dedup(["k"]).write_parquet(f"{tmp_path}/out"))
+        p.start(trigger={"availableNow": True}).awaitTermination()
+    assert rows_of(read_out(f"{tmp_path}/out"), ["ts", "k", "price"]) == exp
+    h = p.history
+    dups = sum(m["stages"][0]["duplicate_rows"] for m in h)
+    assert dups > 0 and sum(m["input_rows"] for m in h) == sum(m["late_rows"] for m in h) + dups + len(exp)
+
+
 def test_stages_that_cannot_follow_are_refused_before_the_first_batch(spark, tmp_path):
     df = read_nexmark(spark, f"{tmp_path}/ck", **NEX)
     p = Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")

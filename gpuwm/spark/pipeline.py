@@ -168,6 +168,17 @@ class Pipeline:
                                                            if self._stages else " (the watermark's column)"))
         return self._add(spec)
 
+    def dedup(self, key: Sequence[str]) -> "Pipeline":
+        """Spark's ``dropDuplicatesWithinWatermark(key)``: a key's first row
+        passes at once; later rows with the key are dropped until its first
+        event time + the watermark's delay <= the watermark (see
+        :class:`gpuwm.Dedup`); the dropped rows are counted per stage
+        (``duplicate_rows``)."""
+        self._need_watermark("dedup")
+        from ..dedup import DedupSpec
+
+        return self._add(DedupSpec(key, self._event_time(), self._wm.delay))
+
     def stage(self, spec: OperatorSpec) -> "Pipeline":
         """Append any operator spec as the next stage (what :meth:`sort`,
         :meth:`window` and :meth:`dedup` do)."""

@@ -105,6 +105,12 @@ class Plan:
         return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.partials
 
     @property
+    def arrival_order(self) -> bool:
+        """Rows cross the first shuffle with their input partition and
+        position (``__seq``), and each vnode takes them in that order."""
+        return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.arrival_order
+
+    @property
     def range_exchange(self) -> bool:
         """The last stage's ordered output is merged by event-time range over the vnodes."""
         return self.vnodes > 1 and bool(self.stages) and self.stages[-1].capabilities.range_exchange \
@@ -133,6 +139,14 @@ def partial_schema(plan: Plan) -> pa.Schema:
     return plan.build(0).partial_schema()
 
 
+#: a row's input partition (high 32 bits) and position in it (low 32 bits)
+SEQ = "__seq"
+
+
 def shuffled_schema(plan: Plan) -> pa.Schema:
     """The data rows the filter tasks send to the vnodes."""
-    return partial_schema(plan) if plan.pre_aggregates else plan.input_schema
+    if plan.pre_aggregates:
+        return partial_schema(plan)
+    if plan.arrival_order:
+        return plan.input_schema.append(pa.field(SEQ, pa.int64()))
+    return plan.input_schema

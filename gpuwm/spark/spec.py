@@ -25,6 +25,7 @@ values). Operators: ``stages``, a list of stages, each one of
   (``on``: the window's column, default the event-time column of the
   stage's input — the watermark's column, ``window_time`` after a window),
 - ``{"sort": {"key": [...]}}`` (the last stage),
+- ``{"dedup": {"key": [...]}}`` (Spark's ``dropDuplicatesWithinWatermark``),
 
 or, for one stage, ``window`` or ``sort`` at the top level (as before);
 neither: filter only. Two chained windows (the second over the first's
@@ -53,7 +54,7 @@ from ..window import Hop, Tumble
 
 _TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
         "read"}
-_STAGES = ("window", "sort")
+_STAGES = ("window", "sort", "dedup")
 
 
 def load_spec(path: str) -> dict:
@@ -70,7 +71,7 @@ def load_spec(path: str) -> dict:
     for k in ("source", "checkpoint", "watermark", "sink"):
         if k not in spec:
             raise ConfigError(f"pipeline spec {path!r} needs {k!r}")
-    given = [k for k in ("window", "sort", "stages") if k in spec]
+    given = [k for k in ("window", "sort", "stages") if k in spec]  # (dedup: only as a stage)
     if len(given) > 1:
         raise ConfigError(f"pipeline spec {path!r}: choose one of 'window', 'sort' and 'stages' (a list of "
                           f"stages), got {given}")
@@ -99,6 +100,10 @@ def add_stage(p, i: int, stage: dict) -> None:
     opts = dict(opts)
     if kind == "sort":
         p.sort(key=opts.pop("key", []))
+    elif kind == "dedup":
+        if "key" not in opts:
+            raise ConfigError(f"stage {i}: dedup needs 'key': [columns]")
+        p.dedup(opts.pop("key"))
     else:
         col = opts.pop("on", None) or p._event_time()
         if "tumble" in opts:

@@ -40,7 +40,7 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..watermark import split_key
 from . import exchange, store
-from .plan import Plan, shuffled_schema
+from .plan import SEQ, Plan, shuffled_schema
 from .sinks import write_output
 
 KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
@@ -106,17 +106,25 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -
 
 # -- task 1: filter each input partition ---------------------------------------------
 def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.RecordBatch],
-                direct: dict | None = None) -> Iterator[pa.RecordBatch]:
+                direct: dict | None = None, partition: int | None = None) -> Iterator[pa.RecordBatch]:
+    """``partition``: this input partition's index (default: Spark's task
+    context), for stages whose output depends on arrival order."""
     from gpuwm.partition import vnode_of
 
     filt = _Filter(plan, filter_state)
     kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct))
-    schema = plan.input_schema
     if plan.pre_aggregates:  # partial aggregates per (window, key) of this partition
         kept = plan.build(0).partials(kept)
-        schema = kept.schema
     elif not isinstance(kept, pa.Table):  # device rows go back to the host for the shuffle
         kept = kept.to_arrow()
+    if plan.arrival_order:  # (input partition, position): each vnode restores this order
+        if partition is None:
+            from pyspark import TaskContext
+
+            partition = TaskContext.get().partitionId()
+        seq = pa.array(range(partition << 32, (partition << 32) + kept.num_rows), pa.int64())
+        kept = kept.append_column(SEQ, seq)
+    schema = shuffled_schema(plan)
     v = plan.vnodes
     out_schema = stage1_schema(plan)
     vn = vnode_of(kept, plan.segments[0].keys, v)
@@ -159,6 +167,8 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
                      .column("__stats").to_pylist()]
             wm = filt.advance(stats, now_iso)
         rows = table.filter(pa.array(mine & (kind == KIND_DATA))).select(schema.names).cast(schema)
+        if plan.arrival_order:  # the shuffle mixed the input partitions: back in input order
+            rows = rows.sort_by(SEQ).drop_columns([SEQ])
         yield from run_segment(plan, 0, v, rows, wm, batch_id, prev_batch, stats=stats, filt=filt,
                                t_start=t_start).to_batches()
         t_start = time.perf_counter()

@@ -1,0 +1,315 @@
+"""Deduplication within the watermark (Spark's ``dropDuplicatesWithinWatermark``).
+
+The first row of each key is emitted at once; later rows with that key are
+dropped (and counted in ``duplicate_rows``) while the key is held. A key is
+held from its first row until ``first event time + delay <= W`` for a
+drain's watermark ``W``; then it is forgotten, and a later row with that key
+is a first row again. State is bounded by the watermark.
+
+State is a list of *runs*, one per push that kept rows: the kept keys,
+distinct and sorted, with the time each expires. A push looks its chunk's
+keys up in every run (a binary search per key with one key column) — not a
+scan of the state —, and a drain forgets a run once all of it expired,
+rewrites one that is mostly expired, and merges the two newest runs while
+there are more than :attr:`Dedup.MAX_RUNS`. The store saves each run as a
+part, so a batch writes its new run and what it rewrote, not the state.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kernels import sort_rows
+from kernels.dedup import first_rows, lookup
+
+from .backend import Backend, get_backend
+from .drained import Drained
+from .errors import ConfigError, SchemaError, StateError, WatermarkError
+from .frame import Frame
+from .keys import KeyCodec
+from .operator import Capabilities, Operator, OperatorSpec
+from .timecol import TimeDomain, event_time_domain
+from .watermark import _check_delay, same_schema, schema_from_text, schema_to_text
+
+
+@dataclass(frozen=True)
+class DedupSpec(OperatorSpec):
+    """Deduplicate on ``key`` within ``delay`` of event time ``column``.
+
+    >>> DedupSpec(("id",), "ts", 10).keys()
+    ('id',)
+    """
+
+    key: tuple[str, ...]
+    column: str
+    delay: Any
+
+    capabilities: ClassVar[Capabilities] = Capabilities(arrival_order=True)
+    kind: ClassVar[str] = "dedup"
+
+    def __post_init__(self) -> None:
+        key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
+        if not key or not all(isinstance(k, str) for k in key):
+            raise ConfigError(f"dedup needs key columns, e.g. key=['id'], got {self.key!r}")
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "delay", _check_delay(self.delay))
+
+    def build(self, profile: Any = None, backend: str | None = None) -> "Dedup":
+        return Dedup(self.key, self.column, self.delay, backend=backend)
+
+    def keys(self) -> tuple[str, ...]:
+        return self.key
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        event_time_domain(schema, self.column).duration(self.delay, "delay")
+        for k in self.key:
+            if k not in schema.names:
+                raise SchemaError(f"dedup key column {k!r} not found; the table has columns {schema.names}")
+        return schema
+
+
+class _Run:
+    """Distinct keys, sorted, with the time each expires; ``live``: how many
+    had not expired at the last drain."""
+
+    __slots__ = ("keys", "expires", "id", "saved", "live")
+
+    def __init__(self, keys: list[Any], expires: Any, rid: int, saved: bool = False, live: int | None = None):
+        self.keys, self.expires, self.id, self.saved = keys, expires, rid, saved
+        self.live = int(expires.shape[0]) if live is None else live
+
+    @property
+    def rows(self) -> int:
+        return int(self.expires.shape[0])
+
+
+class Dedup(Operator, Drained):
+    """Emit the first row of each key; drop its duplicates until the key expires.
+
+    Parameters
+    ----------
+    key : key columns (any types; nulls are a value, as in Spark).
+    column : event-time column (timestamp or integer).
+    delay : how long after its first row a key is held (the watermark's
+        delay, as Spark uses it): the key expires once ``ts + delay <= W``.
+    backend : ``"auto"``, ``"cpu"`` or ``"gpu"``.
+
+    ``push`` returns the first rows, in arrival order; ``drain(W)`` forgets
+    the expired keys and returns no rows. Rows with a null event time are
+    dropped and counted in ``null_rows``.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, gpuwm
+    >>> d = gpuwm.Dedup(["id"], "ts", delay=10)
+    >>> d.push(pa.table({"id": [1, 2, 1], "ts": [5, 6, 7]})).to_pydict()
+    {'id': [1, 2], 'ts': [5, 6]}
+    >>> d.drain(15).num_rows, d.state_rows       # id 1 expires at 15, id 2 at 16
+    (0, 1)
+    >>> d.push(pa.table({"id": [1, 2], "ts": [20, 21]})).to_pydict(), d.duplicate_rows
+    ({'id': [1], 'ts': [20]}, 2)
+    """
+
+    #: more runs than this: the two newest are merged (a push searches each run)
+    MAX_RUNS = 8
+
+    def __init__(self, key: Sequence[str], column: str, delay: Any, *, backend: str | None = None):
+        self.spec = DedupSpec(key, column, delay)
+        self.key, self.column = list(self.spec.key), column
+        self._backend: Backend = get_backend(backend)
+        self._schema: pa.Schema | None = None
+        self._domain: TimeDomain | None = None
+        self._codecs: list[KeyCodec] = []
+        self._runs: list[_Run] = []
+        self._fresh: set[int] = set()  # runs pushed since the last drain
+        self._next_run = 0
+        self.duplicate_rows = 0
+        self._init_drained()
+
+    def bind(self, schema: pa.Schema) -> "Dedup":
+        """Fix the input schema before any row (checked on every push)."""
+        if self._schema is not None:
+            same_schema(self._schema, schema, "Dedup.push")
+            return self
+        self.spec.output_schema(schema)
+        self._domain = event_time_domain(schema, self.column)
+        self._delay = self._domain.duration(self.spec.delay, "delay")
+        self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.key]
+        self._schema = schema
+        self._bind_pending_drain()
+        return self
+
+    # -- push ------------------------------------------------------------------
+    def push(self, table: pa.Table | Frame) -> pa.Table:
+        """The chunk's first rows of keys not held, in arrival order; the
+        rest are duplicates (counted)."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self.bind(table.schema)
+        n = table.num_rows
+        self.rows_in += n
+        if n == 0:
+            return self._schema.empty_table()
+        b = self._backend
+        xp = b.xp
+        frame = Frame.of(table, b)
+        ts, valid = frame.values(self.column)
+        ts = ts.astype(xp.int64, copy=False)
+        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        rows, nnull = None, 0
+        if valid is not None:
+            rows = xp.flatnonzero(valid)
+            nnull = n - int(rows.shape[0])
+            self.null_rows += nnull
+            codes = [c[rows] for c in codes]
+        first = first_rows(xp, codes)  # positions among the non-null rows
+        fkeys = [c[first] for c in codes]
+        held = xp.zeros(first.shape[0], dtype=bool)
+        for run in self._runs:
+            at = lookup(xp, run.keys, fkeys)
+            hit = at >= 0
+            if self._drained is not None and run.id not in self._fresh:  # expired by the last drain: not held
+                hit &= run.expires[xp.maximum(at, 0)] > self._drained
+            held |= hit
+        new = first[~held]
+        keep = new if rows is None else rows[new]
+        kept = int(keep.shape[0])
+        self.duplicate_rows += n - nnull - kept
+        if kept:
+            order, skeys = sort_rows(xp, [k[~held] for k in fkeys])
+            exp = (ts[keep] + self._delay)[order]
+            self._runs.append(_Run(skeys, exp, self._next_run))
+            self._fresh.add(self._next_run)  # held until the next drain, whatever they expire at
+            self._next_run += 1
+        self.rows_out += kept
+        if kept == n:  # no duplicate, no null: the chunk as it came
+            return table if isinstance(table, pa.Table) else frame.to_arrow()
+        return frame.take(keep).to_arrow()
+
+    # -- drain -----------------------------------------------------------------
+    def drain(self, watermark: Any) -> pa.Table:
+        """Forget every key that expired by ``watermark`` (``first ts + delay <= W``);
+        no rows (a dedup emits on push)."""
+        w = self._drain_to(watermark)
+        if w is None:
+            return pa.table({}) if self._schema is None else self._schema.empty_table()
+        xp = self._backend.xp
+        runs = []
+        for run in self._runs:
+            live = run.expires > w
+            nlive = int(xp.count_nonzero(live))
+            if nlive == 0:
+                continue  # all of it expired: the run goes
+            if 2 * nlive < run.rows:  # mostly expired: rewritten with what is held
+                run = _Run([k[live] for k in run.keys], run.expires[live], run.id)
+            run.live = nlive
+            runs.append(run)
+        while len(runs) > self.MAX_RUNS:  # merge the two newest
+            a, b_ = runs[-2], runs[-1]
+            keys = [xp.concatenate([x, y]) for x, y in zip(a.keys, b_.keys)]
+            exp = xp.concatenate([a.expires, b_.expires])
+            live = exp > w
+            order, skeys = sort_rows(xp, [k[live] for k in keys])
+            runs[-2:] = [_Run(skeys, exp[live][order], a.id)]
+        self._runs = runs
+        self._fresh = set()
+        self._compact_keys()
+        return self._schema.empty_table()
+
+    def _compact_keys(self) -> None:
+        """Forget dictionary keys no run references (code order is kept, so runs stay sorted)."""
+        b = self._backend
+        for i, c in enumerate(self._codecs):
+            new = c.compact_codes(b.xp, [r.keys[i] for r in self._runs], self.state_rows, b.to_numpy)
+            for r, codes in zip(self._runs, new or ()):
+                r.keys[i] = codes
+                r.saved = False
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def state_rows(self) -> int:
+        """Keys held (not expired at the last drain)."""
+        return sum(r.live for r in self._runs)
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(r.expires.nbytes + sum(k.nbytes for k in r.keys) for r in self._runs)
+
+    def counters(self) -> dict[str, int]:
+        return {**super().counters(), "duplicate_rows": self.duplicate_rows}
+
+    def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
+        """``{"state": counters and runs (their rows with ``rows=True``), "dict.<col>": key dictionaries}``."""
+        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "next_run": self._next_run,
+                "duplicate_rows": self.duplicate_rows, "runs": [r.id for r in self._runs],
+                "fresh": sorted(self._fresh)}
+        out: dict[str, pa.Table] = {}
+        for c in self._codecs:
+            d = c.dictionary()
+            if d is not None:
+                out[f"dict.{c.name}"] = pa.table({"value": d})
+        state = pa.concat_tables([self._run_table(r) for r in self._runs]) if rows and self._runs else \
+            pa.table({"run": pa.array([], pa.int64())})
+        out["state"] = state.replace_schema_metadata({"gpuwm.dedup": json.dumps(meta)})
+        return out
+
+    def _run_table(self, run: _Run) -> pa.Table:
+        to_np = self._backend.to_numpy
+        cols = {"run": np.full(run.rows, run.id, dtype=np.int64)}
+        cols.update({f"key.{c.name}": to_np(k) for c, k in zip(self._codecs, run.keys)})
+        cols["expires"] = to_np(run.expires)
+        return pa.table(cols)
+
+    def state_parts(self) -> dict[str, bool]:
+        """One part per run, written when new or rewritten: ``{name: must_write}``."""
+        return {f"run.{r.id}": not r.saved for r in self._runs}
+
+    def snapshot_part(self, name: str) -> pa.Table:
+        for r in self._runs:
+            if f"run.{r.id}" == name:
+                return self._run_table(r)
+        raise StateError(f"the dedup state holds no run {name!r}")
+
+    def mark_saved(self, written: Sequence[str] = ()) -> None:
+        for r in self._runs:
+            r.saved = True
+
+    def restore(self, snapshot: dict[str, pa.Table], parts: dict[str, pa.Table] | None = None) -> "Dedup":
+        """Continue exactly where the snapshotted operator stopped: from
+        ``snapshot()``, or from ``snapshot(rows=False)`` and its parts."""
+        if self._schema is not None and (self._runs or self.rows_in):
+            raise WatermarkError("restore() must be called on a fresh Dedup")
+        state = snapshot["state"]
+        md = state.schema.metadata or {}
+        if b"gpuwm.dedup" not in md:
+            raise StateError("this snapshot is not of a Dedup")
+        meta = json.loads(md[b"gpuwm.dedup"])
+        schema = schema_from_text(meta["schema"])
+        if schema is not None:
+            self.bind(schema)
+            for c in self._codecs:
+                if f"dict.{c.name}" in snapshot:
+                    c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+        b = self._backend
+        for rid in meta["runs"]:
+            if parts is not None:
+                if f"run.{rid}" not in parts:
+                    raise StateError(f"dedup state is missing its part 'run.{rid}'")
+                t = parts[f"run.{rid}"]
+            else:
+                t = state.filter(pc.equal(state.column("run"), rid))
+            keys = [b.asarray(t.column(f"key.{k}").to_numpy()) for k in self.key]
+            exp = t.column("expires").to_numpy()
+            live = len(exp) if meta["drained"] is None or rid in meta["fresh"] else int((exp > meta["drained"]).sum())
+            self._runs.append(_Run(keys, b.asarray(exp), rid, saved=parts is not None, live=live))
+        self._load_drained_meta(meta)
+        self._next_run = meta["next_run"]
+        self._fresh = set(meta["fresh"])
+        self.duplicate_rows = meta["duplicate_rows"]
+        return self
