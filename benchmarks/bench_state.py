@@ -9,7 +9,9 @@ Run:  .venv/bin/python benchmarks/bench_state.py [--skip-spark]
    Stream sort: delays 0.05 s .. 50 s -> ~10 k .. 10 M buffered rows;
    tumbling 1 s window count/max: delays 0 .. 100 s -> ~0.1 M .. 9 M state rows;
    session windows (gap 1 s) over 50 M keys, so nearly every event opens a
-   session: delays 0 .. 50 s -> ~0.2 M .. 10 M open sessions.
+   session: delays 0 .. 50 s -> ~0.2 M .. 10 M open sessions;
+   dedup over the same 50 M keys, each held for the delay: 1 .. 50 s ->
+   ~0.2 M .. 10 M held keys.
    After each batch the state is saved as the Spark runtime saves it (a new
    version, unchanged parts linked from the previous one), timed apart.
 2. Spark local[2] (unless --skip-spark): the same stream as one Parquet file
@@ -70,6 +72,10 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
         elif kind == "session":
             op = gpuwm.WindowAggregate(gpuwm.Session("ts", "1 second"), by=["k"],
                                        aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
+        elif kind == "dedup":  # keys held for the delay: the state is every key of the last `delay`
+            from datetime import timedelta
+
+            op = gpuwm.Dedup(["k"], "ts", delay=timedelta(milliseconds=d), backend="cpu")
         else:
             op = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "1 second"), by=["k"],
                                        aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
@@ -77,11 +83,13 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
         times, saves, state, emitted = [], [], 0, 0
         store = tempfile.mkdtemp(prefix="gpuwm-store-")
         for i in range(warm + timed):
-            t = batch(i, rng, SESSION_KEYS if kind == "session" else KEYS)
+            t = batch(i, rng, SESSION_KEYS if kind in ("session", "dedup") else KEYS)
             wm = BASE_MS + (i + 1) * 1000 - 500 - d  # max event time - delay
             t0 = time.perf_counter()
-            op.push(t)
+            pushed = op.push(t)
             res = op.drain(wm)
+            if kind == "dedup":  # a dedup emits on push; its drain forgets expired keys
+                res = pushed
             dt = time.perf_counter() - t0
             # what the Spark runtime does next: save the new state version
             state_store.save_operator(store, i, 0, 0, op, i - 1 if i else None)
@@ -94,6 +102,8 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
                 if kind == "sort":
                     ts = res.column("ts").cast(pa.int64()).to_numpy()
                     assert np.all(np.diff(ts) >= 0) and (ts.size == 0 or ts[-1] < wm), "sort output wrong"
+            if kind == "dedup":
+                emitted += res.num_rows
             if kind == "session":  # closed sessions only, and no row lost: emitted + open + late = pushed
                 end = res.column("window_end").cast(pa.int64()).to_numpy()
                 assert end.size == 0 or end.max() <= wm, "session emitted before it closed"
@@ -103,6 +113,8 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
         if kind == "session":
             open_rows = int(op.snapshot()["state"].column("acc.n.n").to_numpy().sum())
             assert emitted + open_rows + op.late_rows == (warm + timed) * RATE, "session rows lost"
+        if kind == "dedup":  # every row is a first row or a counted duplicate
+            assert emitted + op.duplicate_rows == (warm + timed) * RATE and emitted > 0, "dedup rows lost"
         out.append({"operator": kind, "delay_ms": d, "state_rows": int(state), "median_s": statistics.median(times),
                     "mean_s": statistics.fmean(times),
                     "min_s": min(times), "max_s": max(times), "save_median_s": statistics.median(saves),
@@ -185,13 +197,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-spark", action="store_true")
     ap.add_argument("--skip-operators", action="store_true")
-    ap.add_argument("--operators", default="sort,window,session", help="which operator curves to run")
+    ap.add_argument("--operators", default="sort,window,session,dedup", help="which operator curves to run")
     ap.add_argument("--spark-engines", default="window,sort",
                     help="on Spark: window (native and gpuwm), sort (gpuwm), or both")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "state-scaling"))
     args = ap.parse_args()
     delays = {"sort": [50, 500, 5_000, 50_000], "window": [0, 1_000, 10_000, 100_000],
-              "session": [0, 1_000, 10_000, 50_000]}
+              "session": [0, 1_000, 10_000, 50_000], "dedup": [1_000, 5_000, 20_000, 50_000]}
     ops = [] if args.skip_operators else [r for k in args.operators.split(",") for r in operator_curve(k, delays[k])]
     sp = [] if args.skip_spark else spark_curve([1, 10, 30], engines=tuple(args.spark_engines.split(",")))
     out = Path(args.out)
@@ -222,8 +234,10 @@ def main() -> int:
 
         fig, axes = plt.subplots(1, 2 if sp else 1, figsize=(11 if sp else 6, 4))
         axes = np.atleast_1d(axes)
-        for kind in ("sort", "window", "session"):
+        for kind in ("sort", "window", "session", "dedup"):
             r = [x for x in ops if x["operator"] == kind]
+            if not r:
+                continue
             line, = axes[0].plot([x["state_rows"] for x in r], [x["median_s"] * 1e3 for x in r], "o-", label=kind)
             axes[0].plot([x["state_rows"] for x in r], [x["save_median_s"] * 1e3 for x in r], "s--",
                          color=line.get_color(), label=f"{kind}: save state version")

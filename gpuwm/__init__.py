@@ -9,6 +9,7 @@ from .backend import Backend, get_backend, gpu_available, set_backend
 from .errors import BackendError, ConfigError, GpuwmError, SchemaError, StateError, WatermarkError
 from .profiles import PROFILES, Profile, resolve as resolve_profile
 from .dedup import Dedup
+from .over import Over
 from .sort import StreamSort
 from .watermark import WatermarkFilter, WatermarkMerger
 from .session import Session
@@ -23,6 +24,7 @@ __all__ = [
     "Dedup",
     "GpuwmError",
     "Hop",
+    "Over",
     "PROFILES",
     "Profile",
     "SchemaError",

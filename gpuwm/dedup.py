@@ -149,11 +149,8 @@ class Dedup(Operator, Drained):
     def push(self, table: pa.Table | Frame) -> pa.Table:
         """The chunk's first rows of keys not held, in arrival order; the
         rest are duplicates (counted)."""
-        if isinstance(table, pa.RecordBatch):
-            table = pa.Table.from_batches([table])
-        self.bind(table.schema)
+        table = self._chunk(table)
         n = table.num_rows
-        self.rows_in += n
         if n == 0:
             return self._schema.empty_table()
         b = self._backend

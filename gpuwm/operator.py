@@ -68,11 +68,16 @@ class Capabilities:
         dedup keeps a key's first row): rows crossing the shuffle carry their
         input partition and position, and each vnode takes them in that
         order, so a replayed batch gives the same output.
+    needs_order : its input must be the event-time ordered stream of a stage
+        with ``range_exchange`` just before it (an over-window after a sort);
+        it orders each batch itself, so the sort's output reaches it through
+        an ordinary exchange by its keys.
     """
 
     partials: bool = False
     range_exchange: bool = False
     arrival_order: bool = False
+    needs_order: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,15 @@ class Operator:
     state methods."""
 
     spec: OperatorSpec
+
+    def _chunk(self, table: Any) -> Any:
+        """A pushed chunk (Arrow table or batch, or a device Frame) as a table
+        or Frame, with the input schema bound (or checked) and its rows counted."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self.bind(table.schema)
+        self.rows_in += table.num_rows
+        return table
 
     def output_watermark(self, watermark: Any) -> Any:
         """The watermark on the output's event time after a drain at

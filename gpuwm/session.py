@@ -34,17 +34,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
 from kernels import group_starts, key_filter, key_filter_probe, order_indices, reduce_runs, sessionize
 from kernels.xp import INT64_MAX
 
-from .errors import SchemaError, StateError, WatermarkError
+from .aggregates import AggregateOperator, AggregateSpec
+from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
+from .timecol import TimeDomain, positive_interval
 from .watermark import same_schema
-from .window import Session, WindowAggregate
 
 # state-store parts: each level's sessions ("sessions.<id>") and its alive
 # marks ("sessions.<id>.alive", a bitmap in Arrow: rows / 8 bytes);
@@ -116,9 +117,53 @@ class _Level:
         self.saved_alive = False
 
 
-class SessionAggregate(WindowAggregate):
-    """:class:`~gpuwm.WindowAggregate` over :class:`Session` windows (built
-    by ``WindowAggregate(Session(...), ...)``). Output: ``window_start``,
+@dataclass(frozen=True)
+class Session:
+    """Session windows on ``column``: rows of one key less than ``gap`` apart
+    (``ts2 <= ts1 + gap``) share a session ``[first ts, last ts + gap)``.
+
+    >>> Session("ts", 10)
+    Session('ts', gap=10)
+    """
+
+    column: str
+    gap: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gap", positive_interval(self.gap, "gap"))
+
+    def raw(self, dom: TimeDomain) -> tuple[int, int]:
+        g = dom.duration(self.gap, "gap", allow_zero=False)
+        return g, g
+
+    def __repr__(self) -> str:
+        return f"Session({self.column!r}, gap={self.gap!r})"
+
+
+@dataclass(frozen=True)
+class SessionSpec(AggregateSpec):
+    """A session-window aggregation (see :class:`~gpuwm.aggregates.AggregateSpec`).
+
+    >>> SessionSpec(Session("ts", 10), by=("k",)).aggs
+    (('count', '*', 'count'),)
+    """
+
+    windows: ClassVar[tuple[type, ...]] = (Session,)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.emit == "on-update":
+            raise ConfigError("session windows emit on window close only (emit='on-window-close'): a later row "
+                              "can merge sessions, which an update stream would have to retract")
+
+    def build(self, profile: Any, backend: str | None = None) -> "SessionAggregate":
+        return SessionAggregate(self.window, by=self.by, aggs=self.agg_dict, emit=self.emit, profile=profile,
+                                backend=backend, window_time=self.window_time)
+
+
+class SessionAggregate(AggregateOperator):
+    """Aggregation over :class:`Session` windows (also built by
+    ``gpuwm.WindowAggregate(Session(...), ...)``). Output: ``window_start``,
     ``window_end``, the ``by`` columns, the aggregates; ordered by
     window_start, then by.
 
@@ -132,8 +177,10 @@ class SessionAggregate(WindowAggregate):
     def __init__(self, window: Session, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
                  emit: str = "on-window-close", profile: Any = "risingwave", *,
                  close_minus_one: bool | None = None, backend: str | None = None, window_time: bool = False):
-        super().__init__(window, by=by, aggs=aggs, emit=emit, profile=profile, close_minus_one=close_minus_one,
-                         backend=backend, window_time=window_time)
+        if isinstance(aggs, Mapping):
+            aggs = {k: tuple(v) if isinstance(v, list) else v for k, v in aggs.items()}
+        super().__init__(SessionSpec(window, by, aggs, emit, window_time), profile, close_minus_one=close_minus_one,
+                         backend=backend)
         # The open sessions are levels (an LSM tree of sorted runs), oldest
         # first, so that a push or drain does not copy every open session:
         # - a push finds the open sessions of its chunk's keys in every level

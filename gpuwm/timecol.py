@@ -49,6 +49,19 @@ def parse_interval(value: Any) -> Any:
     return timedelta(**{_WORDS[m.group(2).lower()]: int(m.group(1))})
 
 
+def positive_interval(value: Any, what: str) -> Any:
+    """A window size, slide or gap: a positive ``timedelta`` (an interval
+    string is parsed) or a positive int."""
+    from .errors import ConfigError
+
+    value = parse_interval(value)
+    if isinstance(value, bool) or not isinstance(value, (int, timedelta)):
+        raise ConfigError(f"{what} must be a timedelta, an interval string or an int, got {value!r}")
+    if (isinstance(value, int) and value <= 0) or (isinstance(value, timedelta) and value <= timedelta(0)):
+        raise ConfigError(f"{what} must be > 0, got {value!r}")
+    return value
+
+
 class TimeDomain:
     """How one event-time column stores time."""
 

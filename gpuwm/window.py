@@ -27,28 +27,15 @@ import pyarrow as pa
 
 from kernels import assign_windows, derive_watermarks, group_reduce, group_starts
 
-from .backend import Backend, get_backend
-from .drained import Drained
+from .aggregates import _I64, AGG_FUNCS, EMIT_MODES, WINDOW_TIME, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, WatermarkError
-from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
-from .keys import KeyCodec
-from .operator import Capabilities, Operator, OperatorSpec
-from .profiles import Profile, resolve
-from .timecol import TimeDomain, event_time_domain, parse_interval
-from .watermark import same_schema, schema_from_text, schema_to_text
+from .frame import Frame
+from .profiles import Profile
+from .session import Session, SessionAggregate
+from .timecol import TimeDomain, positive_interval as _positive
+from .watermark import same_schema
 
-AGG_FUNCS = ("count", "sum", "min", "max", "mean")
-EMIT_MODES = ("on-window-close", "on-update")
-_I64 = np.iinfo(np.int64)
-
-
-def _positive(value: Any, what: str) -> Any:
-    value = parse_interval(value)
-    if isinstance(value, bool) or not isinstance(value, (int, timedelta)):
-        raise ConfigError(f"{what} must be a timedelta, an interval string or an int, got {value!r}")
-    if (isinstance(value, int) and value <= 0) or (isinstance(value, timedelta) and value <= timedelta(0)):
-        raise ConfigError(f"{what} must be > 0, got {value!r}")
-    return value
+__all__ = ["AGG_FUNCS", "EMIT_MODES", "WINDOW_TIME", "Hop", "Session", "Tumble", "WindowAggregate", "WindowSpec"]
 
 
 def _as_ns(value: Any) -> int:
@@ -122,174 +109,24 @@ class Hop(_Window):
 
 
 @dataclass(frozen=True)
-class Session:
-    """Session windows on ``column``: rows of one key less than ``gap`` apart
-    (``ts2 <= ts1 + gap``) share a session ``[first ts, last ts + gap)``.
-
-    >>> Session("ts", 10)
-    Session('ts', gap=10)
-    """
-
-    column: str
-    gap: Any
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gap", _positive(self.gap, "gap"))
-
-    def raw(self, dom: TimeDomain) -> tuple[int, int]:
-        g = dom.duration(self.gap, "gap", allow_zero=False)
-        return g, g
-
-    def __repr__(self) -> str:
-        return f"Session({self.column!r}, gap={self.gap!r})"
-
-
-@dataclass(frozen=True)
-class _Acc:
-    agg: str  # output name
-    role: str  # n, s, nn, v
-    dtype: np.dtype
-    op: str  # add, min, max
-
-
-def _check_aggs(aggs: Mapping[str, tuple[str, str]] | None) -> tuple[tuple[str, str, str], ...]:
-    """``{output: (column, fn)}`` checked, as ``((output, column, fn), ...)``."""
-    aggs = dict(aggs) if aggs is not None else {"count": ("*", "count")}
-    if not aggs:
-        raise ConfigError("aggs must name at least one aggregate, e.g. {'n': ('*', 'count')}")
-    out = []
-    for name, spec in aggs.items():
-        if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
-            raise ConfigError(f"aggregate {name!r} must be (column, function), got {spec!r}")
-        col, fn = spec
-        if fn not in AGG_FUNCS:
-            raise ConfigError(f"unknown aggregate function {fn!r} in {name!r}; expected one of {AGG_FUNCS}")
-        if col == "*" and fn != "count":
-            raise ConfigError(f"aggregate {name!r}: '*' only works with count, not {fn!r}")
-        out.append((name, col, fn))
-    return tuple(out)
-
-
-def _plan_aggs(aggs: Mapping[str, tuple[str, str]], schema: pa.Schema) -> tuple[list[_Acc], list[pa.Field]]:
-    """The accumulators of ``aggs`` over ``schema`` and their output fields
-    (the column types are checked here)."""
-    accs: list[_Acc] = []
-    out_fields: list[pa.Field] = []
-    for name, (col, fn) in aggs.items():
-        if col != "*" and col not in schema.names:
-            raise SchemaError(f"aggregate {name!r}: column {col!r} not found; the table has columns {schema.names}")
-        t = None if col == "*" else schema.field(col).type
-        if fn == "count":
-            accs.append(_Acc(name, "n", np.dtype(np.int64), "add"))
-            out_fields.append(pa.field(name, pa.int64()))
-            continue
-        numeric = t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t))
-        ordered = numeric or (t is not None and (pa.types.is_timestamp(t) or pa.types.is_date(t)
-                                                 or pa.types.is_duration(t)))
-        if fn in ("sum", "mean") and not numeric:
-            raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric column, {col!r} is {t}")
-        if fn in ("min", "max") and not ordered:
-            raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric or temporal column, {col!r} is {t}")
-        if fn == "mean":
-            dt, out_t = np.dtype(np.float64), pa.float64()
-        elif fn == "sum":
-            isf = pa.types.is_floating(t)
-            dt = np.dtype(np.float64 if isf else np.int64)
-            out_t = pa.float64() if isf else pa.int64()
-        else:
-            isf = pa.types.is_floating(t)
-            dt, out_t = np.dtype(np.float64 if isf else np.int64), t
-        role = "v" if fn in ("min", "max") else "s"
-        op = {"min": "min", "max": "max"}.get(fn, "add")
-        accs.append(_Acc(name, role, dt, op))
-        accs.append(_Acc(name, "nn", np.dtype(np.int64), "add"))
-        out_fields.append(pa.field(name, out_t))
-    accs.append(_Acc("__rows", "n", np.dtype(np.int64), "add"))  # (row, window) pairs: late counts
-    return accs, out_fields
-
-
-#: the output column a window adds when another stage follows it: Spark's
-#: ``window_time``, window_end - 1 unit of the event-time column, the event
-#: time of the window's row downstream
-WINDOW_TIME = "window_time"
-
-
-@dataclass(frozen=True)
-class WindowSpec(OperatorSpec):
-    """A windowed aggregation: ``window`` (:class:`Tumble`, :class:`Hop` or
-    :class:`Session`), group keys ``by``, ``aggs`` as ``((output, column,
-    fn), ...)`` (or a ``{output: (column, fn)}`` dict), ``emit``, and
-    ``window_time``: add the ``window_time`` column (a stage follows).
+class WindowSpec(AggregateSpec):
+    """A tumbling or hopping window aggregation (see :class:`AggregateSpec`).
 
     >>> WindowSpec(Tumble("ts", 10), by=("k",), aggs={"n": ("*", "count")}).keys()
     ('k',)
     """
 
-    window: Any
-    by: tuple[str, ...] = ()
-    aggs: Any = None
-    emit: str = "on-window-close"
-    window_time: bool = False
-
-    capabilities: ClassVar[Capabilities] = Capabilities(partials=True)
-    kind: ClassVar[str] = "window"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.window, (_Window, Session)):
-            raise ConfigError(f"window must be gpuwm.Tumble, gpuwm.Hop or gpuwm.Session, got {self.window!r}")
-        if self.emit not in EMIT_MODES:
-            raise ConfigError(f"emit must be one of {EMIT_MODES}, got {self.emit!r}")
-        if isinstance(self.window, Session) and self.emit == "on-update":
-            raise ConfigError("session windows emit on window close only (emit='on-window-close'): a later row "
-                              "can merge sessions, which an update stream would have to retract")
-        by = (self.by,) if isinstance(self.by, str) else tuple(self.by)
-        aggs = self.aggs
-        if aggs is None or isinstance(aggs, Mapping):
-            aggs = _check_aggs(aggs)
-        else:
-            aggs = _check_aggs({name: (col, fn) for name, col, fn in aggs})
-        object.__setattr__(self, "by", by)
-        object.__setattr__(self, "aggs", aggs)
-        names = [n for n, _, _ in aggs]
-        clash = ({"window_start", "window_end", WINDOW_TIME} & (set(names) | set(by))) | (set(names) & set(by))
-        if clash:
-            raise ConfigError(f"output column names collide: {sorted(clash)}")
-
-    @property
-    def agg_dict(self) -> dict[str, tuple[str, str]]:
-        return {name: (col, fn) for name, col, fn in self.aggs}
+    windows: ClassVar[tuple[type, ...]] = ()  # (Tumble, Hop): set below, once they exist
 
     def build(self, profile: Any, backend: str | None = None) -> "WindowAggregate":
         return WindowAggregate(self.window, by=self.by, aggs=self.agg_dict, emit=self.emit, profile=profile,
                                backend=backend, window_time=self.window_time)
 
-    def keys(self) -> tuple[str, ...]:
-        return self.by
 
-    def event_time(self, upstream: str) -> str:
-        return WINDOW_TIME
-
-    def output_schema(self, schema: pa.Schema) -> pa.Schema:
-        dom = event_time_domain(schema, self.window.column)
-        self.window.raw(dom)  # sizes fit the column (ints for an integer column)
-        for k in self.by:
-            if k not in schema.names:
-                raise SchemaError(f"group key column {k!r} not found; the table has columns {schema.names}")
-        _, agg_fields = _plan_aggs(self.agg_dict, schema)
-        fields = [pa.field("window_start", dom.type), pa.field("window_end", dom.type)]
-        fields += [schema.field(k) for k in self.by] + agg_fields
-        if self.window_time:
-            fields.append(pa.field(WINDOW_TIME, dom.type))
-        return pa.schema(fields)
-
-    def with_next(self, nxt: OperatorSpec) -> "WindowSpec":
-        if self.emit == "on-update":
-            raise ConfigError("a stage cannot follow a window with emit='on-update': its rows are updates, "
-                              "not final values (use emit='on-window-close')")
-        return self if self.window_time else WindowSpec(self.window, self.by, self.aggs, self.emit, True)
+WindowSpec.windows = (Tumble, Hop)
 
 
-class WindowAggregate(Operator, Drained):
+class WindowAggregate(AggregateOperator):
     """Aggregate rows per (window, group key); emit and forget closed windows.
 
     Parameters
@@ -318,11 +155,9 @@ class WindowAggregate(Operator, Drained):
     {'window_start': [0], 'window_end': [10], 'k': [1], 'n': [2], 'm': [4.0]}
     """
 
-    def __new__(cls, window: Any = None, *args: Any, **kwargs: Any) -> "WindowAggregate":
-        from .session import Session, SessionAggregate  # (imports window: not at module level)
-
-        if cls is WindowAggregate and isinstance(window, Session):
-            cls = SessionAggregate
+    def __new__(cls, window: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if cls is WindowAggregate and isinstance(window, Session):  # WindowAggregate(Session(...)) is a session aggregate
+            return SessionAggregate(window, *args, **kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -339,71 +174,12 @@ class WindowAggregate(Operator, Drained):
     ):
         if isinstance(aggs, Mapping):
             aggs = {k: tuple(v) if isinstance(v, list) else v for k, v in aggs.items()}
-        self.spec = WindowSpec(window, by, aggs, emit, window_time)
-        self.window = window
-        self.by = list(self.spec.by)
-        self.aggs = self.spec.agg_dict
-        self.emit = emit
-        self.profile = resolve(profile, close_minus_one=close_minus_one)
-        self._backend: Backend = get_backend(backend)
-        self._schema: pa.Schema | None = None
+        super().__init__(WindowSpec(window, by, aggs, emit, window_time), profile, close_minus_one=close_minus_one,
+                         backend=backend)
         self._blocks: dict[int, tuple[list[Any], list[Any]]] = {}
         self._dirty: set[int] = set()  # window starts changed since mark_saved()
-        self._init_drained()
-
-    # -- set-up ----------------------------------------------------------------
-    def bind(self, schema: pa.Schema) -> "WindowAggregate":
-        """Fix the input schema without pushing rows (checked on every push)."""
-        self._bind(schema)
-        return self
-
-    def _bind(self, schema: pa.Schema) -> None:
-        if self._schema is not None:
-            same_schema(self._schema, schema, "WindowAggregate.push")
-            return
-        dom = event_time_domain(schema, self.window.column)
-        self._size, self._slide = self.window.raw(dom)
-        self._close = 1 if self.profile.close_minus_one else 0
-        for k in self.by:
-            if k not in schema.names:
-                raise SchemaError(f"group key column {k!r} not found; the table has columns {schema.names}")
-        self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.by]
-        self._accs = _plan_aggs(self.aggs, schema)[0]
-        self._domain = dom
-        self._out_schema = self.spec.output_schema(schema)
-        self._schema = schema
-        self._bind_pending_drain()
 
     # -- push ------------------------------------------------------------------
-    def _acc_inputs(self, xp: Any, frame: Frame, rows: Any | None) -> list[Any]:
-        """Accumulator inputs per (row, window) pair; ``rows`` None = identity.
-        A count over rows that are all non-null is None: group_reduce counts
-        it from the grouping, with no column of ones."""
-        out = []
-        take = (lambda a: a) if rows is None else (lambda a: a[rows])
-        for acc in self._accs:
-            col, fn = self.aggs.get(acc.agg, ("*", "count"))
-            if acc.role == "n" and col == "*":
-                out.append(None)
-                continue
-            values, valid = frame.values(col)
-            ok = None if valid is None else take(valid)
-            if acc.role in ("n", "nn"):
-                out.append(None if ok is None else ok.astype(xp.int64))
-                continue
-            v = take(values).astype(acc.dtype, copy=False)
-            if ok is not None:
-                ident = 0 if acc.op == "add" else self._identity(acc)
-                v = xp.where(ok, v, ident)
-            out.append(v)
-        return out
-
-    @staticmethod
-    def _identity(acc: _Acc) -> Any:
-        if acc.dtype.kind == "f":
-            return np.inf if acc.op == "min" else -np.inf
-        return _I64.max if acc.op == "min" else _I64.min
-
     def push(self, table: pa.Table | Frame) -> pa.Table | None:
         """Aggregate a chunk into the open windows. Returns None, or under
         ``emit="on-update"`` the changed (window, key) rows' current values.
@@ -446,22 +222,6 @@ class WindowAggregate(Operator, Drained):
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
         return gkeys, gaccs
 
-    def _event_times(self, table: pa.Table | Frame) -> tuple[Frame, Any, Any]:
-        """The chunk as a Frame on this backend, its non-null event times
-        (int64), and the rows they come from (None: every row). Null event
-        times are counted in ``null_rows``."""
-        self._bind(table.schema)
-        b = self._backend
-        xp = b.xp
-        frame = Frame.of(table, b)
-        ts, valid = frame.values(self.window.column)
-        ts = ts.astype(xp.int64, copy=False)
-        rows = None
-        if valid is not None:
-            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
-            rows = xp.nonzero(valid)[0]
-            ts = ts[rows]
-        return frame, ts, rows
 
     def _open(self, widx: Any) -> Any:
         """Which window indexes the last drain left open: start + size > W + close,
@@ -613,41 +373,7 @@ class WindowAggregate(Operator, Drained):
                 self._blocks[s][0][i] = codes
 
     # -- output ----------------------------------------------------------------
-    def _empty_out(self) -> pa.Table:
-        return self._out_schema.empty_table()
 
-    def _finalize(self, wins: Any, keys: list[Any], accs: list[Any], ends: Any = None) -> pa.Table:
-        """Output rows from window starts (``ends``: start + size when None),
-        key codes and accumulators."""
-        b = self._backend
-        t = self._domain.type
-        wdt = np.dtype(np.int64) if self._domain.is_timestamp else np.dtype(t.to_pandas_dtype())
-        w = b.to_numpy(wins)
-        e = w + self._size if ends is None else b.to_numpy(ends)
-        cols = [numpy_to_arrow(t, w.astype(wdt), None), numpy_to_arrow(t, e.astype(wdt), None)]
-        cols += [c.decode(b.to_numpy(k)) for c, k in zip(self._codecs, keys)]
-        host = [b.to_numpy(a) for a in accs]
-        j = 0
-        for name, (col, fn) in self.aggs.items():
-            field = self._out_schema.field(name)
-            if fn == "count":
-                cols.append(pa.array(host[j], pa.int64()))
-                j += 1
-                continue
-            v, nn = host[j], host[j + 1]
-            j += 2
-            valid = nn > 0
-            if fn == "mean":
-                v = v / np.where(valid, nn, 1)
-            if fn in ("min", "max") and v.dtype.kind != "f":
-                v = v.astype(_fixed_dtype(field.type))
-            cols.append(numpy_to_arrow(field.type, np.where(valid, v, 0).astype(v.dtype), valid))
-        if self.spec.window_time:
-            cols.append(numpy_to_arrow(t, (e - 1).astype(wdt), None))
-        out = pa.Table.from_arrays(cols, schema=self._out_schema)
-        if any(not c.ordered for c in self._codecs):
-            out = sort_table(out, ["window_start", *self.by])
-        return out
 
     # -- state -----------------------------------------------------------------
     @property
@@ -670,33 +396,7 @@ class WindowAggregate(Operator, Drained):
         return self._snapshot_tables("gpuwm.window", "window_start",
                                      lambda: self._state_columns(sorted(self._blocks) if rows else []))
 
-    def _restore_bind(self, meta: dict, snapshot: Mapping[str, pa.Table]) -> bool:
-        """Bind the snapshotted input schema and reload the key dictionaries;
-        False when the snapshot was taken before any row."""
-        if meta["schema"] is None:
-            return False
-        self._bind(schema_from_text(meta["schema"]))
-        for c in self._codecs:
-            if f"dict.{c.name}" in snapshot:
-                c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
-        return True
 
-    def _snapshot_tables(self, tag: str, first: str, columns: Any,
-                         extra: Mapping[str, Any] | None = None) -> dict[str, pa.Table]:
-        """``{"state": columns() with the counters (and ``extra``) as metadata
-        under tag, "dict.<col>": key dictionaries}`` (``{first: []}`` before
-        any row)."""
-        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), **(extra or {})}
-        out: dict[str, pa.Table] = {}
-        cols: dict[str, Any] = {first: pa.array([], pa.int64())}
-        if self._schema is not None:
-            cols = columns()
-            for c in self._codecs:
-                d = c.dictionary()
-                if d is not None:
-                    out[f"dict.{c.name}"] = pa.table({"value": d})
-        out["state"] = pa.table(cols).replace_schema_metadata({tag: json.dumps(meta)})
-        return out
 
     def state_parts(self) -> dict[str, bool]:
         """The open windows as parts of an incremental state store, in window

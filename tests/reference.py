@@ -310,3 +310,68 @@ class RefDedup:
 
     def drain(self, w: int) -> None:
         self.held = {k: e for k, e in self.held.items() if e > w}
+
+
+@dataclass
+class RefOver:
+    """Over-window functions, one row at a time, on an ordered stream: rows
+    ``(ts, key, v, id)`` ordered by ``(ts, id)``; per key, lag/lead of ``v``,
+    row_number, and running sum/count/min/max of ``v`` (nulls ignored; null
+    while no value). A row goes out once its ``ahead``-th successor in the
+    key has arrived (or at :meth:`flush`), in arrival order."""
+
+    funcs: dict  # output -> (fn, n)
+    keyed: bool = True
+    rows: dict = field(default_factory=dict)  # key -> [row dict in order]
+    waiting: list = field(default_factory=list)  # (arrival, key, position)
+    arrived: int = 0
+
+    @property
+    def ahead(self) -> int:
+        return max([n for fn, n in self.funcs.values() if fn == "lead"], default=0)
+
+    def push(self, batch: list[tuple]) -> list[tuple]:
+        order = sorted(range(len(batch)), key=lambda i: (batch[i][0], batch[i][3]))
+        for i in order:
+            ts, k, v, rid = batch[i]
+            key = k if self.keyed else None
+            hist = self.rows.setdefault(key, [])
+            hist.append({"row": batch[i], "arrival": self.arrived + i})
+            self.waiting.append((self.arrived + i, key, len(hist) - 1))
+        self.arrived += len(batch)
+        return self._emit(final=False)
+
+    def flush(self) -> list[tuple]:
+        return self._emit(final=True)
+
+    def _emit(self, final: bool) -> list[tuple]:
+        out, keep = [], []
+        for arrival, key, p in self.waiting:
+            hist = self.rows[key]
+            if final or p + self.ahead < len(hist):
+                out.append((arrival, self._values(hist, p)))
+            else:
+                keep.append((arrival, key, p))
+        self.waiting = keep
+        return [v for _, v in sorted(out)]
+
+    def _values(self, hist: list, p: int) -> tuple:
+        vals = [h["row"][2] for h in hist[: p + 1]]
+        seen = [x for x in vals if x is not None]
+        res = []
+        for fn, n in self.funcs.values():
+            if fn == "lag":
+                res.append(hist[p - n]["row"][2] if p - n >= 0 else None)
+            elif fn == "lead":
+                res.append(hist[p + n]["row"][2] if p + n < len(hist) else None)
+            elif fn == "row_number" or fn == "count*":
+                res.append(p + 1)
+            elif fn == "count":
+                res.append(len(seen))
+            elif fn == "sum":
+                res.append(sum(seen) if seen else None)
+            elif fn == "min":
+                res.append(min(seen) if seen else None)
+            else:
+                res.append(max(seen) if seen else None)
+        return (*hist[p]["row"], *res)

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 import gpuwm  # noqa: E402
+from gpuwm.session import SessionSpec  # noqa: E402
 from gpuwm.sort import SortSpec  # noqa: E402
 from gpuwm.spark import Pipeline, store, tasks  # noqa: E402
 from gpuwm.spark.exchange import FLOW_SCHEMA  # noqa: E402
@@ -149,7 +150,7 @@ def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
     from gpuwm.session import SessionAggregate
 
     monkeypatch.setattr(SessionAggregate, "MERGE_RATIO", 0)  # a level per push, never merged
-    plan = _plan(tmp_path, WindowSpec(gpuwm.Session("t", 5), ("k",), {"n": ("*", "count"), "s": ("v", "sum")}),
+    plan = _plan(tmp_path, SessionSpec(gpuwm.Session("t", 5), ("k",), {"n": ("*", "count"), "s": ("v", "sum")}),
                  pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.int64())]))
     op = plan.build(0)
     inode = {}

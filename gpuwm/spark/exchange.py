@@ -85,11 +85,15 @@ class Received:
         flow = t.filter(pc.invert(is_result))
         self.pieces: dict[int, list[tuple[int, str]]] = {}
         self.watermark: dict[int, Any] = {}
+        senders: dict[int, list] = {}
         for d, v, path, wm in zip(*(flow.column(c).to_pylist() for c in ("__dest", "__vnode", "__piece", "__wm"))):
             self.pieces.setdefault(d, [])
             if path:
                 self.pieces[d].append((v, path))
-            self.watermark[d] = decode_instant(json.loads(wm))
+            senders.setdefault(d, []).append(decode_instant(json.loads(wm)))
+        # the RFC's merger: a destination drains with the least of its senders'
+        # watermarks (they differ where a stage holds rows back, e.g. an over-window's leads)
+        self.watermark = {d: None if any(w is None for w in ws) else min(ws) for d, ws in senders.items()}
 
     def rows(self, dest: int, schema: pa.Schema) -> pa.Table:
         paths = [p for _, p in sorted(self.pieces.get(dest, []))]

@@ -32,7 +32,8 @@ from ..errors import ConfigError, SchemaError, StateError
 from ..operator import OperatorSpec
 from ..sort import SortSpec
 from ..watermark import WatermarkSpec
-from ..window import Session, WindowSpec
+from ..session import Session, SessionSpec
+from ..window import WindowSpec
 from . import store, tasks
 from .exchange import FLOW_SCHEMA, merge_task
 from .plan import Plan, Sink, is_timestamp
@@ -161,7 +162,7 @@ class Pipeline:
         watermark's column for the first stage, ``window_time`` after a
         window."""
         self._need_watermark("window")
-        spec = WindowSpec(window, by, aggs, emit)
+        spec = (SessionSpec if isinstance(window, Session) else WindowSpec)(window, by, aggs, emit)
         if window.column != self._event_time():
             raise ConfigError(f"window column {window.column!r} differs from the event-time column of its input, "
                               f"{self._event_time()!r}" + (" (after a window stage: 'window_time')"
@@ -178,6 +179,20 @@ class Pipeline:
         from ..dedup import DedupSpec
 
         return self._add(DedupSpec(key, self._event_time(), self._wm.delay))
+
+    def over(self, by: Sequence[str] = (), funcs: Mapping[str, Sequence[Any]] | None = None) -> "Pipeline":
+        """Over-window functions per partition key on the sorted stream (after
+        :meth:`sort`, ordered by its event time and key): ``funcs`` as
+        ``{output: ["lag", col, n] | ["lead", col, n] | ["row_number"] |
+        ["sum" | "count" | "min" | "max", col]}`` (see :class:`gpuwm.Over`)."""
+        self._need_watermark("over")
+        from ..over import OverSpec
+
+        prev = self._stages[-1] if self._stages else None
+        if prev is None or not prev.capabilities.range_exchange:
+            raise ConfigError("an over-window needs the event-time ordered stream: call .sort(key=[...]) right "
+                              "before .over(...)")
+        return self._add(OverSpec(by, funcs or {}, prev.column, prev.key))
 
     def stage(self, spec: OperatorSpec) -> "Pipeline":
         """Append any operator spec as the next stage (what :meth:`sort`,
@@ -234,7 +249,7 @@ class Pipeline:
             raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
         wm = self._wm
         first = self._stages[0] if self._stages else None
-        if isinstance(first, WindowSpec) and isinstance(first.window, Session) and not self._lateness_given:
+        if isinstance(first, SessionSpec) and not self._lateness_given:
             # a row behind the watermark whose own session [ts, ts + gap) is open
             # can still join one: the filter lets it through (as Spark does),
             # unless .watermark(allowed_lateness=...) said otherwise

@@ -67,10 +67,15 @@ class Plan:
         if self.vnodes < 1:
             raise ConfigError(f"vnodes must be >= 1, got {self.vnodes}")
         stages = tuple(self.stages)
-        for i, s in enumerate(stages[:-1]):
-            if s.capabilities.range_exchange:
-                raise ConfigError(f"stage {i} ({s.kind}) must be the last stage: its output is one ordered stream "
-                                  f"across the vnodes, which a following {stages[i + 1].kind} would not keep")
+        for i, s in enumerate(stages):
+            ordered = i > 0 and stages[i - 1].capabilities.range_exchange
+            if s.capabilities.needs_order and not ordered:
+                raise ConfigError(f"stage {i} ({s.kind}) needs the event-time ordered stream: put a sort "
+                                  "(.sort(key=[...]) / {\"sort\": {...}}) right before it")
+            if ordered and not s.capabilities.needs_order:
+                raise ConfigError(f"stage {i - 1} ({stages[i - 1].kind}) must be the last stage or be followed by "
+                                  f"an over-window: its output is one ordered stream across the vnodes, which a "
+                                  f"following {s.kind} would not keep")
         schemas = [self.input_schema]
         for s in stages:
             schemas.append(s.output_schema(schemas[-1]))
@@ -113,8 +118,7 @@ class Plan:
     @property
     def range_exchange(self) -> bool:
         """The last stage's ordered output is merged by event-time range over the vnodes."""
-        return self.vnodes > 1 and bool(self.stages) and self.stages[-1].capabilities.range_exchange \
-            and self.segments[-1].tasks > 1
+        return self.vnodes > 1 and bool(self.stages) and self.stages[-1].capabilities.range_exchange
 
     def build(self, stage: int):
         """Stage ``stage``'s operator, bound to its input schema."""

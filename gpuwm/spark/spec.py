@@ -26,6 +26,9 @@ values). Operators: ``stages``, a list of stages, each one of
   stage's input — the watermark's column, ``window_time`` after a window),
 - ``{"sort": {"key": [...]}}`` (the last stage),
 - ``{"dedup": {"key": [...]}}`` (Spark's ``dropDuplicatesWithinWatermark``),
+- ``{"over": {"by": [...], "funcs": {out: ["lag", col, n] | ["lead", col, n] |
+  ["row_number"] | ["sum" | "count" | "min" | "max", col]}}}`` right after a
+  sort (an over-window on the ordered stream),
 
 or, for one stage, ``window`` or ``sort`` at the top level (as before);
 neither: filter only. Two chained windows (the second over the first's
@@ -54,7 +57,7 @@ from ..window import Hop, Tumble
 
 _TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
         "read"}
-_STAGES = ("window", "sort", "dedup")
+_STAGES = ("window", "sort", "dedup", "over")
 
 
 def load_spec(path: str) -> dict:
@@ -104,6 +107,10 @@ def add_stage(p, i: int, stage: dict) -> None:
         if "key" not in opts:
             raise ConfigError(f"stage {i}: dedup needs 'key': [columns]")
         p.dedup(opts.pop("key"))
+    elif kind == "over":
+        if not isinstance(opts.get("funcs"), dict):
+            raise ConfigError(f"stage {i}: over needs 'funcs': {{output: [function, column, n]}}")
+        p.over(by=opts.pop("by", []), funcs=opts.pop("funcs"))
     else:
         col = opts.pop("on", None) or p._event_time()
         if "tumble" in opts:
