@@ -145,9 +145,36 @@ def main() -> int:
         else:
             md.append(f"| {r['query']} | {r['engine']} | {r['events_per_s'] / 1e3:.1f} | {r['median_batch_s']:.2f} | "
                       f"{r['rows_emitted']:,} | {r['state_rows']:,} |")
-    write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
-                             "batch": args.batch, "results": rows}, md)
+    out = write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
+                                   "batch": args.batch, "results": rows}, md)
+    plot(rows, out / "stages.png")
     return 0
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Events/s per query, gpuwm beside Spark native (or the reason Spark has none)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    queries = list(dict.fromkeys(r["query"] for r in rows))
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for j, eng in enumerate(("gpuwm", "spark native")):
+        xs = [i + (j - 0.5) * 0.38 for i in range(len(queries))]
+        vals = [next((r.get("events_per_s", 0) / 1e3 for r in rows if r["query"] == q and r["engine"] == eng), 0)
+                for q in queries]
+        bars = ax.bar(xs, vals, width=0.38, label=eng)
+        for b, v, q in zip(bars, vals, queries):
+            ax.annotate(f"{v:.0f}" if v else "Spark refuses", (b.get_x() + b.get_width() / 2, v),
+                        ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(queries)), queries)
+    ax.set(ylabel="k events/s (Spark local[2])", title="Operator graphs on Nexmark: gpuwm vs Spark native")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

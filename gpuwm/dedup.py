@@ -8,10 +8,10 @@ is a first row again. State is bounded by the watermark.
 
 State is a list of *runs*, one per push that kept rows: the kept keys,
 distinct and sorted, with the time each expires. A push looks its chunk's
-keys up in every run (a binary search per key with one key column) — not a
-scan of the state —, and a drain forgets a run once all of it expired,
-rewrites one that is mostly expired, and merges the two newest runs while
-there are more than :attr:`Dedup.MAX_RUNS`. The store saves each run as a
+keys up, sorted, in every run (a binary search per key with one key column)
+— not a scan of the state —, and a drain forgets a run once all of it
+expired, rewrites one that is mostly expired, and merges runs in size
+tiers, so that there are few runs and a key is copied O(log state) times. The store saves each run as a
 part, so a batch writes its new run and what it rewrote, not the state.
 """
 
@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kernels import sort_rows
-from kernels.dedup import first_rows, lookup
+from kernels import group_starts, sort_rows
+from kernels.dedup import lookup
 
 from .backend import Backend, get_backend
 from .drained import Drained
@@ -78,11 +78,13 @@ class _Run:
     """Distinct keys, sorted, with the time each expires; ``live``: how many
     had not expired at the last drain."""
 
-    __slots__ = ("keys", "expires", "id", "saved", "live")
+    __slots__ = ("keys", "expires", "id", "saved", "live", "lo", "hi")
 
     def __init__(self, keys: list[Any], expires: Any, rid: int, saved: bool = False, live: int | None = None):
         self.keys, self.expires, self.id, self.saved = keys, expires, rid, saved
         self.live = int(expires.shape[0]) if live is None else live
+        # the earliest and latest expiry (one device sync each, once per run)
+        self.lo, self.hi = (int(expires.min()), int(expires.max())) if expires.shape[0] else (0, 0)
 
     @property
     def rows(self) -> int:
@@ -116,8 +118,14 @@ class Dedup(Operator, Drained):
     ({'id': [1], 'ts': [20]}, 2)
     """
 
-    #: more runs than this: the two newest are merged (a push searches each run)
-    MAX_RUNS = 8
+    #: the newest run merges into the one before while that one has at most
+    #: MERGE_RATIO times its keys and fewer than max(FREEZE_MIN, held keys //
+    #: FREEZE_PARTS); beyond MAX_RUNS runs the smallest adjacent pair merges
+    #: (a push searches each run)
+    MERGE_RATIO = 4
+    FREEZE_MIN = 1 << 20
+    FREEZE_PARTS = 8
+    MAX_RUNS = 16
 
     def __init__(self, key: Sequence[str], column: str, delay: Any, *, backend: str | None = None):
         self.spec = DedupSpec(key, column, delay)
@@ -165,25 +173,30 @@ class Dedup(Operator, Drained):
             nnull = n - int(rows.shape[0])
             self.null_rows += nnull
             codes = [c[rows] for c in codes]
-        first = first_rows(xp, codes)  # positions among the non-null rows
-        fkeys = [c[first] for c in codes]
+        # the chunk's keys sorted, each key's first row: the runs are searched
+        # with sorted keys (each binary search starts near the last one)
+        perm, skeys = sort_rows(xp, codes)
+        starts = group_starts(xp, skeys)
+        first = perm[starts]  # positions among the non-null rows
+        fkeys = [k[starts] for k in skeys]
         held = xp.zeros(first.shape[0], dtype=bool)
         for run in self._runs:
             at = lookup(xp, run.keys, fkeys)
             hit = at >= 0
-            if self._drained is not None and run.id not in self._fresh:  # expired by the last drain: not held
-                hit &= run.expires[xp.maximum(at, 0)] > self._drained
+            if self._drained is not None and run.id not in self._fresh and run.lo <= self._drained:
+                hit &= run.expires[xp.maximum(at, 0)] > self._drained  # expired by the last drain: not held
             held |= hit
-        new = first[~held]
-        keep = new if rows is None else rows[new]
+        new = ~held
+        keep = first[new]
         kept = int(keep.shape[0])
         self.duplicate_rows += n - nnull - kept
-        if kept:
-            order, skeys = sort_rows(xp, [k[~held] for k in fkeys])
-            exp = (ts[keep] + self._delay)[order]
-            self._runs.append(_Run(skeys, exp, self._next_run))
+        if kept:  # the new run: its keys are sorted already
+            ts_kept = ts[keep if rows is None else rows[keep]]
+            self._runs.append(_Run([k[new] for k in fkeys], ts_kept + self._delay, self._next_run))
             self._fresh.add(self._next_run)  # held until the next drain, whatever they expire at
             self._next_run += 1
+        keep = xp.sort(keep)  # back in arrival order
+        keep = keep if rows is None else rows[keep]
         self.rows_out += kept
         if kept == n:  # no duplicate, no null: the chunk as it came
             return table if isinstance(table, pa.Table) else frame.to_arrow()
@@ -199,25 +212,42 @@ class Dedup(Operator, Drained):
         xp = self._backend.xp
         runs = []
         for run in self._runs:
-            live = run.expires > w
-            nlive = int(xp.count_nonzero(live))
-            if nlive == 0:
+            if run.hi <= w:
                 continue  # all of it expired: the run goes
-            if 2 * nlive < run.rows:  # mostly expired: rewritten with what is held
-                run = _Run([k[live] for k in run.keys], run.expires[live], run.id)
-            run.live = nlive
+            if run.lo <= w:  # some expired: scanned
+                live = run.expires > w
+                run.live = int(xp.count_nonzero(live))
+                if 2 * run.live < run.rows:  # mostly expired: rewritten with what is held
+                    run = _Run([k[live] for k in run.keys], run.expires[live], run.id)
+            else:
+                run.live = run.rows
             runs.append(run)
-        while len(runs) > self.MAX_RUNS:  # merge the two newest
-            a, b_ = runs[-2], runs[-1]
-            keys = [xp.concatenate([x, y]) for x, y in zip(a.keys, b_.keys)]
-            exp = xp.concatenate([a.expires, b_.expires])
-            live = exp > w
-            order, skeys = sort_rows(xp, [k[live] for k in keys])
-            runs[-2:] = [_Run(skeys, exp[live][order], a.id)]
+        # size tiers: the newest run merges into the one before while that one
+        # is at most MERGE_RATIO times larger (a key is copied O(log state)
+        # times while it is held) and not frozen: a run of max(FREEZE_MIN,
+        # held / FREEZE_PARTS) keys takes no more merges — keys expire about
+        # oldest first, so it only shrinks and goes whole; beyond MAX_RUNS
+        # runs, the adjacent pair with the fewest keys merges
+        frozen = max(self.FREEZE_MIN, sum(r.live for r in runs) // self.FREEZE_PARTS)
+        while len(runs) > 1 and runs[-2].live < frozen and runs[-2].live <= self.MERGE_RATIO * runs[-1].live:
+            runs[-2:] = [self._merge(xp, runs[-2], runs[-1], w)]
+        while len(runs) > self.MAX_RUNS:
+            i = min(range(len(runs) - 1), key=lambda j: runs[j].live + runs[j + 1].live)
+            runs[i:i + 2] = [self._merge(xp, runs[i], runs[i + 1], w)]
         self._runs = runs
         self._fresh = set()
         self._compact_keys()
         return self._schema.empty_table()
+
+    @staticmethod
+    def _merge(xp: Any, a: _Run, b: _Run, w: int) -> _Run:
+        """Two runs as one, without what expired by ``w`` (distinct keys: a
+        key is held in one run at most)."""
+        keys = [xp.concatenate([x, y]) for x, y in zip(a.keys, b.keys)]
+        exp = xp.concatenate([a.expires, b.expires])
+        live = exp > w
+        order, skeys = sort_rows(xp, [k[live] for k in keys])
+        return _Run(skeys, exp[live][order], a.id)
 
     def _compact_keys(self) -> None:
         """Forget dictionary keys no run references (code order is kept, so runs stay sorted)."""

@@ -4,7 +4,7 @@ No state, no Spark, no I/O, and no module-level GPU import. Each function
 runs the same steps on ``numpy`` and on ``cupy``.
 """
 
-from .dedup import first_rows, lookup
+from .dedup import lookup
 from .order import KeyFilter, group_starts, key_filter, key_filter_probe, order_indices, sort_rows
 from .sort import cut, merge_released, range_parts
 from .watermark import FilterResult, per_split_max, watermark_filter
@@ -19,7 +19,6 @@ __all__ = [
     "assign_windows",
     "cut",
     "derive_watermarks",
-    "first_rows",
     "group_reduce",
     "group_starts",
     "key_filter",

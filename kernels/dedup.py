@@ -1,6 +1,5 @@
 """Key membership for deduplication, on numpy or cupy.
 
-``first_rows`` finds each key's first row of a chunk (arrival order);
 ``lookup`` finds chunk keys in a run of distinct keys sorted by
 :func:`~kernels.order.sort_rows` (one column: a binary search per key; several:
 the run and the keys ordered together, a key's match the run row that starts
@@ -12,21 +11,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .order import group_starts, sort_rows
-
-
-def first_rows(xp: Any, keys: Sequence[Any]) -> Any:
-    """Positions of each distinct key's first row, in arrival order.
-
-    >>> import numpy as np
-    >>> first_rows(np, [np.array([7, 3, 7, 5, 3])]).tolist()
-    [0, 1, 3]
-    >>> first_rows(np, [np.array([1, 1, 1]), np.array([2, 3, 2])]).tolist()
-    [0, 1]
-    """
-    if not keys[0].shape[0]:
-        return xp.zeros(0, dtype=xp.int64)
-    perm, skeys = sort_rows(xp, list(keys))  # by key, then arrival
-    return xp.sort(perm[group_starts(xp, skeys)])
 
 
 def lookup(xp: Any, run: Sequence[Any], keys: Sequence[Any]) -> Any:
