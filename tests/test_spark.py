@@ -394,6 +394,8 @@ def test_stages_that_cannot_follow_are_refused_before_the_first_batch(spark, tmp
     p = Pipeline(df, f"{tmp_path}/ck").watermark("date_time", delay="2 seconds", split="split")
     with pytest.raises(gpuwm.ConfigError, match="over-window needs the event-time ordered stream"):
         p.over(by=["auction"], funcs={"rn": ["row_number"]})
+    with pytest.raises(gpuwm.ConfigError, match="call .watermark\\(...\\) once, before the stages"):
+        p.sort().watermark("date_time", delay="3 seconds")
 
 
 @pytest.mark.parametrize("vnodes", [None, 2])

@@ -125,6 +125,8 @@ class Pipeline:
                   emit: str | None = None, idle_timeout: Any = None, max_drift: Any = None,
                   **knobs: Any) -> "Pipeline":
         """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`)."""
+        if self._stages:
+            raise ConfigError("call .watermark(...) once, before the stages: they were built on its column")
         schema = self.df.schema
         f = _spark_field(schema, column, "event-time")
         tname = type(f.dataType).__name__
@@ -140,10 +142,6 @@ class Pipeline:
         lateness = knobs.pop("allowed_lateness", 0)
         self._wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
                                  max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()))
-        if self._stages:  # .watermark() again: the stages' columns are checked again
-            stages, self._stages = self._stages, []
-            for st in stages:
-                self._add(st)
         return self
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
