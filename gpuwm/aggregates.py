@@ -21,7 +21,7 @@ from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError
 from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
-from .keys import KeyCodec
+from .keys import KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec
 from .profiles import Profile, resolve
 from .timecol import event_time_domain
@@ -238,23 +238,6 @@ class AggregateOperator(Operator, Drained):
             return np.inf if acc.op == "min" else -np.inf
         return _I64.max if acc.op == "min" else _I64.min
 
-    def _event_times(self, table: pa.Table | Frame) -> tuple[Frame, Any, Any]:
-        """The chunk as a Frame on this backend, its non-null event times
-        (int64), and the rows they come from (None: every row). Null event
-        times are counted in ``null_rows``."""
-        self._bind(table.schema)
-        b = self._backend
-        xp = b.xp
-        frame = Frame.of(table, b)
-        ts, valid = frame.values(self.window.column)
-        ts = ts.astype(xp.int64, copy=False)
-        rows = None
-        if valid is not None:
-            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
-            rows = xp.nonzero(valid)[0]
-            ts = ts[rows]
-        return frame, ts, rows
-
     # -- output ----------------------------------------------------------------
     def _empty_out(self) -> pa.Table:
         return self._out_schema.empty_table()
@@ -299,9 +282,7 @@ class AggregateOperator(Operator, Drained):
         if meta["schema"] is None:
             return False
         self._bind(schema_from_text(meta["schema"]))
-        for c in self._codecs:
-            if f"dict.{c.name}" in snapshot:
-                c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+        load_dictionaries(self._codecs, snapshot)
         return True
 
     def _snapshot_tables(self, tag: str, first: str, columns: Any,
@@ -314,9 +295,6 @@ class AggregateOperator(Operator, Drained):
         cols: dict[str, Any] = {first: pa.array([], pa.int64())}
         if self._schema is not None:
             cols = columns()
-            for c in self._codecs:
-                d = c.dictionary()
-                if d is not None:
-                    out[f"dict.{c.name}"] = pa.table({"value": d})
+            out.update(dictionary_tables(self._codecs))
         out["state"] = pa.table(cols).replace_schema_metadata({tag: json.dumps(meta)})
         return out

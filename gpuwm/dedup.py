@@ -32,7 +32,7 @@ from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
-from .keys import KeyCodec
+from .keys import KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec
 from .timecol import TimeDomain, event_time_domain
 from .watermark import _check_delay, same_schema, schema_from_text, schema_to_text
@@ -163,15 +163,11 @@ class Dedup(Operator, Drained):
             return self._schema.empty_table()
         b = self._backend
         xp = b.xp
-        frame = Frame.of(table, b)
-        ts, valid = frame.values(self.column)
-        ts = ts.astype(xp.int64, copy=False)
+        frame, ts, rows = self._event_times(table, self.column)  # ts: the non-null ones
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
-        rows, nnull = None, 0
-        if valid is not None:
-            rows = xp.flatnonzero(valid)
+        nnull = 0
+        if rows is not None:
             nnull = n - int(rows.shape[0])
-            self.null_rows += nnull
             codes = [c[rows] for c in codes]
         # the chunk's keys sorted, each key's first row: the runs are searched
         # with sorted keys (each binary search starts near the last one)
@@ -191,8 +187,7 @@ class Dedup(Operator, Drained):
         kept = int(keep.shape[0])
         self.duplicate_rows += n - nnull - kept
         if kept:  # the new run: its keys are sorted already
-            ts_kept = ts[keep if rows is None else rows[keep]]
-            self._runs.append(_Run([k[new] for k in fkeys], ts_kept + self._delay, self._next_run))
+            self._runs.append(_Run([k[new] for k in fkeys], ts[keep] + self._delay, self._next_run))
             self._fresh.add(self._next_run)  # held until the next drain, whatever they expire at
             self._next_run += 1
         keep = xp.sort(keep)  # back in arrival order
@@ -276,11 +271,7 @@ class Dedup(Operator, Drained):
         meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "next_run": self._next_run,
                 "duplicate_rows": self.duplicate_rows, "runs": [r.id for r in self._runs],
                 "fresh": sorted(self._fresh)}
-        out: dict[str, pa.Table] = {}
-        for c in self._codecs:
-            d = c.dictionary()
-            if d is not None:
-                out[f"dict.{c.name}"] = pa.table({"value": d})
+        out = dictionary_tables(self._codecs)
         state = pa.concat_tables([self._run_table(r) for r in self._runs]) if rows and self._runs else \
             pa.table({"run": pa.array([], pa.int64())})
         out["state"] = state.replace_schema_metadata({"gpuwm.dedup": json.dumps(meta)})
@@ -320,9 +311,7 @@ class Dedup(Operator, Drained):
         schema = schema_from_text(meta["schema"])
         if schema is not None:
             self.bind(schema)
-            for c in self._codecs:
-                if f"dict.{c.name}" in snapshot:
-                    c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+            load_dictionaries(self._codecs, snapshot)
         b = self._backend
         for rid in meta["runs"]:
             if parts is not None:

@@ -133,3 +133,21 @@ class KeyCodec:
     def load_dictionary(self, values: pa.Array) -> None:
         self._values = values.to_pylist()
         self._dict = {v: i for i, v in enumerate(self._values)}
+
+
+def dictionary_tables(codecs: list[KeyCodec]) -> dict[str, pa.Table]:
+    """The key dictionaries of ``codecs`` as state tables ``dict.<column>``
+    (ordered codecs have none)."""
+    out = {}
+    for c in codecs:
+        d = c.dictionary()
+        if d is not None:
+            out[f"dict.{c.name}"] = pa.table({"value": d})
+    return out
+
+
+def load_dictionaries(codecs: list[KeyCodec], tables: Any) -> None:
+    """Reload the dictionaries :func:`dictionary_tables` saved."""
+    for c in codecs:
+        if f"dict.{c.name}" in tables:
+            c.load_dictionary(tables[f"dict.{c.name}"].column("value"))

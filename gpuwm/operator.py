@@ -155,6 +155,25 @@ class Operator:
         self.rows_in += table.num_rows
         return table
 
+    def _event_times(self, table: Any, column: str) -> tuple[Any, Any, Any]:
+        """The chunk as a :class:`~gpuwm.frame.Frame` on this operator's
+        backend, the non-null event times of ``column`` (int64), and the rows
+        they come from (None: every row). Null event times are counted in
+        ``null_rows``."""
+        from .frame import Frame
+
+        self.bind(table.schema)
+        xp = self._backend.xp
+        frame = Frame.of(table, self._backend)
+        ts, valid = frame.values(column)
+        ts = ts.astype(xp.int64, copy=False)
+        rows = None
+        if valid is not None:
+            self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
+            rows = xp.nonzero(valid)[0]
+            ts = ts[rows]
+        return frame, ts, rows
+
     def output_watermark(self, watermark: Any) -> Any:
         """The watermark on the output's event time after a drain at
         ``watermark`` (default: the same; a window derives it)."""

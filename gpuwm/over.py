@@ -20,16 +20,16 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import pyarrow as pa
 
-from kernels import group_starts, order_indices
+from kernels import group_starts, order_indices, segmented_cummax
 from kernels.dedup import lookup
-from kernels.over import last_rows, segmented_cumsum, segmented_running_max, segments, shifted
+from kernels.over import last_rows, segmented_cumsum, segments, shifted
 from kernels.xp import _ordered_bits
 
 from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Column, Frame, _fixed_dtype, _to_cudf, sort_table
-from .keys import KeyCodec
+from .keys import KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec
 from .timecol import TimeDomain, event_time_domain
 from .watermark import same_schema, schema_from_text, schema_to_text
@@ -224,15 +224,11 @@ class Over(Operator, Drained):
         xp = b.xp
         if any(not c.ordered for c in self._order_codecs):  # ties by values codes do not order: Arrow does
             table = sort_table(table if isinstance(table, pa.Table) else table.to_arrow(), [self.column, *self.order])
-        frame = Frame.of(table, b)
-        ts, valid = frame.values(self.column)
-        ts = ts.astype(xp.int64, copy=False)
+        frame, ts, rows = self._event_times(table, self.column)
         seq = xp.arange(self._seq, self._seq + n, dtype=xp.int64)
         self._seq += n
-        if valid is not None:  # a null event time has no place in the order
-            keep = xp.flatnonzero(valid)
-            self.null_rows += n - int(keep.shape[0])
-            frame, ts, seq = frame.take(keep), ts[keep], seq[keep]
+        if rows is not None:  # a null event time has no place in the order
+            frame, seq = frame.take(rows), seq[rows]
         keys = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         ties = [c.encode(xp, frame.columns[c.name], b) for c in self._order_codecs if c.ordered]
         perm = order_indices(xp, [*keys, ts, *ties]) if (keys or ties) else xp.arange(frame.num_rows)
@@ -253,7 +249,7 @@ class Over(Operator, Drained):
             xp.full(firsts.shape[0], 0 if self._count.shape[0] else -1, dtype=xp.int64)
         have = at >= 0
         at0 = xp.maximum(at, 0)
-        base = xp.where(have, self._count[at0] if self._count.shape[0] else 0, 0)
+        base = xp.where(have, _at(xp, self._count, at0), 0)
         rn = base[s.seg] + s.pos + 1
         out: dict[str, Column] = {}
         new_acc, new_nn = {}, {}
@@ -283,7 +279,7 @@ class Over(Operator, Drained):
                     code = ~code
                 if valid is not None:
                     code = xp.where(valid, code, _I64_MIN)
-                acc = xp.maximum(segmented_running_max(xp, code, s), xp.where(have, base_acc, _I64_MIN)[s.seg])
+                acc = xp.maximum(segmented_cummax(xp, code, s.first), xp.where(have, base_acc, _I64_MIN)[s.seg])
                 vals = self._decode(xp, ~acc if fn == "min" else acc, t)
             out[name] = Column(t, vals, nn > 0)
             new_acc[name], new_nn[name] = acc[lasts], nn[lasts]
@@ -366,13 +362,11 @@ class Over(Operator, Drained):
         """The ``ready`` rows with their lead values (null past the end), in arrival order."""
         idx = xp.flatnonzero(ready)
         idx = idx[xp.argsort(seq[idx])]
-        cols = {f.name: c for f, c in zip(self._pend_schema, (rows.columns[f.name] for f in self._pend_schema))}
-        out = rows.take(idx)
-        outcols = dict(out.columns)
+        outcols = dict(rows.take(idx).columns)
         for name, fn, col, n in self.funcs:
             if fn == "lead":
                 src, hit = shifted(xp, s, n)
-                outcols[name] = _gather(cols[col], src[idx], hit[idx], self._backend)
+                outcols[name] = _gather(rows.columns[col], src[idx], hit[idx], self._backend)
         table = Frame(self._backend, self._out_schema, {f.name: outcols[f.name] for f in self._out_schema},
                       int(idx.shape[0])).to_arrow()
         self.rows_out += table.num_rows
@@ -423,10 +417,7 @@ class Over(Operator, Drained):
         meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "seq": self._seq}
         out = {"state": pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(
             {"gpuwm.over": json.dumps(meta)})}
-        for c in getattr(self, "_codecs", []):
-            d = c.dictionary()
-            if d is not None:
-                out[f"dict.{c.name}"] = pa.table({"value": d})
+        out.update(dictionary_tables(getattr(self, "_codecs", [])))
         if rows:
             out.update({f"part.{p}": self.snapshot_part(p) for p in self.state_parts()})
         return out
@@ -470,9 +461,7 @@ class Over(Operator, Drained):
         schema = schema_from_text(meta["schema"])
         if schema is not None:
             self.bind(schema)
-            for c in self._codecs:
-                if f"dict.{c.name}" in snapshot:
-                    c.load_dictionary(snapshot[f"dict.{c.name}"].column("value"))
+            load_dictionaries(self._codecs, snapshot)
             missing = sorted(set(self.state_parts()) - set(parts))
             if missing:
                 raise StateError(f"over-window state is missing its part(s) {missing}")

@@ -270,7 +270,7 @@ class SessionAggregate(AggregateOperator):
     def _chunk_sessions(self, table: pa.Table | Frame) -> _Sessions | None:
         """The chunk's own sessions, ordered by (keys, start); None without a
         non-null event time."""
-        frame, ts, rows = self._event_times(table)
+        frame, ts, rows = self._event_times(table, self.window.column)
         b = self._backend
         xp = b.xp
         if ts.shape[0] == 0:

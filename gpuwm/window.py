@@ -198,7 +198,7 @@ class WindowAggregate(AggregateOperator):
         their accumulators; None when no pair is left. Null event times are
         dropped and counted; with ``drop_closed``, pairs of windows an earlier
         drain closed are dropped and counted as late."""
-        frame, ts, base = self._event_times(table)
+        frame, ts, base = self._event_times(table, self.window.column)
         b = self._backend
         xp = b.xp
         rows, widx = assign_windows(xp, ts, self._size, self._slide)

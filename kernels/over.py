@@ -1,14 +1,13 @@
 """Over-window steps on rows sorted into segments (one per partition key), on
 numpy or cupy: positions in a segment, the row ``n`` before or after in the
-same segment (lag / lead), running sums and extremes that restart at every
-segment, and the last ``h`` rows of each segment. No Python loop over rows.
+same segment (lag / lead), running sums that restart at every segment (running
+extremes: :func:`kernels.window.segmented_cummax`), and the last ``h`` rows
+of each segment. No Python loop over rows.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
-
-from .window import segmented_cummax
 
 
 class Segments(NamedTuple):
@@ -69,11 +68,6 @@ def segmented_cumsum(xp: Any, v: Any, s: Segments) -> Any:
     c = xp.cumsum(v)
     before = c - v  # the sum before each row
     return c - before[xp.flatnonzero(s.first)][s.seg]
-
-
-def segmented_running_max(xp: Any, v: Any, s: Segments) -> Any:
-    """Inclusive running maximum of int64 ``v`` restarting at every segment."""
-    return segmented_cummax(xp, v, s.first) if v.shape[0] else v.copy()
 
 
 def last_rows(xp: Any, s: Segments, h: int) -> Any:

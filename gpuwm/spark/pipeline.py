@@ -194,7 +194,7 @@ class Pipeline:
 
     def stage(self, spec: OperatorSpec) -> "Pipeline":
         """Append any operator spec as the next stage (what :meth:`sort`,
-        :meth:`window` and :meth:`dedup` do)."""
+        :meth:`window`, :meth:`dedup` and :meth:`over` do)."""
         self._need_watermark(spec.kind or "stage")
         return self._add(spec)
 
