@@ -21,6 +21,10 @@ out, and can be driven from a plain Python loop:
   writes again only when changed, e.g. one per open window or sort run),
   ``snapshot_part(name)``, ``mark_saved(written)``, and
   ``load_state(tables, parts)`` on a fresh operator;
+- ``keep_late()`` / ``take_late()``: on request, the rows ``push`` drops
+  as late (behind a window or session that closed, behind a sort's last
+  drain) are kept, in the input schema, until taken — a late-row side
+  output (``late_reason`` names them);
 - ``counters()``: cumulative row counts (``rows_in``, ``rows_out``,
   ``late_rows``, ``null_rows``, and any of its own, e.g. ``duplicate_rows``);
   ``state_rows`` / ``state_bytes``.
@@ -145,6 +149,33 @@ class Operator:
     state methods."""
 
     spec: OperatorSpec
+    #: what a late-row side output calls the rows this operator drops as late
+    late_reason: ClassVar[str] = "late"
+    _late_kept: list | None = None
+
+    def keep_late(self, on: bool = True) -> "Operator":
+        """Keep the rows :meth:`push` drops as late until :meth:`take_late`."""
+        self._late_kept = [] if on else None
+        return self
+
+    def take_late(self) -> pa.Table | None:
+        """The rows dropped as late since the last call, in the input schema
+        (a hopping window's row once per closed window it missed: as many as
+        ``late_rows`` counted), or None."""
+        got = self._late_kept
+        if got is not None:
+            self._late_kept = []
+        if not got:
+            return None
+        return got[0] if len(got) == 1 else pa.concat_tables(got)
+
+    def _set_aside(self, frame: Any, rows: Any) -> None:
+        """Keep ``frame``'s rows at ``rows`` (a bool mask or indexes on the
+        backend) as late, when asked to."""
+        if self._late_kept is not None:
+            late = frame.filter(rows) if getattr(rows, "dtype", None) == bool else frame.take(rows)
+            if late.num_rows:
+                self._late_kept.append(late.to_arrow())
 
     def _chunk(self, table: Any) -> Any:
         """A pushed chunk (Arrow table or batch, or a device Frame) as a table

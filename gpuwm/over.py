@@ -374,8 +374,12 @@ class Over(Operator, Drained):
 
     # -- drain -----------------------------------------------------------------
     def drain(self, watermark: Any) -> pa.Table:
-        """No rows (an over-window emits on push); records the watermark."""
-        self._drain_to(watermark)
+        """No rows (an over-window emits on push); records the watermark. At
+        the end of the input (a watermark of +infinity,
+        :meth:`~gpuwm.WatermarkFilter.end_input`) it is :meth:`flush`."""
+        w = self._drain_to(watermark)
+        if w is not None and w >= self._domain.end_of_time():
+            return self.flush()
         return pa.table({}) if self._schema is None else self._out_schema.empty_table()
 
     def output_watermark(self, watermark: Any) -> Any:

@@ -14,6 +14,8 @@ from .errors import ConfigError
 EMITS = ("on-batch", "on-event")
 COMBINES = ("min", "max", "min-non-idle")
 NULLS = ("drop", "keep", "error")
+ENDS = ("watermark", "all")
+LATENESS = ("row", "window")
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,9 @@ class Profile:
         drains with the one at its own start (W_{N-1}).
     combine : how split watermarks combine: ``min`` (all splits must report),
         ``max`` (one global watermark over all rows, splits ignored), or
-        ``min-non-idle`` (idle splits don't hold the others back).
+        ``min-non-idle`` (idle splits don't hold the others back). With an
+        ``idle_timeout``, ``min`` leaves idle splits out too; ``max`` has
+        nothing an idle split could hold back and refuses one.
     close_minus_one : a window ``[s, e)`` closes when ``W >= e - 1`` (else ``W >= e``).
     release_inclusive : the stream sort releases rows with ``ts <= W`` (else ``ts < W``).
     nulls : null event times in the filter: ``drop`` once a watermark exists
@@ -42,6 +46,19 @@ class Profile:
         (on ``window_time``) is derived from its input watermark —
         RisingWave's window_end derivation, minus 1 unit — instead of being
         the input watermark passed on (Spark's and Flink's aggregations).
+    window_lateness : in a pipeline whose first stage is a tumbling or
+        hopping window, ``row``: the filter drops every row behind the
+        watermark; ``window`` (Spark: its aggregation drops a (row, window)
+        pair when the window's end is at or before the watermark, so a row
+        behind the watermark still counts in a window that is open): the
+        filter keeps rows up to one window size behind it, and the window
+        stage drops the pairs of closed windows.
+    end_of_input : what the end of a bounded input releases. ``watermark``:
+        what the final watermark closes (Spark's last no-data micro-batch;
+        RisingWave's emit-on-window-close with the final watermark);
+        ``all``: the end is a watermark of +infinity (Flink's
+        ``MAX_WATERMARK``): every window fires, every buffered row is
+        released, and rows that arrive after it are late.
     """
 
     name: str
@@ -54,6 +71,8 @@ class Profile:
     release_inclusive: bool
     nulls: str
     derive_watermarks: bool = False
+    end_of_input: str = "watermark"
+    window_lateness: str = "row"
 
     def __post_init__(self) -> None:
         if self.emit not in EMITS:
@@ -62,6 +81,10 @@ class Profile:
             raise ConfigError(f"combine must be one of {COMBINES}, got {self.combine!r}")
         if self.nulls not in NULLS:
             raise ConfigError(f"nulls must be one of {NULLS}, got {self.nulls!r}")
+        if self.end_of_input not in ENDS:
+            raise ConfigError(f"end_of_input must be one of {ENDS}, got {self.end_of_input!r}")
+        if self.window_lateness not in LATENESS:
+            raise ConfigError(f"window_lateness must be one of {LATENESS}, got {self.window_lateness!r}")
         if self.lag not in (0, 1):
             raise ConfigError(f"lag must be 0 or 1, got {self.lag!r}")
         if self.lag == 1 and self.emit != "on-batch":
@@ -70,8 +93,8 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {
     "risingwave": Profile("risingwave", False, False, "on-batch", 0, "min", False, False, "drop", True),
-    "spark": Profile("spark", False, True, "on-batch", 1, "max", False, True, "keep"),
-    "flink": Profile("flink", True, True, "on-event", 0, "min-non-idle", True, True, "error"),
+    "spark": Profile("spark", False, True, "on-batch", 1, "max", False, True, "keep", window_lateness="window"),
+    "flink": Profile("flink", True, True, "on-event", 0, "min-non-idle", True, True, "error", end_of_input="all"),
 }
 
 KNOBS = tuple(f.name for f in fields(Profile) if f.name != "name")

@@ -38,7 +38,8 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from kernels import group_starts, key_filter, key_filter_probe, order_indices, reduce_runs, sessionize
+from kernels import (group_starts, in_intervals, key_filter, key_filter_probe, order_indices, reduce_runs,
+                     sessionize)
 from kernels.xp import INT64_MAX
 
 from .aggregates import AggregateOperator, AggregateSpec
@@ -174,6 +175,8 @@ class SessionAggregate(AggregateOperator):
     {'window_start': [1], 'window_end': [28], 'k': [1], 'n': [3]}
     """
 
+    late_reason = "session closed"
+
     def __init__(self, window: Session, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
                  emit: str = "on-window-close", profile: Any = "risingwave", *,
                  close_minus_one: bool | None = None, backend: str | None = None, window_time: bool = False):
@@ -264,12 +267,18 @@ class SessionAggregate(AggregateOperator):
         self.rows_in += table.num_rows
         chunk = self._chunk_sessions(table)
         if chunk is not None:
-            self._merge(chunk, sorted_=True)  # one chunk's sessions are disjoint already
+            sessions, (frame, keys, ts, rows) = chunk
+            late = self._merge(sessions, sorted_=True)  # one chunk's sessions are disjoint already
+            if late is not None and self._late_kept is not None:  # their rows, for a side output
+                xp = self._backend.xp
+                mine = in_intervals(xp, keys, ts, late.keys, late.start, late.end - 1)
+                self._set_aside(frame, mine if rows is None else rows[mine])
         return None
 
-    def _chunk_sessions(self, table: pa.Table | Frame) -> _Sessions | None:
-        """The chunk's own sessions, ordered by (keys, start); None without a
-        non-null event time."""
+    def _chunk_sessions(self, table: pa.Table | Frame) -> tuple[_Sessions, tuple] | None:
+        """The chunk's own sessions, ordered by (keys, start), and its rows
+        (frame, key codes, event times, their rows in the frame: None for
+        all); None without a non-null event time."""
         frame, ts, rows = self._event_times(table, self.window.column)
         b = self._backend
         xp = b.xp
@@ -278,7 +287,7 @@ class SessionAggregate(AggregateOperator):
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         keys = codes if rows is None else [c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, rows)
-        return self._sessions(xp, _Sessions(keys, ts, None, accs))
+        return self._sessions(xp, _Sessions(keys, ts, None, accs)), (frame, keys, ts, rows)
 
     def _sessions(self, xp: Any, s: _Sessions) -> _Sessions:
         """The sessions of intervals ``[start, end]`` (rows: ``end`` None, the
@@ -286,9 +295,9 @@ class SessionAggregate(AggregateOperator):
         order, starts, skeys, sstart, send = sessionize(xp, s.keys, s.start, self._size if s.end is None else s.end)
         return _Sessions(skeys, sstart, send, reduce_runs(xp, s.vals, [a.op for a in self._accs], order, starts))
 
-    def _merge(self, new: _Sessions, sorted_: bool = False) -> None:
+    def _merge(self, new: _Sessions, sorted_: bool = False) -> _Sessions | None:
         """Merge sessions (of a chunk, or partials) into the state; sessions
-        left ending at or before the last drain are late."""
+        left ending at or before the last drain are late (returned, or None)."""
         xp = self._backend.xp
         if not sorted_:  # partials of several chunks: merge them with each other first
             new = self._sessions(xp, new)
@@ -299,12 +308,15 @@ class SessionAggregate(AggregateOperator):
             self._levels = []
         if touched:
             new = self._sessions(xp, _Sessions.join(xp, [*touched, new]))
+        gone = None
         if self._drained is not None:  # only sessions of chunk rows alone can be late
             late = new.end - self._close <= self._drained
             if bool(late.any()):
                 self.late_rows += int(new.vals[-1][late].sum())  # the __rows accumulator
+                gone = new.take(late)
                 new = new.take(~late)
         self._add_level(new)
+        return gone
 
     def _take_touched(self, xp: Any, ckey: Any) -> list[_Sessions]:
         """One key column: the open sessions of the chunk's keys (``ckey``,
@@ -347,6 +359,7 @@ class SessionAggregate(AggregateOperator):
         chunk = self._chunk_sessions(table)
         if chunk is None:
             return self.partial_schema().empty_table()
+        chunk = chunk[0]
         to_np = self._backend.to_numpy
         cols = [pa.array(to_np(chunk.start)), pa.array(to_np(chunk.end))]
         cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, chunk.keys)]

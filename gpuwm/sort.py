@@ -117,6 +117,8 @@ class StreamSort(Operator, Drained):
     {'pk': [98, 37, 3], 'ts': [4, 5, 6]}
     """
 
+    late_reason = "sort released"
+
     def __init__(
         self,
         column: str,
@@ -190,6 +192,7 @@ class StreamSort(Operator, Drained):
             nbehind = int(xp.count_nonzero(behind))
             if nbehind:
                 self.late_rows += nbehind
+                self._set_aside(frame, behind)
                 keep = ~behind if keep is None else keep & ~behind
         if keep is not None:
             frame = frame.filter(keep)

@@ -125,6 +125,15 @@ class TimeDomain:
         return max(self.per_second // 1_000, 1)
 
     # -- instants --------------------------------------------------------------
+    def end_of_time(self) -> int:
+        """The raw watermark that ends the input (+infinity, Flink's
+        ``MAX_WATERMARK``): 2**62 for integers, 2200-01-01 for timestamps —
+        far past any event time, with room for window arithmetic and still a
+        ``pd.Timestamp``."""
+        if not self.is_timestamp:
+            return END_INT
+        return END_SECONDS * self.per_second
+
     def to_raw(self, value: Any) -> int | None:
         """A watermark or event time as an int in the column's unit."""
         if value is None:
@@ -151,6 +160,10 @@ class TimeDomain:
         if not self.is_timestamp:
             return int(raw)
         return pd.Timestamp(int(raw), unit=self.unit, tz=timezone.utc)
+
+
+END_INT = 1 << 62
+END_SECONDS = 7_258_118_400  # 2200-01-01T00:00:00Z
 
 
 def event_time_domain(schema: pa.Schema, column: str) -> TimeDomain:

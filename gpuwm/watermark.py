@@ -72,17 +72,14 @@ def combine_split_watermarks(
     """The combined watermark of splits before the never-decrease clamp.
 
     ``wms`` use :data:`kernels.NONE` for "not reported". ``active[i]`` is
-    False for an idle split (``min-non-idle`` only). Returns None where the
-    splits can't yet agree (a split that counts has not reported, or every
-    split is idle: the caller keeps its last value).
+    False for an idle split (only with an ``idle_timeout``: ``min`` and
+    ``min-non-idle`` then both leave it out). Returns None where the splits
+    can't yet agree (a split that counts has not reported, or every split is
+    idle: the caller keeps its last value).
     """
     if mode == "max":
         vals = [w for w in wms if w != NONE]
         return max(vals) if vals else None
-    if mode == "min":
-        if not wms or any(w == NONE for w in wms):
-            return None
-        return min(wms)
     counted = [w for w, a in zip(wms, active) if a]
     if not counted or any(w == NONE for w in counted):
         return None
@@ -94,6 +91,19 @@ def _check_idle(idle_timeout: Any) -> Any:
     if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
         raise ConfigError(f"idle_timeout must be a positive timedelta, got {idle_timeout!r}")
     return value
+
+
+def _check_splits_apply(profile: Profile, idle_timeout: Any, max_drift: Any) -> None:
+    """Idleness and alignment act on split watermarks; one global maximum
+    over all rows (``combine='max'``, the spark profile) has none."""
+    if profile.combine != "max":
+        return
+    for name, value in (("idle_timeout", idle_timeout), ("max_drift", max_drift)):
+        if value is not None:
+            raise ConfigError(
+                f"{name} has no effect under combine='max' (profile {profile.name!r}: one watermark over all rows, "
+                f"which no split holds back); use profile 'risingwave' or 'flink' (or combine='min') with a split "
+                f"column, or drop {name}")
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,8 @@ class WatermarkSpec:
         object.__setattr__(self, "allowed_lateness", _check_delay(self.allowed_lateness or 0, "allowed_lateness"))
         object.__setattr__(self, "idle_timeout", _check_idle(self.idle_timeout))
         object.__setattr__(self, "max_drift", parse_interval(self.max_drift))
-        resolve(self.profile, emit=self.emit, **dict(knobs))  # names and values of the profile knobs
+        _check_splits_apply(resolve(self.profile, emit=self.emit, **dict(knobs)),  # the knobs' names and values
+                            self.idle_timeout, self.max_drift)
 
     @property
     def resolved_profile(self) -> Profile:
@@ -155,9 +166,11 @@ class WatermarkFilter:
     splits : split values expected up front; under ``combine="min"`` the
         combined watermark waits until all have reported.
     idle_timeout : processing time after which a split with no rows stops
-        holding the combined watermark back (``min-non-idle``).
+        holding the combined watermark back (``min`` and ``min-non-idle``;
+        refused under ``max``); it counts while no batch has rows too
+        (a no-data batch re-combines at its own time).
     max_drift : alignment: splits ahead of the combined watermark by more than
-        this are reported by :meth:`held_back`.
+        this are reported by :meth:`held_back` (refused under ``max``).
     allowed_lateness : a row is late only when it is this far behind the
         watermark: ``ts + allowed_lateness < W`` (``<=`` under
         ``late_inclusive``); default 0. A session-window pipeline sets it to
@@ -199,6 +212,8 @@ class WatermarkFilter:
         self.split_column = split
         self.idle_timeout = _check_idle(idle_timeout)
         self.max_drift = parse_interval(max_drift)
+        _check_splits_apply(self.profile, self.idle_timeout, self.max_drift)
+        self.ended = False  # end_input() was called
         self._backend: Backend = get_backend(backend)
         self._schema: pa.Schema | None = None
         self._domain: TimeDomain | None = None
@@ -230,8 +245,10 @@ class WatermarkFilter:
             self._self_coded += 1
         self._keys.append(key)
         self._code[key] = code
-        self._wm = np.append(self._wm, np.int64(NONE))
-        self._wm_lag = np.append(self._wm_lag, np.int64(NONE))
+        ended = self.ended and self.profile.end_of_input == "all" and self._domain is not None
+        start = self._end_raw() if ended else NONE
+        self._wm = np.append(self._wm, np.int64(start))  # after an end at +infinity a new split is late too
+        self._wm_lag = np.append(self._wm_lag, np.int64(start))
         self._active_at.append(None)
         return code
 
@@ -314,7 +331,7 @@ class WatermarkFilter:
         self.advance([stats], now)
         return kept
 
-    def filter_local(self, table: pa.Table | Frame) -> tuple[pa.Table | Frame, dict]:
+    def filter_local(self, table: pa.Table | Frame, late_out: list | None = None) -> tuple[pa.Table | Frame, dict]:
         """The first half of :meth:`process`; it changes no state (new split keys are
         registered, with no watermark):
         the kept rows and this chunk's statistics (per-split watermark
@@ -324,6 +341,9 @@ class WatermarkFilter:
         task against the same prior state, and :meth:`advance` once with all
         the tasks' statistics: under ``on-batch`` that equals one
         :meth:`process` over the whole batch (maxima and counts combine).
+
+        ``late_out``: a list that gets the rows dropped as late (an Arrow
+        table, when there are any), for a side output.
 
         ``table`` may be a :class:`~gpuwm.frame.Frame` already on this
         filter's backend; the kept rows then stay a Frame, on the device, for
@@ -377,6 +397,9 @@ class WatermarkFilter:
             "splits": [[self._keys[c], None if new_wm[c] == NONE else int(new_wm[c])] for c in seen.tolist()],
             "late": res.late, "nulls": nnull, "nulls_dropped": res.nulls_dropped, "rows": n,
         }
+        if late_out is not None and res.late:  # the late rows themselves (not dropped nulls), for a side output
+            late = ~res.keep if valid is None else ~res.keep & valid
+            late_out.append(frame.filter(late).to_arrow() if frame is not None else filter_table(table, late))
         if res.keep is None:
             kept = table
         elif isinstance(table, Frame):
@@ -417,6 +440,39 @@ class WatermarkFilter:
         if cand is not None and (self._combined is None or cand > self._combined):
             self._combined = cand
 
+    def _end_raw(self) -> int:
+        return self._domain.end_of_time()
+
+    def end_input(self) -> Any:
+        """The input has ended (after the last batch's :meth:`process` or
+        :meth:`advance`, which a no-data batch makes): under the profile's
+        ``end_of_input='all'`` (flink) the watermark becomes +infinity —
+        :meth:`~gpuwm.timecol.TimeDomain.end_of_time` — so every operator
+        drained with :attr:`output_watermark` releases everything, and every
+        later row is late; under ``'watermark'`` (spark, risingwave) it stays
+        the final watermark. Returns :attr:`output_watermark`.
+
+        >>> import pyarrow as pa, gpuwm
+        >>> f = gpuwm.WatermarkFilter("t", delay=2, profile="flink")
+        >>> _ = f.process(pa.table({"t": [10]}))
+        >>> f.watermark, f.end_input() == 2 ** 62, f.process(pa.table({"t": [99]})).num_rows
+        (7, True, 0)
+        """
+        self.ended = True
+        if self.profile.end_of_input == "all" and self._domain is not None:
+            end = self._end_raw()
+            self._wm[:] = end
+            self._wm_lag[:] = end
+            self._combined = self._combined_prev = end
+        return self.output_watermark
+
+    def finish(self, now: datetime | None = None) -> Any:
+        """The end of the input as one call: a no-data batch at ``now`` (the
+        final watermark: Spark's last micro-batch), then :meth:`end_input`.
+        Returns the watermark to drain every operator with a last time."""
+        self.advance([], now)
+        return self.end_input()
+
     # -- what users read -------------------------------------------------------
     def _out(self, raw: int | None) -> Any:
         if raw is None:
@@ -443,7 +499,8 @@ class WatermarkFilter:
     @property
     def max_event_time_raw(self) -> int | None:
         """The newest event time seen (the largest split watermark plus the delay)."""
-        live = [int(w) for w in self._wm.tolist() if w != NONE]
+        top = self._domain.end_of_time() if self._domain is not None else None
+        live = [int(w) for w in self._wm.tolist() if w != NONE and w != top]
         return None if not live or self._eff_delay is None else max(live) + self._eff_delay
 
     @property
@@ -458,6 +515,16 @@ class WatermarkFilter:
     def idle_splits(self, now: datetime | None = None) -> list[Any]:
         act = self._activity(_now(now))
         return [k for k, a in zip(self._keys, act) if not a]
+
+    def next_idle(self, now: datetime | None = None) -> datetime | None:
+        """When the next split that is active at ``now`` goes idle if no row
+        comes (None: no ``idle_timeout``, or none active): a no-data batch
+        then re-combines without it."""
+        if self.idle_timeout is None or self.profile.combine == "max":
+            return None
+        now = _now(now)
+        at = [a for a in self._active_at if a is not None and now - a <= self.idle_timeout]
+        return min(at) + self.idle_timeout + timedelta(milliseconds=1) if at else None
 
     def held_back(self, now: datetime | None = None) -> list[Any]:
         """Splits whose watermark is ahead of the slowest non-idle split by
@@ -478,7 +545,7 @@ class WatermarkFilter:
             "combined": self._combined, "combined_prev": self._combined_prev,
             "late_rows": self.late_rows, "null_rows": self.null_rows,
             "null_rows_dropped": self.null_rows_dropped, "rows_in": self.rows_in,
-            "batches": self.batches, "schema": schema_to_text(self._schema),
+            "batches": self.batches, "schema": schema_to_text(self._schema), "ended": self.ended,
         }
         keys = [json.dumps(k) for k in self._keys]
         return pa.table(
@@ -508,6 +575,7 @@ class WatermarkFilter:
             for k in ("late_rows", "null_rows", "null_rows_dropped", "rows_in"):
                 setattr(self, k, getattr(self, k) + meta[k])
             self.batches = max(self.batches, meta["batches"])
+            self.ended = self.ended or meta.get("ended", False)
             combined = _max_opt(combined, meta["combined"])
             combined_prev = _max_opt(combined_prev, meta["combined_prev"])
             for row in snap.to_pylist():

@@ -160,6 +160,8 @@ class WindowAggregate(AggregateOperator):
             return SessionAggregate(window, *args, **kwargs)
         return super().__new__(cls)
 
+    late_reason = "window closed"
+
     def __init__(
         self,
         window: _Window,
@@ -208,6 +210,8 @@ class WindowAggregate(AggregateOperator):
             nlate = int(rows.shape[0] - xp.count_nonzero(open_))
             if nlate:
                 self.late_rows += nlate
+                gone = rows[~open_]
+                self._set_aside(frame, gone if base is None else base[gone])
                 rows, widx = rows[open_], widx[open_]
         identity = base is None and self._size == self._slide and rows.shape[0] == table.num_rows
         if base is not None:

@@ -8,7 +8,8 @@ from .dedup import lookup
 from .order import KeyFilter, group_starts, key_filter, key_filter_probe, order_indices, sort_rows
 from .sort import cut, merge_released, range_parts
 from .watermark import FilterResult, per_split_max, watermark_filter
-from .window import (assign_windows, derive_watermarks, group_reduce, reduce_runs, segmented_cummax, sessionize,
+from .window import (assign_windows, derive_watermarks, group_reduce, in_intervals, reduce_runs, segmented_cummax,
+                     sessionize,
                      tumble_start)
 from .xp import NONE
 
@@ -31,6 +32,7 @@ __all__ = [
     "reduce_runs",
     "segmented_cummax",
     "sessionize",
+    "in_intervals",
     "sort_rows",
     "tumble_start",
     "watermark_filter",

@@ -221,6 +221,36 @@ def sessionize(xp: Any, keys: Sequence[Any], start: Any, end: Any | int) -> tupl
     return order, starts, [k[starts] for k in sorted_cols[:-1]], s[starts], send
 
 
+def in_intervals(xp: Any, keys: Sequence[Any], ts: Any, ikeys: Sequence[Any], lo: Any, hi: Any) -> Any:
+    """Which rows ``(keys, ts)`` fall in an interval ``[lo, hi]`` of their
+    key (``ikeys``); the intervals of a key must not overlap. One sort of
+    intervals and rows together (an interval just before the rows at its
+    ``lo``) and a running maximum: each row meets the last interval before it.
+
+    >>> import numpy as np
+    >>> in_intervals(np, [np.array([1, 1, 2, 1])], np.array([5, 12, 6, 9]),
+    ...              [np.array([1, 2])], np.array([4, 7]), np.array([9, 9])).tolist()
+    [True, False, False, True]
+    """
+    n, m = int(ts.shape[0]), int(lo.shape[0])
+    if n == 0 or m == 0:
+        return xp.zeros(n, dtype=bool)
+    cols = [xp.concatenate([ik, k]) for ik, k in zip(ikeys, keys)]
+    t = xp.concatenate([lo, ts])
+    kind = xp.concatenate([xp.zeros(m, dtype=xp.int64), xp.ones(n, dtype=xp.int64)])
+    order = order_indices(xp, [*cols, t, kind])
+    is_iv = order < m
+    last = cummax(xp, xp.where(is_iv, xp.arange(n + m), -1))  # position of the last interval so far
+    at = xp.maximum(last, 0)
+    inside = (last >= 0) & ~is_iv & (t[order] <= hi[xp.minimum(order[at], m - 1)])
+    for c in cols:
+        inside &= c[order] == c[order[at]]
+    out = xp.zeros(n, dtype=bool)
+    rows = ~is_iv
+    out[order[rows] - m] = inside[rows]
+    return out
+
+
 def _first_only(xp: Any, n: int) -> Any:
     f = xp.zeros(n, dtype=bool)
     f[0] = True

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+INF = float("inf")  # the watermark that ends an input under end_of_input="all"
+
 
 @dataclass
 class RefFilter:
@@ -29,6 +31,8 @@ class RefFilter:
     combined_prev: Any = None
     late: int = 0
     lateness: int = 0  # allowed lateness: a row is tested as ts + lateness
+    end_of_input: str = "watermark"  # watermark | all
+    ended_all: bool = False  # the input ended at +infinity: every split, new ones too, at INF
 
     def _late(self, ts: int, w: Any) -> bool:
         if w is None:
@@ -43,8 +47,8 @@ class RefFilter:
             s = split_of(r)
             if s not in self.wm:
                 self.splits.append(s)
-                self.wm[s] = None
-                self.wm_lag[s] = None
+                self.wm[s] = INF if self.ended_all else None
+                self.wm_lag[s] = INF if self.ended_all else None
                 self.active[s] = None
         test = dict(self.wm_lag if self.lag else self.wm)
         kept = []
@@ -89,11 +93,25 @@ class RefFilter:
         if self.combine == "max":
             vals = [w for w in ws if w is not None]
             return max(vals) if vals else None
-        if self.combine == "min":
-            return None if (not ws or None in ws) else min(ws)
+        # min and min-non-idle: a split idle for longer than idle_timeout (if any) does not count
         live = [self.wm[s] for s in self.splits
                 if self.idle_timeout is None or (self.active[s] is not None and now - self.active[s] <= self.idle_timeout)]
         return None if (not live or None in live) else min(live)
+
+    def idle(self, now: int) -> list:
+        if self.idle_timeout is None or self.combine == "max":
+            return []
+        return [s for s in self.splits if not (self.active[s] is not None and now - self.active[s] <= self.idle_timeout)]
+
+    def end_input(self) -> Any:
+        """The end of the input (after its last batch, a no-data one): under
+        ``all`` the watermark is +infinity and every later row is late."""
+        if self.end_of_input == "all":
+            self.ended_all = True
+            for s in self.splits:
+                self.wm[s] = self.wm_lag[s] = INF
+            self.combined = self.combined_prev = INF
+        return self.output_watermark
 
     @property
     def output_watermark(self) -> Any:
@@ -109,6 +127,7 @@ class RefSort:
     seq: int = 0
     late: int = 0
     nulls: int = 0
+    late_out: list = field(default_factory=list)  # the rows dropped as late, in the order dropped
 
     def _below(self, ts: int, w: int) -> bool:
         return ts <= w if self.inclusive else ts < w
@@ -120,6 +139,7 @@ class RefSort:
                 continue
             if self.drained is not None and self._below(r[0], self.drained):
                 self.late += 1
+                self.late_out.append(r)
                 continue
             self.buf.append((r[0], self.key_of(r), self.seq, r))
             self.seq += 1
@@ -169,6 +189,7 @@ class RefWindow:
     drained: Any = None
     late: int = 0
     nulls: int = 0
+    late_out: list = field(default_factory=list)  # the rows dropped as late (once per closed window)
 
     def _starts(self, ts: int) -> list[int]:
         first = ts - (ts % self.slide)
@@ -193,6 +214,7 @@ class RefWindow:
             for s in self._starts(r[0]):
                 if self.drained is not None and self._closed(s, self.drained):
                     self.late += 1
+                    self.late_out.append(r)
                     continue
                 k = (s, self.key_of(r))
                 self.state.setdefault(k, []).append(r)
@@ -227,6 +249,7 @@ class RefSession:
     drained: Any = None
     late: int = 0
     nulls: int = 0
+    late_out: list = field(default_factory=list)  # the rows of sessions dropped as late
 
     @property
     def _c(self) -> int:
@@ -254,6 +277,7 @@ class RefSession:
             for m in merged:
                 if self.drained is not None and m[1] - self._c <= self.drained:
                     self.late += len(m[2])
+                    self.late_out += m[2]
                 else:
                     keep.append(m)
             self.sessions[key] = keep
