@@ -108,8 +108,10 @@ def batch_output(plan: dict, batch_id: int) -> tuple[pa.Table | None, int]:
 
 def run_operators(op, batches) -> list[pa.Table]:
     """The same query on the engine-independent operators, on the CPU."""
+    # spark's window_lateness: before a first window stage the filter keeps rows up to a window size behind
+    lateness = {"window": 4, "chain": 2}.get(op, 0)
     f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile="spark",
-                              backend="cpu")
+                              allowed_lateness=timedelta(seconds=lateness), backend="cpu")
     if op == "window":
         ops = [gpuwm.WindowAggregate(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
                                      aggs={"n": ("*", "count"), "hi": ("price", "max")}, profile="spark",

@@ -92,21 +92,25 @@ def test_pipeline_equals_operators_over_the_same_batches(spark, tmp_path, profil
     run_to_end(p)
     got = read_out(f"{tmp_path}/out")
     # the engine-independent operators over the same micro-batches
-    f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile=profile)
+    # spark: a row behind the watermark still counts in a window that is open (window_lateness="window")
+    f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile=profile,
+                              allowed_lateness=timedelta(seconds=2 if profile == "spark" else 0))
     a = gpuwm.WindowAggregate(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"],
                               aggs={"bids": ("*", "count"), "max_price": ("price", "max")}, profile=profile)
     outs = []
     for b in nexmark_batches(NEX):
         a.push(f.process(b))
         outs.append(a.drain(f.output_watermark))
+    outs.append(a.drain(f.finish()))  # the end of the bounded source: spark's last no-data batch
     exp = pa.concat_tables(outs)
     cols = ["window_start", "auction", "bids", "max_price"]
-    assert exp.num_rows > 100
+    assert exp.num_rows > 100 and (outs[-1].num_rows > 0) == (profile == "spark")
     assert rows_of(got, cols) == rows_of(exp, cols)
     m = p.history
-    assert [x["batch_id"] for x in m] == list(range(6))
+    assert [x["batch_id"] for x in m] == list(range(6 + (profile == "spark")))
     assert sum(x["input_rows"] for x in m) == sum(b.num_rows for b in nexmark_batches(NEX))
     assert sum(x["late_rows"] for x in m) == f.late_rows > 0
+    assert sum(x["stages"][0]["late_rows"] for x in m) == a.late_rows
     assert m[-1]["watermark"] == f.watermark_raw
     assert {x["read"] for x in m if x["input_rows"]} == {"direct" if read == "auto" else "spark"}
 
@@ -136,13 +140,19 @@ def test_sorted_stream_is_ordered_and_complete(spark, tmp_path, vnodes):
     assert got.column("event_id").to_pylist() == pa.concat_tables(exp).column("event_id").to_pylist()
 
 
-def _write_batches(d: str, batches: list[list[tuple]]) -> None:
+def _write_batches(d: str, batches: list[list[tuple]], ids: bool = False) -> None:
+    """One Parquet file per batch, increasing mtimes (Spark takes the oldest
+    first); ``ids``: an ``id`` column numbering the rows of all batches."""
     os.makedirs(d, exist_ok=True)
     base = time.time() - 1000
+    n = 0
     for i, rows in enumerate(batches):
         t = pa.table({"ts": pa.array([T0 + timedelta(seconds=s) for s, _, _ in rows], TS),
                       "k": pa.array([k for _, k, _ in rows], pa.int64()),
                       "price": pa.array([p for _, _, p in rows], pa.int64())})
+        if ids:
+            t = t.append_column("id", pa.array(range(n, n + len(rows)), pa.int64()))
+            n += len(rows)
         p = os.path.join(d, f"part-{i:04d}.parquet")
         pq.write_table(t, p)
         os.utime(p, (base + i, base + i))
@@ -184,29 +194,103 @@ def _spark_native_append(spark, tmp_path, batches: list[list[tuple]], window) ->
     return sorted((utc(r.ws), utc(r.we), r.k, r.n, r.mx) for r in exp.itertuples())
 
 
-@pytest.mark.parametrize("hop", [False, True])
-def test_spark_profile_matches_spark_native_windows(spark, tmp_path, hop):
-    batches = _random_batches(np.random.default_rng(3 + hop), 10, 40, step=6, behind=12, keys=3)
+def _session_batches(rng) -> list[list[tuple]]:
+    """Bursts per key with pauses (seconds); 40 % of the rows arrive 1-3 batches late."""
+    batches: list[list] = [[] for _ in range(13)]
+    for i in range(10):
+        for k in range(4):
+            if rng.random() < 0.7:
+                m = int(rng.integers(1, 6))
+                secs = i * 10 + int(rng.integers(0, 8)) + np.cumsum(rng.integers(0, 4, m))
+                for t in secs.tolist():
+                    batches[i + int(rng.choice([0, 0, 0, 0, 0, 0, 1, 1, 2, 3]))].append(
+                        (t, k, int(rng.integers(0, 1000))))
+    batches = [rng.permutation(np.array(b, dtype=np.int64)).tolist() if b else [] for b in batches]
+    return [[tuple(r) for r in b] for b in batches]
+
+
+@pytest.mark.parametrize("kind", ["tumble", "hop", "session", "sort"])
+def test_spark_profile_matches_spark_native_append_to_the_end(spark, tmp_path, kind):
+    """gpuwm (profile spark) against Spark's own withWatermark(10 s) + append
+    query on the same files, one per micro-batch, both run with
+    availableNow to the end — Spark's last micro-batch has no data and emits
+    what the final watermark closes; gpuwm asks Spark for the same drain
+    (gpuwm.spark.drain), no extra input file. vnodes 1 and 3, the task reading
+    the files itself and Spark's rows through the JVM. Sort: Spark has no
+    streaming sort, so its reference is every row Spark's own watermark
+    keeps (dropDuplicatesWithinWatermark on a unique id), ordered."""
     from pyspark.sql import functions as F
 
-    win = F.window("ts", "10 seconds", "5 seconds") if hop else F.window("ts", "5 seconds")
-    exp_rows = [(ws, k, n, mx) for ws, _, k, n, mx in _spark_native_append(spark, tmp_path, batches, win)]
-    assert len(exp_rows) > 5
+    rng = np.random.default_rng({"tumble": 3, "hop": 4, "session": 11, "sort": 5}[kind])
+    batches = _session_batches(rng) if kind == "session" else _random_batches(
+        rng, 10, 40, step=6, behind=20, keys=3)
+    if kind == "sort":
+        exp = _spark_native_kept(spark, tmp_path, batches)
+        cols = ["ts", "k", "price", "id"]
+    else:
+        win = {"tumble": F.window("ts", "5 seconds"), "hop": F.window("ts", "10 seconds", "5 seconds"),
+               "session": F.session_window("ts", "4 seconds")}[kind]
+        exp = _spark_native_append(spark, tmp_path, batches, win)
+        cols = ["window_start", "window_end", "k", "n", "mx"]
+    assert len(exp) > 5
+    native_batches = len([f for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit()])
+    assert native_batches == len(batches) + (kind != "session")  # Spark's own last, no-data batch
+    src = f"{tmp_path}/in"
+    stage = {"tumble": gpuwm.Tumble("ts", "5 seconds"), "hop": gpuwm.Hop("ts", size="10 seconds", slide="5 seconds"),
+             "session": gpuwm.Session("ts", "4 seconds")}.get(kind)
+    for vnodes, read in ((None, "auto"), (3, "spark"), (None, "spark"), (3, "auto")):
+        name = f"{vnodes}-{read}"
+        df = spark.readStream.schema(SCHEMA_TKP + (", id bigint" if kind == "sort" else "")).option(
+            "maxFilesPerTrigger", 1).parquet(src)
+        p = Pipeline(df, f"{tmp_path}/ck-{name}", vnodes=vnodes, read=read).watermark(
+            "ts", delay="10 seconds", profile="spark")
+        p = p.sort(key=["id"]) if kind == "sort" else p.window(
+            stage, by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
+        p.write_parquet(f"{tmp_path}/out-{name}").start(trigger={"availableNow": True}).awaitTermination()
+        got = read_out(f"{tmp_path}/out-{name}")
+        h = p.history
+        # as many micro-batches as Spark ran, the last without data where the watermark moved in the one before
+        assert len(h) == native_batches, name
+        assert h[-1]["input_rows"] == 0 and h[-1]["rows_emitted"] > 0 or kind == "session", name
+        if kind == "sort":  # one ordered stream: batch after batch, part after part
+            files = sorted(glob.glob(f"{tmp_path}/out-{name}/batch_id=*/*.parquet"),
+                           key=lambda x: (int(x.split("batch_id=")[1].split("/")[0]), x))
+            got = pa.concat_tables([pq.read_table(x) for x in files])
+            w = h[-1]["watermark"]  # the final one: rows after it stay buffered (end_of_input "watermark")
+            released = sorted((r for r in exp if r[0].timestamp() * 1e6 <= w), key=lambda r: (r[0], r[3]))
+            assert got.column("id").to_pylist() == [r[3] for r in released], name
+            assert h[-1]["state_rows"] == len(exp) - len(released) > 0, name
+        else:
+            assert rows_of(got, cols) == exp, name
+        assert {m["read"] for m in h if m["input_rows"]} == {"direct" if read == "auto" else "spark"}
+    if kind == "session":
+        # Spark's timing (batch N tests with W_{N-2}, W_k = max ts so far - 10 s): 6 rows have ts <= W, but
+        # 4 of them are within the gap of it (ts + 4 s > W) and may join open sessions, in Spark and here
+        mx, wms, late = -1, [], 0
+        for n, b in enumerate(batches):
+            late += sum(t + 4 <= wms[n - 2] for t, _, _ in b) if n >= 2 else 0
+            mx = max([mx] + [t for t, _, _ in b])
+            wms.append(mx - 10)
+        assert late == 2 and sum(m["late_rows"] for m in h) == late
 
-    # gpuwm, profile spark; one more (empty) file plays Spark's final no-data batch
-    src2 = f"{tmp_path}/in2"
-    _write_batches(src2, batches + [[]])
-    win = gpuwm.Hop("ts", size="10 seconds", slide="5 seconds") if hop else gpuwm.Tumble("ts", "5 seconds")
-    for read in ("auto", "spark"):  # the task reads the files itself / Spark's rows through the JVM
-        df = spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src2)
-        p = (Pipeline(df, f"{tmp_path}/ck-{read}", read=read).watermark("ts", delay="10 seconds", profile="spark")
-             .window(win, by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
-             .write_parquet(f"{tmp_path}/out-{read}"))
-        p.start(trigger={"availableNow": True}).awaitTermination()
-        got = read_out(f"{tmp_path}/out-{read}")
-        assert rows_of(got, ["window_start", "k", "n", "mx"]) == exp_rows
-        reads = {m["read"] for m in p.history if m["input_rows"]}
-        assert reads == {"direct" if read == "auto" else "spark"}
+
+def _spark_native_kept(spark, tmp_path, batches: list[list[tuple]]) -> list[tuple]:
+    """The rows Spark's own withWatermark(10 s) keeps over one file per batch
+    (a stateful operator drops the late ones: dropDuplicatesWithinWatermark
+    on a unique id keeps all others), ordered by (ts, id): what a complete
+    stream sort emits by the end. Writes the files, with ids, to ``in``."""
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches, ids=True)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    nq = (spark.readStream.schema(SCHEMA_TKP + ", id bigint").option("maxFilesPerTrigger", 1).parquet(src)
+          .withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(["id"])
+          .writeStream.format("parquet").option("path", f"{tmp_path}/native")
+          .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append").trigger(availableNow=True).start())
+    nq.awaitTermination()
+    utc = lambda t: t.to_pydatetime().replace(tzinfo=timezone.utc) if t.tzinfo is None else t.to_pydatetime()  # noqa: E731
+    kept = spark.read.parquet(f"{tmp_path}/native").toPandas()
+    assert 0 < len(kept) < sum(len(b) for b in batches)  # some rows are late
+    return sorted((utc(r.ts), r.k, r.price, r.id) for r in kept.itertuples())
 
 
 def test_spark_profile_matches_spark_native_chained_windows(spark, tmp_path):
@@ -240,8 +324,7 @@ def test_spark_profile_matches_spark_native_chained_windows(spark, tmp_path):
                  for r in spark.read.parquet(f"{tmp_path}/native").toPandas().itertuples())
     assert len(exp) >= 5 and any(r[4] > 1 for r in exp)  # several first-stage groups per second-stage window
 
-    src2 = f"{tmp_path}/in2"  # one more (empty) file plays Spark's final no-data batch
-    _write_batches(src2, batches + [[]])
+    src2 = src  # the same files: gpuwm asks Spark for the last, no-data micro-batch itself
     cols = ["window_start", "window_end", "max_n", "total", "groups"]
     spec = {"source": {"format": "parquet", "schema": SCHEMA_TKP, "path": src2,
                        "options": {"maxFilesPerTrigger": 1}},
@@ -396,45 +479,6 @@ def test_stages_that_cannot_follow_are_refused_before_the_first_batch(spark, tmp
         p.over(by=["auction"], funcs={"rn": ["row_number"]})
     with pytest.raises(gpuwm.ConfigError, match="call .watermark\\(...\\) once, before the stages"):
         p.sort().watermark("date_time", delay="3 seconds")
-
-
-@pytest.mark.parametrize("vnodes", [None, 2])
-def test_spark_profile_matches_spark_native_sessions(spark, tmp_path, vnodes):
-    """Session windows (gap 4 s) against Spark's session_window + append on
-    the same files; vnodes=2 merges partial sessions after the shuffle."""
-    rng = np.random.default_rng(11)
-    batches: list[list] = [[] for _ in range(13)]
-    for i in range(10):  # bursts per key with pauses, seconds; 40 % of the rows arrive 1-3 batches late
-        for k in range(4):
-            if rng.random() < 0.7:
-                m = int(rng.integers(1, 6))
-                secs = i * 10 + int(rng.integers(0, 8)) + np.cumsum(rng.integers(0, 4, m))
-                for t in secs.tolist():
-                    batches[i + int(rng.choice([0, 0, 0, 0, 0, 0, 1, 1, 2, 3]))].append(
-                        (t, k, int(rng.integers(0, 1000))))
-    batches = [rng.permutation(np.array(b, dtype=np.int64)).tolist() if b else [] for b in batches]
-    batches = [[tuple(r) for r in b] for b in batches]
-    from pyspark.sql import functions as F
-
-    exp_rows = _spark_native_append(spark, tmp_path, batches, F.session_window("ts", "4 seconds"))
-    assert len(exp_rows) > 10 and any(r[3] > 3 for r in exp_rows)  # sessions of several rows
-
-    src2 = f"{tmp_path}/in2"
-    _write_batches(src2, batches + [[]])
-    df = spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src2)
-    p = (Pipeline(df, f"{tmp_path}/ck", vnodes=vnodes).watermark("ts", delay="10 seconds", profile="spark")
-         .window(gpuwm.Session("ts", "4 seconds"), by=["k"], aggs={"n": ("*", "count"), "mx": ("price", "max")})
-         .write_parquet(f"{tmp_path}/out"))
-    p.start(trigger={"availableNow": True}).awaitTermination()
-    assert rows_of(read_out(f"{tmp_path}/out"), ["window_start", "window_end", "k", "n", "mx"]) == exp_rows
-    # Spark's timing (batch N tests with W_{N-2}, W_k = max ts so far - 10 s): 6 rows have ts <= W, but
-    # 4 of them are within the gap of it (ts + 4 s > W) and may join open sessions, in Spark and here
-    mx, wms, late = -1, [], 0
-    for n, b in enumerate(batches):
-        late += sum(t + 4 <= wms[n - 2] for t, _, _ in b) if n >= 2 else 0
-        mx = max([mx] + [t for t, _, _ in b])
-        wms.append(mx - 10)
-    assert late == 2 and sum(m["late_rows"] for m in p.history) == late
 
 
 def test_direct_read_falls_back_per_batch_and_refuses_when_asked(spark, tmp_path):
@@ -614,7 +658,9 @@ def test_run_spec_file(spark, tmp_path):
     path = tmp_path / "q.json"
     path.write_text(json.dumps(spec))
     p = run(spark, load_spec(str(path)), verbose=False)
-    assert len(p.history) == 2 and read_out(f"{tmp_path}/out").num_rows > 0
+    # two batches of data, then the one without: what the final watermark closes (profile spark)
+    assert [m["input_rows"] > 0 for m in p.history] == [True, True, False] and p.history[-1]["rows_emitted"] > 0
+    assert read_out(f"{tmp_path}/out").num_rows > 0
     m = p.history[-1]
     assert {"input_rows", "late_rows", "watermark", "watermark_lag", "rows_emitted", "state_rows",
             "state_bytes", "kernel_s", "state_save_s", "backend"} <= set(m)

@@ -70,14 +70,23 @@ def _demo(args: argparse.Namespace) -> int:
               f"{table.num_rows / dt / 1e6 if dt else 0:6.2f} M rows/s")
         batch_id += 1
         if stop >= args.events:
-            if start >= args.events:
-                break  # the trailing no-data batch has drained with the final watermark
+            if start >= args.events:  # the trailing no-data batch has drained with the final watermark
+                if f.profile.end_of_input == "all":  # and the end of input is +infinity (flink)
+                    w = f.end_input()
+                    res = {"q7_tumble": q7.drain(w), "q5_hop": q5.drain(w), "sorted_bids": srt.drain(w)}
+                    for name, t in res.items():
+                        if t.num_rows:
+                            pq.write_table(t, out / name / f"batch-{batch_id:05d}.parquet")
+                            emitted[name] += t.num_rows
+                    print(f"end of input: emitted {sum(t.num_rows for t in res.values()):,} rows at watermark +inf")
+                break
         start = stop
     dt = time.perf_counter() - t_all
     print(f"done: {bid_rows:,} bids in {dt:.2f} s ({bid_rows / dt / 1e6:.2f} M rows/s); late rows dropped "
           f"{f.late_rows:,}; emitted q7 {emitted['q7_tumble']:,} rows, q5 {emitted['q5_hop']:,} rows, "
           f"sorted bids {emitted['sorted_bids']:,} rows; still open: q7 {q7.open_windows} windows, "
-          f"sort buffer {srt.buffered_rows:,} rows (they close when later events arrive)")
+          f"sort buffer {srt.buffered_rows:,} rows" + (" (they close when later events arrive)"
+                                                         if q7.open_windows or srt.buffered_rows else ""))
     return 0
 
 

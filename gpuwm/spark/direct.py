@@ -104,7 +104,7 @@ def batch_files(df) -> list[str] | None:
             deps = r.dependencies()
             for i in range(deps.length() - 1, -1, -1):
                 stack.append(deps.apply(i).rdd())
-        return paths if scans == 1 else None
+        return paths if scans == 1 else [] if scans == 0 else None  # 0: a batch without new files
     except Exception:
         return None
 
@@ -149,30 +149,41 @@ def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch
             yield from t.cast(schema).to_batches()
 
 
-def logged_offsets(checkpoint: str, batch_id: int) -> list[int | None]:
+def logged_offsets(checkpoint: str, batch_id: int) -> list[dict | None]:
     """The end offsets of ``batch_id`` in Spark's offset log
     (``<checkpoint>/offsets/<batch_id>``: "v1", the batch's metadata, then
-    one line per source): one per source, None where a line is not our
-    sources' ``{"offset": n}``. Raises OSError when the file cannot be read."""
+    one line per source) as JSON objects, None where a line is not one.
+    Raises OSError when the file cannot be read."""
     with open(os.path.join(checkpoint, "offsets", str(batch_id))) as fh:
         lines = fh.read().splitlines()
-    out: list[int | None] = []
+    out: list[dict | None] = []
     for line in lines[2:]:
         try:
-            out.append(int(json.loads(line)["offset"]))
-        except (ValueError, KeyError, TypeError):
-            out.append(None)
+            v = json.loads(line)
+        except ValueError:
+            v = None
+        out.append(v if isinstance(v, dict) else None)
     return out
 
 
-def _logged_offset(checkpoint: str, batch_id: int) -> int | None:
-    """The single source's end offset of ``batch_id``, or None when the log
-    does not say (no file, another source, several sources)."""
+def logged_offset(checkpoint: str, batch_id: int, key: str) -> dict | None:
+    """The offset of ``batch_id``'s one source whose offsets have ``key``
+    (our sources': ``offset`` for Nexmark, ``drain`` for
+    :mod:`gpuwm.spark.drain`), or None when the log does not say (no file,
+    no such source, several)."""
     try:
-        offsets = logged_offsets(checkpoint, batch_id)
+        got = [o for o in logged_offsets(checkpoint, batch_id) if o is not None and key in o]
     except OSError:
         return None
-    return offsets[0] if len(offsets) == 1 else None
+    return got[0] if len(got) == 1 else None
+
+
+def _logged_offset(checkpoint: str, batch_id: int) -> int | None:
+    off = logged_offset(checkpoint, batch_id, "offset")
+    try:
+        return None if off is None else int(off["offset"])
+    except (TypeError, ValueError):
+        return None
 
 
 def nexmark_range(checkpoint: str, batch_id: int) -> tuple[int, int] | None:

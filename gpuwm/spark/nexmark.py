@@ -33,7 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from ..errors import ConfigError
 from ..nexmark import GENERATORS, NexmarkConfig
-from .direct import logged_offsets
+from .direct import _logged_offset
 
 SCHEMA = "auction bigint, bidder bigint, price bigint, date_time timestamp, split int, event_id bigint"
 
@@ -88,8 +88,7 @@ def _resume_offset(checkpoint: str | None) -> int:
         return 0
     if not ids:
         return 0
-    offsets = logged_offsets(checkpoint.removeprefix("file:"), ids[-1])
-    return next((o for o in reversed(offsets) if o is not None), 0)
+    return _logged_offset(checkpoint.removeprefix("file:"), ids[-1]) or 0
 
 
 class NexmarkStreamReader(DataSourceStreamReader):

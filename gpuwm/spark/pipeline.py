@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from datetime import datetime
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
@@ -80,7 +81,10 @@ class Pipeline:
         in :attr:`history` and written to ``<checkpoint>/gpuwm/state/<N>/metrics.json``):
         input/late/null rows, combined and output watermark, the watermark's
         lag behind the newest event time, rows emitted, state rows and bytes,
-        seconds in operators and saving their state, backend, wall seconds.
+        seconds in operators and saving their state, backend, wall seconds,
+        the batch's processing time, whether it ended the input
+        (``end_of_input``), the idle splits (``idle_splits``) and those ahead
+        of the others by more than ``max_drift`` (``held_back_splits``).
     verbose : print one line per micro-batch.
     name : the query name (and the prefix of verbose lines).
     read : ``"auto"`` (default): the gpuwm task makes the batch's input
@@ -116,6 +120,7 @@ class Pipeline:
         self._wm: WatermarkSpec | None = None
         self._stages: list[OperatorSpec] = []
         self._sink: Sink | None = None
+        self._late: Sink | None = None
         self._arrow_schema: pa.Schema | None = None
         self._lateness_given = False
         self.history: list[dict] = []
@@ -231,6 +236,20 @@ class Pipeline:
         self._sink = Sink("parquet", posix_path(path, "Parquet sink path"))
         return self
 
+    def late_rows_to(self, path: str) -> "Pipeline":
+        """Keep every row dropped as late aside, in Parquet (Flink's side
+        output for late data): ``<path>/batch_id=<N>/*.parquet`` with the
+        row's columns and ``late_reason`` — ``filter`` (behind the watermark),
+        ``window closed``, ``sort released``, ``session closed`` (behind an
+        operator's last drain; a hopping window's row once per closed window
+        it missed) — exactly once per batch, like the main sink: as many rows
+        as the batch's ``late_rows`` metrics count. A later stage of a chain
+        (other columns) writes to ``<path>/_stage<i>/batch_id=<N>/``. With
+        ``vnodes > 1`` a window's or session's rows then cross the shuffle
+        instead of their partial aggregates."""
+        self._late = Sink("parquet", posix_path(path, "late-row sink path"))
+        return self
+
     def write_console(self, rows: int = 20) -> "Pipeline":
         self._sink = Sink("console", rows=rows)
         return self
@@ -245,17 +264,22 @@ class Pipeline:
             raise ConfigError("the pipeline has no .watermark(...)")
         if self._sink is None:
             raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
+        from dataclasses import replace
+
         wm = self._wm
         first = self._stages[0] if self._stages else None
         if isinstance(first, SessionSpec) and not self._lateness_given:
             # a row behind the watermark whose own session [ts, ts + gap) is open
             # can still join one: the filter lets it through (as Spark does),
             # unless .watermark(allowed_lateness=...) said otherwise
-            from dataclasses import replace
-
             wm = replace(wm, allowed_lateness=first.window.gap)
+        elif isinstance(first, WindowSpec) and not self._lateness_given and \
+                wm.resolved_profile.window_lateness == "window":
+            # Spark drops a (row, window) pair when the window has closed, not a row
+            # behind the watermark: rows up to a window size behind may still count
+            wm = replace(wm, allowed_lateness=first.window.size)
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
-                    tuple(self._stages), self._sink, self._input_arrow_schema())
+                    tuple(self._stages), self._sink, self._input_arrow_schema(), late=self._late)
 
     def _prepare_checkpoint(self, plan: Plan) -> None:
         d = os.path.join(self.checkpoint, "gpuwm")
@@ -285,9 +309,25 @@ class Pipeline:
     # -- run -------------------------------------------------------------------
     def start(self, *, trigger: Mapping[str, Any] | None = None, query_name: str | None = None):
         """Start the query; returns Spark's ``StreamingQuery``. ``trigger`` is
-        passed to ``DataStreamWriter.trigger`` (``{"availableNow": True}``,
-        ``{"processingTime": "5 seconds"}``, ...)."""
+        passed to ``DataStreamWriter.trigger`` (``{"processingTime": "5
+        seconds"}``, ...), except ``{"availableNow": True}`` and ``{"once":
+        True}``: gpuwm runs those as ``processingTime="0 seconds"`` and stops
+        the query itself once the input is exhausted, the last drains ran and
+        the end of input was flushed (:mod:`gpuwm.spark.drain`: Spark would
+        freeze gpuwm's drain source at the start). Data that arrives while it
+        runs is processed too.
+
+        Whatever the trigger, when no new data comes, gpuwm asks Spark for
+        micro-batches without data (drains) as Spark does for its own
+        stateful operators: when the watermark the next batch would drain
+        with is newer (the spark profile's lag), when a split becomes idle
+        under ``idle_timeout``, and at the end of a bounded input (a bounded
+        Nexmark source, ``availableNow``) when the profile's
+        ``end_of_input`` is ``all``."""
+        from . import drain
+
         plan = self._plan()
+        trigger, finish = drain.trigger_for(dict(trigger) if trigger else None)
         if self.read != "spark":
             from .direct import parquet_source
 
@@ -301,19 +341,26 @@ class Pipeline:
                 raise ConfigError(f"read='direct' cannot read this input itself: {why}")
             self._direct = why is None
         self._prepare_checkpoint(plan)
-        if plan.sink.kind == "parquet":
-            os.makedirs(plan.sink.path, exist_ok=True)
+        for sink in (plan.sink, plan.late):
+            if sink is not None and sink.kind == "parquet":
+                os.makedirs(sink.path, exist_ok=True)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        writer = self.df.writeStream.foreachBatch(partial(self._run_batch, plan)).option(
+        df = drain.with_drains(self.df, self.checkpoint)
+        writer = df.writeStream.foreachBatch(partial(self._run_batch, plan)).option(
             "checkpointLocation", self.checkpoint)
         if trigger:
             writer = writer.trigger(**trigger)
         if query_name or self.name:
             writer = writer.queryName(query_name or self.name)
-        return writer.start()
+        q = writer.start()
+        if finish:
+            drain.Finisher(q, partial(self._ask_end, plan))
+        return q
 
     def _run_batch(self, plan: Plan, df, batch_id: int) -> None:
         import time
+
+        from . import drain
 
         t0 = time.perf_counter()
         ck = plan.checkpoint
@@ -324,6 +371,7 @@ class Pipeline:
                              f"(have {committed}); the checkpoint was damaged")
         fstate = store.load_filter_state(ck, prev) if prev is not None else None
         now = store.now_for_batch(ck, batch_id)
+        end = drain.ends_input(ck, batch_id)
         flow = _spark_schema(FLOW_SCHEMA)
         t_job = time.perf_counter()
         direct, parts = self._direct_input(plan, df, batch_id)
@@ -333,16 +381,16 @@ class Pipeline:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
             res = df.coalesce(1).mapInArrow(
-                partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct), flow)
+                partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct, end=end), flow)
         else:
             s1 = tasks.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct), _spark_schema(s1))
+            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id), _spark_schema(s1))
             ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
                                                              f"cast({tasks.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
             # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
             res = rows.repartition(plan.vnodes, "__vnode").mapInArrow(
-                partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev), flow)
+                partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev, end=end), flow)
             for seg in range(1, len(plan.segments)):  # each later segment: its own exchange, same job
                 res = res.repartition(plan.segments[seg].tasks, "__dest").mapInArrow(
                     partial(tasks.segment_task, plan, seg, batch_id, prev), flow)
@@ -352,8 +400,14 @@ class Pipeline:
         t_job = time.perf_counter() - t_job
         m = self._batch_metrics(plan, batch_id, res)
         m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
-        fstate = [bytes(r["__filter_state"]) for r in res if r["__filter_state"]]
-        store.commit_batch(ck, batch_id, fstate[0], m)
+        fstate = [bytes(r["__filter_state"]) for r in res if r["__filter_state"]][0]
+        filt = plan.watermark.build("cpu").bind(plan.input_schema).restore(store.bytes_to_table(fstate))
+        t_now = datetime.fromisoformat(now)
+        m.update(end_of_input=end, processing_time=now, idle_splits=filt.idle_splits(t_now),
+                 held_back_splits=filt.held_back(t_now))
+        store.commit_batch(ck, batch_id, fstate, m)
+        due, ending = self._next_drain(plan, batch_id, filt, t_now)
+        drain.write_request(ck, batch_id, due=due, end=ending)
         self.history.append(m)
         if plan.sink.kind == "console":
             outs = [store.bytes_to_table(bytes(r["__payload"])) for r in res if r["__payload"]]
@@ -362,14 +416,66 @@ class Pipeline:
                 print(pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False))
         if self.verbose:
             wm = m["output_watermark"]
-            if wm is not None and is_timestamp(plan):
+            if end and plan.watermark.resolved_profile.end_of_input == "all":
+                wm = "+inf (end)"
+            elif wm is not None and is_timestamp(plan):
                 wm = gpuwm_time(wm)
+            what = "end of input" if end else "no new data" if direct is None and not m["input_rows"] else \
+                f"{m['input_rows'] / m['wall_s']:9,.0f} events/s"
             print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
                   f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
-                  f"state rows {m['state_rows']:8,}  {m['input_rows'] / m['wall_s']:9,.0f} events/s  "
-                  f"({m['backend']})", flush=True)
+                  f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})", flush=True)
         if self.on_batch:
             self.on_batch(m)
+
+    def _next_drain(self, plan: Plan, batch_id: int, filt: Any, now: datetime) -> tuple[float | None, bool]:
+        """When (wall time, seconds) the micro-batch after ``batch_id`` should
+        run even without new data, and whether it ends the input; (None,
+        False): not before new data."""
+        if filt.ended and filt.profile.end_of_input == "all":
+            return None, False  # everything was released; later rows are late
+        due: float | None = None
+        w, drained = filt.watermark_raw, filt.output_watermark_raw
+        if w is not None and w != drained:  # spark's lag: the next batch drains with a newer watermark
+            due = now.timestamp()
+        ending = filt.profile.end_of_input == "all" and self._input_ended(batch_id)
+        if ending:
+            due = now.timestamp()
+        idle_at = filt.next_idle(now)
+        if idle_at is not None and due is None:  # a split goes idle then: the combined watermark may move
+            due = idle_at.timestamp()
+        return due, ending
+
+    def _input_ended(self, batch_id: int) -> bool:
+        """The input is bounded and ``batch_id`` read its last rows (a Nexmark
+        source with ``totalEvents``)."""
+        nex = getattr(self.df, "_gpuwm_nexmark", None)
+        if nex is None:
+            return False
+        from .direct import _logged_offset
+        from .nexmark import config_from_options
+
+        total = config_from_options(nex["options"])[1]
+        return total > 0 and _logged_offset(self.checkpoint, batch_id) == total
+
+    def _ask_end(self, plan: Plan) -> bool:
+        """(:class:`~gpuwm.spark.drain.Finisher`, the query idle) Ask for the
+        end-of-input drain when the profile's end releases more than the
+        final watermark and it has not run; True when asked."""
+        from . import drain
+
+        if plan.watermark.resolved_profile.end_of_input != "all":
+            return False
+        committed = store.committed_batches(self.checkpoint)
+        if not committed:
+            return False
+        last = committed[-1]
+        filt = plan.watermark.build("cpu").bind(plan.input_schema).restore(
+            store.bytes_to_table(store.load_filter_state(self.checkpoint, last)))
+        if filt.ended:
+            return False
+        drain.write_request(self.checkpoint, last, due=0.0, end=True)
+        return True
 
     @staticmethod
     def _batch_metrics(plan: Plan, batch_id: int, res: list) -> dict:

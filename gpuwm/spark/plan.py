@@ -59,6 +59,8 @@ class Plan:
     stages: tuple[OperatorSpec, ...]
     sink: Sink
     input_schema: pa.Schema
+    #: rows dropped as late, kept aside (a Parquet sink), or None
+    late: Sink | None = None
     #: the input schema of each stage, then the output's (derived)
     schemas: tuple[pa.Schema, ...] = field(init=False)
     segments: tuple[Segment, ...] = field(init=False)
@@ -106,8 +108,10 @@ class Plan:
 
     @property
     def pre_aggregates(self) -> bool:
-        """The first stage's partials cross the shuffle, not rows (vnodes > 1)."""
-        return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.partials
+        """The first stage's partials cross the shuffle, not rows (vnodes > 1;
+        not with a late-row sink: a late row must still be a row where the
+        operator finds it late)."""
+        return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.partials and self.late is None
 
     @property
     def arrival_order(self) -> bool:

@@ -27,3 +27,32 @@ def write_output(sink: Sink, batch_id: int, part: int, out: pa.Table | None) -> 
     pq.write_table(out, tmp)
     os.replace(tmp, final)
     return b""
+
+
+#: the column a late-row sink adds: why the row was dropped
+LATE_REASON = "late_reason"
+
+
+def write_late(plan, batch_id: int, stage: int | None, part: int, rows: pa.Table | None, reason: str) -> None:
+    """Rows dropped as late, kept aside: ``<late>/batch_id=<N>/<name>.parquet``
+    with their columns and ``late_reason`` — ``filter-<input partition>``
+    for the watermark filter's, ``stage0-<vnode>`` for the first stage's
+    (both in the input's schema) — and, for a later stage of a chain (whose
+    input has other columns), ``<late>/_stage<i>/batch_id=<N>/vnode-<V>.parquet``
+    (a folder Spark's and Arrow's dataset readers skip when reading ``<late>``).
+    Written under a temporary name and renamed: a replay rewrites it."""
+    if rows is None or not rows.num_rows:
+        return
+    root = plan.late.path
+    if stage is None:
+        d, name = os.path.join(root, f"batch_id={batch_id}"), f"filter-{part:05d}"
+    elif stage == 0:
+        d, name = os.path.join(root, f"batch_id={batch_id}"), f"stage0-{part:05d}"
+    else:
+        d, name = os.path.join(root, f"_stage{stage}", f"batch_id={batch_id}"), f"vnode-{part:05d}"
+    os.makedirs(d, exist_ok=True)
+    rows = rows.append_column(LATE_REASON, pa.array([reason] * rows.num_rows, pa.string()))
+    final = os.path.join(d, name + ".parquet")
+    tmp = f"{final}.tmp-{os.getpid()}"
+    pq.write_table(rows, tmp)
+    os.replace(tmp, final)

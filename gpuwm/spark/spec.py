@@ -41,7 +41,9 @@ neither: filter only. Two chained windows (the second over the first's
     ]
 
 ``sink``:
-``{"parquet": path}`` or ``{"console": rows}``. ``read`` (optional):
+``{"parquet": path}`` or ``{"console": rows}``. ``late`` (optional):
+``{"parquet": path}`` keeps every row dropped as late aside, with its
+``late_reason`` (``Pipeline.late_rows_to``). ``read`` (optional):
 ``auto``, ``direct`` or ``spark`` — see ``Pipeline(read=...)`` (default:
 Spark conf ``spark.gpuwm.read``, else ``auto``).
 """
@@ -56,7 +58,7 @@ from ..session import Session
 from ..window import Hop, Tumble
 
 _TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
-        "read"}
+        "read", "late"}
 _STAGES = ("window", "sort", "dedup", "over")
 
 
@@ -165,6 +167,11 @@ def build(spark, spec: dict, verbose: bool = True):
         p.write_console(int(sink["console"]) if not isinstance(sink["console"], bool) else 20)
     else:
         raise ConfigError("sink needs 'parquet': path or 'console': rows")
+    if "late" in spec:
+        late = spec["late"]
+        if not (isinstance(late, dict) and set(late) == {"parquet"}):
+            raise ConfigError(f"'late' must be {{\"parquet\": path}} (rows dropped as late, kept aside), got {late!r}")
+        p.late_rows_to(late["parquet"])
     return p
 
 

@@ -41,7 +41,7 @@ from ..errors import ConfigError
 from ..watermark import split_key
 from . import exchange, store
 from .plan import SEQ, Plan, shuffled_schema
-from .sinks import write_output
+from .sinks import write_late, write_output
 
 KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
 
@@ -62,15 +62,19 @@ class _Filter:
         if filter_state:
             self.f.restore(store.bytes_to_table(filter_state))
 
-    def advance(self, stats: list[dict], now_iso: str) -> Any:
-        """Fold every input partition's statistics: this batch's watermark."""
+    def advance(self, stats: list[dict], now_iso: str, end: bool = False) -> Any:
+        """Fold every input partition's statistics: this batch's watermark
+        (``end``: the end-of-input drain, :meth:`~gpuwm.WatermarkFilter.end_input`)."""
         if self.f.profile.emit == "on-event":
             _check_split_locality(stats)
         self.f.advance(stats, datetime.fromisoformat(now_iso))
+        if end:
+            self.f.end_input()
         return self.f.output_watermark
 
 
-def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatch]) -> tuple[Any, dict]:
+def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatch], batch_id: int,
+                      part: int) -> tuple[Any, dict]:
     """Filter one input partition against the previous batch's filter state.
     On the GPU the Arrow batch moves to the device here, once, and the kept
     rows come back as a device :class:`~gpuwm.frame.Frame`."""
@@ -85,7 +89,10 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
     backend = gpuwm.get_backend(plan.backend)
     data = Frame.from_arrow(table, backend) if backend.is_gpu else table
-    kept, stats = filt.f.filter_local(data)
+    late: list | None = None if plan.late is None else []
+    kept, stats = filt.f.filter_local(data, late_out=late)
+    if late:
+        write_late(plan, batch_id, None, part, late[0], "filter")
     stats["read_s"] = t_read - t_start
     stats["t_read"] = t_read
     return kept, stats
@@ -106,22 +113,24 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -
 
 # -- task 1: filter each input partition ---------------------------------------------
 def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.RecordBatch],
-                direct: dict | None = None, partition: int | None = None) -> Iterator[pa.RecordBatch]:
+                direct: dict | None = None, partition: int | None = None,
+                batch_id: int = -1) -> Iterator[pa.RecordBatch]:
     """``partition``: this input partition's index (default: Spark's task
-    context), for stages whose output depends on arrival order."""
+    context), for stages whose output depends on arrival order and for the
+    name of its late rows' file."""
     from gpuwm.partition import vnode_of
 
+    if partition is None and (plan.arrival_order or plan.late is not None):
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
     filt = _Filter(plan, filter_state)
-    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct))
+    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, partition or 0)
     if plan.pre_aggregates:  # partial aggregates per (window, key) of this partition
         kept = plan.build(0).partials(kept)
     elif not isinstance(kept, pa.Table):  # device rows go back to the host for the shuffle
         kept = kept.to_arrow()
     if plan.arrival_order:  # (input partition, position): each vnode restores this order
-        if partition is None:
-            from pyspark import TaskContext
-
-            partition = TaskContext.get().partitionId()
         seq = pa.array(range(partition << 32, (partition << 32) + kept.num_rows), pa.int64())
         kept = kept.append_column(SEQ, seq)
     schema = shuffled_schema(plan)
@@ -145,7 +154,7 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
 
 # -- task 2: the first segment of one vnode ------------------------------------------
 def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
-                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                batches: Iterator[pa.RecordBatch], end: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a shuffle partition: every vnode hashed into it. Each
     vnode's rows (or partials) come with every input partition's statistics."""
     import numpy as np
@@ -165,7 +174,7 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
         if stats is None:  # every vnode got every partition's statistics: fold them once per task
             stats = [json.loads(s) for s in table.filter(pa.array(mine & (kind == KIND_STATS)))
                      .column("__stats").to_pylist()]
-            wm = filt.advance(stats, now_iso)
+            wm = filt.advance(stats, now_iso, end)
         rows = table.filter(pa.array(mine & (kind == KIND_DATA))).select(schema.names).cast(schema)
         if plan.arrival_order:  # the shuffle mixed the input partitions: back in input order
             rows = rows.sort_by(SEQ).drop_columns([SEQ])
@@ -175,15 +184,16 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
 
 
 def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
-                batches: Iterator[pa.RecordBatch], direct: dict | None = None) -> Iterator[pa.RecordBatch]:
+                batches: Iterator[pa.RecordBatch], direct: dict | None = None,
+                end: bool = False) -> Iterator[pa.RecordBatch]:
     """One vnode, one task: the whole batch (input partitions coalesced, each
     still contiguous and in order) is filtered and handed straight to the
     stages, with no shuffle and no Arrow round trip in between (on the GPU
     the rows stay on the device from the filter to the first drain)."""
     filt = _Filter(plan, filter_state)
-    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct))
+    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, 0)
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
-    wm = filt.advance([stats], now_iso)
+    wm = filt.advance([stats], now_iso, end)
     yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev_batch, stats=[stats], filt=filt,
                            t_start=time.perf_counter()).to_batches()
 
@@ -227,7 +237,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
     low = high = None
     for i in segment.stages:
         t0 = time.perf_counter()
-        op = store.load_operator(plan, i, prev_batch, vnode)
+        op = store.load_operator(plan, i, prev_batch, vnode).keep_late(plan.late is not None)
         before = op.counters()
         low = op.drained_watermark  # for the sort's ranges: [its previous drain, this one)
         n_in = out.num_rows
@@ -236,6 +246,8 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         else:
             updates = op.push(out) if n_in else None
         released = op.release(wm)
+        if plan.late is not None:
+            write_late(plan, batch_id, i, vnode, op.take_late(), op.late_reason)
         out = _concat([updates, released.rows], plan.schemas[i + 1])
         t1 = time.perf_counter()
         store.save_operator(plan.checkpoint, batch_id, vnode, i, op, prev_batch)
