@@ -85,3 +85,25 @@ def test_generated_splits_equal_what_the_source_reads():
         ids = iter([pa.record_batch([pa.array([split], pa.int64())], names=["id"])])
         got = pa.Table.from_batches(list(generate_nexmark({"options": opts, "start": 1000, "end": 4000}, ids)))
         assert exp.num_rows > 0 and got.equals(exp)
+
+
+def test_drain_offsets_in_sparks_offset_log(tmp_path):
+    """The drain source's offset sits beside the input's in the offset log:
+    the Nexmark range still reads (one "offset" source), and a batch ends the
+    input only when its drain offset is the end asked for after the batch
+    before it."""
+    pytest.importorskip("pyspark")
+    from gpuwm.spark.direct import nexmark_range
+    from gpuwm.spark.drain import NO_DRAIN, drain_offset, ends_input, latest
+
+    d = tmp_path / "offsets"
+    d.mkdir()
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1}'
+    (d / "0").write_text("\n".join(["v1", meta, '{"offset":100}', '{"drain":-1,"end":0}']))
+    (d / "1").write_text("\n".join(["v1", meta, '{"offset":100}', '{"drain":0,"end":1}']))
+    (d / "2").write_text("\n".join(["v1", meta, '{"offset":150}', '{"drain":0,"end":1}']))
+    assert nexmark_range(str(tmp_path), 1) == (100, 100) and nexmark_range(str(tmp_path), 2) == (100, 150)
+    assert drain_offset(str(tmp_path), 1) == {"drain": 0, "end": 1}
+    assert [ends_input(str(tmp_path), b) for b in range(4)] == [False, True, False, False]
+    req = {"offset": NO_DRAIN, "next": {"drain": 5, "end": 0}, "due": 100.0}
+    assert latest(req, 99.9) == NO_DRAIN and latest(req, 100.0) == {"drain": 5, "end": 0} and latest(None, 0) == NO_DRAIN
