@@ -631,6 +631,14 @@ def test_bad_input_is_refused_before_the_first_batch(spark, tmp_path):
     with pytest.raises(gpuwm.ConfigError, match="differs from the one that wrote checkpoint"):
         changed.start()
     assert sorted(glob.glob(f"{tmp_path}/o3/*/*")) == before
+    # a checkpoint whose Spark offset log has no drain source (written before drain batches)
+    log = sorted(glob.glob(f"{tmp_path}/ck3/offsets/[0-9]*"), key=lambda x: int(os.path.basename(x)))[-1]
+    with open(log) as fh:
+        lines = fh.read().splitlines()
+    with open(log, "w") as fh:
+        fh.write("\n".join(line for line in lines if '"drain"' not in line))
+    with pytest.raises(gpuwm.ConfigError, match="without drain batches"):
+        p.start()
     shutil.rmtree(ro)
 
 

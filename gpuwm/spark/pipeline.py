@@ -291,6 +291,16 @@ class Pipeline:
             os.remove(probe)
         except OSError as e:
             raise ConfigError(f"checkpoint location {self.checkpoint!r} is not writable: {e}") from None
+        from .direct import logged_offsets
+        from .drain import drain_offset
+
+        logged = sorted(int(n) for n in os.listdir(os.path.join(self.checkpoint, "offsets")) if n.isdigit()) \
+            if os.path.isdir(os.path.join(self.checkpoint, "offsets")) else []
+        if logged and drain_offset(self.checkpoint, logged[-1]) is None and logged_offsets(self.checkpoint, logged[-1]):
+            raise ConfigError(
+                f"checkpoint {self.checkpoint!r} was written by a gpuwm without drain batches: Spark's offset log has "
+                "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
+                "checkpoint location.")
         desc = plan.describe()
         p = os.path.join(d, "pipeline.json")
         if os.path.exists(p):
