@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from .. import Hop, StreamSort, Tumble, WatermarkFilter, WindowAggregate, get_backend
+from ..errors import GpuwmError
 from ..nexmark import NexmarkConfig, bids
 
 
@@ -154,8 +155,38 @@ def _run_spec(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Configuration and input errors (gpuwm's own, and Spark's analysis
+    errors, e.g. a bad schema string in a spec) are one line on stderr,
+    ``gpuwm: error: <message>``, exit status 2; ``--debug`` shows the
+    traceback instead."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    try:
+        return _main([a for a in argv if a != "--debug"])
+    except Exception as e:  # noqa: BLE001  classified below
+        if debug or not _user_error(e):
+            raise
+        msg = " ".join(str(e).split()) if isinstance(e, GpuwmError) else str(e).strip().splitlines()[0]
+        print(f"gpuwm: error: {msg}", file=sys.stderr)
+        return 2
+
+
+def _user_error(e: BaseException) -> bool:
+    """A mistake in what the user gave (not a bug in gpuwm): gpuwm's errors,
+    Spark's analysis and parse errors."""
+    if isinstance(e, GpuwmError):
+        return True
+    try:
+        from pyspark.errors import AnalysisException, IllegalArgumentException, ParseException
+    except ImportError:
+        return False
+    return isinstance(e, (AnalysisException, IllegalArgumentException, ParseException))
+
+
+def _main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    ap = argparse.ArgumentParser(prog="gpuwm", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="gpuwm", description=__doc__.split("\n\n")[0],
+                                 epilog="--debug (anywhere): show the traceback of an error")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run the operators on the embedded Nexmark source")
     d.add_argument("--events", type=int, default=1_000_000, help="total events (default 1,000,000)")

@@ -147,6 +147,9 @@ class Pipeline:
         lateness = knobs.pop("allowed_lateness", 0)
         self._wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
                                  max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()))
+        # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
+        # timestamp, is refused here, not in the first micro-batch
+        self._wm.build("cpu").bind(self._input_arrow_schema())
         return self
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
