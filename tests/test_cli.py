@@ -50,3 +50,33 @@ def test_a_duration_on_an_integer_column_is_refused_before_the_first_batch(tmp_p
     (tmp_path / "q.json").write_text(json.dumps(spec))
     r = gpuwm("run", str(tmp_path / "q.json"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.splitlines()[-1].startswith("gpuwm: error: ")
+
+
+@pytest.mark.spark
+def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
+    """``gpuwm run --dry-run`` checks a spec and prints its plan without
+    running a batch; after a real run, ``gpuwm status`` shows the batches'
+    metrics (the last: the end of input under flink) and the state size."""
+    pytest.importorskip("pyspark")
+    spec = {"source": {"format": "nexmark", "options": {"totalEvents": 20000, "eventsPerBatch": 10000, "splits": 2}},
+            "checkpoint": str(tmp_path / "ck"), "vnodes": 2, "trigger": {"availableNow": True},
+            "watermark": {"column": "date_time", "delay": "2 seconds", "split": "split", "profile": "flink"},
+            "stages": [{"window": {"tumble": "2 seconds", "by": ["auction"], "aggs": {"n": ["*", "count"]}}}],
+            "sink": {"parquet": str(tmp_path / "out")}, "late": {"parquet": str(tmp_path / "late")}}
+    (tmp_path / "q.json").write_text(json.dumps(spec))
+    r = gpuwm("run", "--dry-run", str(tmp_path / "q.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    plan = dict(line.split(None, 1) for line in r.stdout.splitlines() if line and not line.startswith("stage"))
+    assert plan["vnodes"].startswith("2") and plan["late"] == f"rows    parquet {tmp_path / 'late'}"
+    assert "end of input all" in plan["watermark"] and "stopped by gpuwm at the end" in plan["trigger"]
+    assert "stage 0      window" in r.stdout and not (tmp_path / "ck" / "offsets").exists()
+    r = gpuwm("run", str(tmp_path / "q.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = gpuwm("status", str(tmp_path / "ck"))
+    assert r.returncode == 0, r.stderr
+    head, *rows, size = r.stdout.splitlines()
+    assert head.split()[:4] == ["batch_id", "input_rows", "late_rows", "rows_emitted"]
+    assert [row.split()[0] for row in rows] == ["1", "2"] and rows[-1].split()[7] == "True"  # batch 2 ends the input
+    assert size.startswith("state of batch 2: ") and "bytes on disk" in size
+    r = gpuwm("status", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.startswith("gpuwm: error: no committed gpuwm batch")

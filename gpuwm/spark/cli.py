@@ -145,11 +145,14 @@ def _demo_spark(args: argparse.Namespace) -> int:
 
 def _run_spec(args: argparse.Namespace) -> int:
     from . import local_session
-    from .spec import load_spec, run
+    from .spec import build, load_spec, run
 
     spec = load_spec(args.spec)
     spark = local_session(app="gpuwm-run")
-    run(spark, spec)
+    if args.dry_run:
+        print(build(spark, spec, verbose=False).explain(trigger=spec.get("trigger")))
+    else:
+        run(spark, spec)
     spark.stop()
     return 0
 
@@ -204,6 +207,9 @@ def _main(argv: list[str]) -> int:
                    help="spark: Spark local mode (default); local: the operators in this process")
     r = sub.add_parser("run", help="run a pipeline described in a JSON spec (Spark local mode)")
     r.add_argument("spec")
+    r.add_argument("--dry-run", action="store_true", help="check the spec and print the plan; run nothing")
+    st = sub.add_parser("status", help="the last batches' metrics and the state size of a checkpoint")
+    st.add_argument("checkpoint")
     args = ap.parse_args(argv)
     if args.cmd == "demo":
         if args.events <= 0 or args.batch <= 0:
@@ -211,7 +217,40 @@ def _main(argv: list[str]) -> int:
         return _demo(args) if args.engine == "local" else _demo_spark(args)
     if args.cmd == "run":
         return _run_spec(args)
+    if args.cmd == "status":
+        print(status(args.checkpoint))
+        return 0
     return 2
+
+
+def status(checkpoint: str) -> str:
+    """``gpuwm status CHECKPOINT``: the committed batches' metrics that the
+    state store keeps (the last two), one row each, and the state's size on
+    disk — no Spark needed."""
+    import json
+    import os
+
+    from .store import batch_dir, committed_batches, state_root
+
+    root = state_root(checkpoint)
+    batches = committed_batches(checkpoint)
+    if not batches:
+        raise GpuwmError(f"no committed gpuwm batch under {root!r}: not a gpuwm checkpoint, or no batch ran yet")
+    cols = ("batch_id", "input_rows", "late_rows", "rows_emitted", "state_rows", "state_bytes", "watermark",
+            "end_of_input", "idle_splits", "wall_s")
+    rows = []
+    for b in batches:
+        with open(os.path.join(batch_dir(checkpoint, b), "metrics.json")) as fh:
+            m = json.load(fh)
+        rows.append([f"{m.get(c):.3f}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols])
+    last = batch_dir(checkpoint, batches[-1])
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(last) for f in fs)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    lines.append(f"state of batch {batches[-1]}: {size:,} bytes on disk under {last} "
+                 f"(unchanged parts are hard links to the version before)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

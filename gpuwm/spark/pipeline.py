@@ -284,6 +284,43 @@ class Pipeline:
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
                     tuple(self._stages), self._sink, self._input_arrow_schema(), late=self._late)
 
+    def explain(self, trigger: Mapping[str, Any] | None = None) -> str:
+        """The plan :meth:`start` would run, checked as it would be, as text
+        (``gpuwm run --dry-run``): the watermark, each stage with its keys and
+        segment, the sinks, the read mode and the trigger gpuwm gives Spark."""
+        from .direct import parquet_source
+        from .drain import trigger_for
+
+        plan = self._plan()
+        wm = plan.watermark
+        prof = wm.resolved_profile
+        lines = [f"checkpoint   {plan.checkpoint}",
+                 f"input        {', '.join(f'{f.name} {f.type}' for f in plan.input_schema)}",
+                 f"watermark    {wm.column} - {wm.delay} (profile {prof.name}: combine {prof.combine}, lag {prof.lag}, "
+                 f"end of input {prof.end_of_input}; split {wm.split}, idle_timeout {wm.idle_timeout}, "
+                 f"allowed_lateness {wm.allowed_lateness})"]
+        seg_of = {i: j for j, seg in enumerate(plan.segments) for i in seg.stages}
+        for i, st in enumerate(plan.stages):
+            seg = plan.segments[seg_of[i]]
+            d = {k: v for k, v in st.describe().items() if k != "kind"}
+            lines.append(f"stage {i}      {st.kind} {json.dumps(d, default=str)}  [segment {seg_of[i]}: "
+                         f"{seg.tasks} task(s), keys {list(seg.keys)}]")
+        lines.append(f"vnodes       {plan.vnodes}" + (" (first stage pre-aggregates before the shuffle)"
+                                                      if plan.pre_aggregates else ""))
+        lines.append(f"sink         {plan.sink.kind} {plan.sink.path or ''}".rstrip())
+        if plan.late is not None:
+            lines.append(f"late rows    parquet {plan.late.path}")
+        nex = getattr(self.df, "_gpuwm_nexmark", None)
+        why = None if nex is not None else parquet_source(self.df)
+        lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
+                                                      "the task makes the input itself" if why is None else
+                                                      f"Spark's rows ({why})"))
+        given = dict(trigger) if trigger else None
+        run_with, finish = trigger_for(given)
+        lines.append(f"trigger      {given or 'default'}" + (f" -> run as {run_with}, stopped by gpuwm at the end "
+                                                             "of the input" if finish else ""))
+        return "\n".join(lines)
+
     def _prepare_checkpoint(self, plan: Plan) -> None:
         d = os.path.join(self.checkpoint, "gpuwm")
         try:
