@@ -520,7 +520,7 @@ class WatermarkFilter:
         """When the next split that is active at ``now`` goes idle if no row
         comes (None: no ``idle_timeout``, or none active): a no-data batch
         then re-combines without it."""
-        if self.idle_timeout is None or self.profile.combine == "max":
+        if self.idle_timeout is None:  # (refused under combine="max")
             return None
         now = _now(now)
         at = [a for a in self._active_at if a is not None and now - a <= self.idle_timeout]

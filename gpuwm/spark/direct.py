@@ -178,7 +178,18 @@ def logged_offset(checkpoint: str, batch_id: int, key: str) -> dict | None:
     return got[0] if len(got) == 1 else None
 
 
-def _logged_offset(checkpoint: str, batch_id: int) -> int | None:
+def newest_logged_batch(checkpoint: str) -> int | None:
+    """The newest batch id in Spark's offset log (None: no log yet)."""
+    try:
+        ids = [int(f) for f in os.listdir(os.path.join(checkpoint, "offsets")) if f.isdigit()]
+    except FileNotFoundError:
+        return None
+    return max(ids) if ids else None
+
+
+def nexmark_end(checkpoint: str, batch_id: int) -> int | None:
+    """The Nexmark source's end offset (an event number) in ``batch_id``'s
+    log entry, or None when the log does not say."""
     off = logged_offset(checkpoint, batch_id, "offset")
     try:
         return None if off is None else int(off["offset"])
@@ -189,8 +200,8 @@ def _logged_offset(checkpoint: str, batch_id: int) -> int | None:
 def nexmark_range(checkpoint: str, batch_id: int) -> tuple[int, int] | None:
     """The event range ``[start, end)`` of a Nexmark micro-batch, as Spark
     planned and logged it, or None when the log does not say."""
-    end = _logged_offset(checkpoint, batch_id)
-    start = 0 if batch_id == 0 else _logged_offset(checkpoint, batch_id - 1)
+    end = nexmark_end(checkpoint, batch_id)
+    start = 0 if batch_id == 0 else nexmark_end(checkpoint, batch_id - 1)
     if end is None or start is None or end < start:
         return None
     return start, end

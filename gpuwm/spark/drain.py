@@ -122,27 +122,15 @@ def ends_input(checkpoint: str, batch_id: int) -> bool:
     return bool(off and off.get("end") and off.get("drain") == batch_id - 1)
 
 
-def write_request(checkpoint: str, batch_id: int, *, due: float | None, end: bool = False) -> dict:
+def write_request(checkpoint: str, batch_id: int, *, due: float | None, end: bool = False) -> None:
     """After committing ``batch_id``: ask for a drain at wall time ``due``
-    (None: none); returns the request."""
+    (None: none)."""
     cur = drain_offset(checkpoint, batch_id) or dict(NO_DRAIN)
-    if due is None:
-        req = {"offset": cur, "next": cur, "due": 0.0, "after": batch_id}
-    else:
-        req = {"offset": cur, "next": {"drain": batch_id, "end": int(end)}, "due": due, "after": batch_id}
+    nxt = cur if due is None else {"drain": batch_id, "end": int(end)}
     p = request_path(checkpoint)
     with open(p + ".tmp", "w") as fh:
-        json.dump(req, fh)
+        json.dump({"offset": cur, "next": nxt, "due": due or 0.0}, fh)
     os.replace(p + ".tmp", p)
-    return req
-
-
-def read_request(checkpoint: str) -> dict | None:
-    try:
-        with open(request_path(checkpoint)) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
 
 
 # -- bounded runs ---------------------------------------------------------------------

@@ -26,14 +26,13 @@ streams over the same event numbers: ``bid`` (default: ``auction``,
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from ..errors import ConfigError
 from ..nexmark import GENERATORS, NexmarkConfig
-from .direct import _logged_offset
+from .direct import nexmark_end, newest_logged_batch
 
 SCHEMA = "auction bigint, bidder bigint, price bigint, date_time timestamp, split int, event_id bigint"
 
@@ -81,14 +80,9 @@ def _resume_offset(checkpoint: str | None) -> int:
     """The end offset of the newest batch in the query's offset log (0 if none)."""
     if not checkpoint:
         return 0
-    d = os.path.join(checkpoint.removeprefix("file:"), "offsets")
-    try:
-        ids = sorted(int(f) for f in os.listdir(d) if f.isdigit())
-    except FileNotFoundError:
-        return 0
-    if not ids:
-        return 0
-    return _logged_offset(checkpoint.removeprefix("file:"), ids[-1]) or 0
+    ck = checkpoint.removeprefix("file:")
+    last = newest_logged_batch(ck)
+    return 0 if last is None else nexmark_end(ck, last) or 0
 
 
 class NexmarkStreamReader(DataSourceStreamReader):

@@ -149,7 +149,7 @@ class Pipeline:
                                  max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()))
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
-        self._wm.build("cpu").bind(self._input_arrow_schema())
+        _driver_filter(self._wm, self._input_arrow_schema())
         return self
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
@@ -331,12 +331,11 @@ class Pipeline:
             os.remove(probe)
         except OSError as e:
             raise ConfigError(f"checkpoint location {self.checkpoint!r} is not writable: {e}") from None
-        from .direct import logged_offsets
+        from .direct import logged_offsets, newest_logged_batch
         from .drain import drain_offset
 
-        logged = sorted(int(n) for n in os.listdir(os.path.join(self.checkpoint, "offsets")) if n.isdigit()) \
-            if os.path.isdir(os.path.join(self.checkpoint, "offsets")) else []
-        if logged and drain_offset(self.checkpoint, logged[-1]) is None and logged_offsets(self.checkpoint, logged[-1]):
+        last = newest_logged_batch(self.checkpoint)
+        if last is not None and drain_offset(self.checkpoint, last) is None and logged_offsets(self.checkpoint, last):
             raise ConfigError(
                 f"checkpoint {self.checkpoint!r} was written by a gpuwm without drain batches: Spark's offset log has "
                 "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
@@ -434,7 +433,8 @@ class Pipeline:
                 partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct, end=end), flow)
         else:
             s1 = tasks.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id), _spark_schema(s1))
+            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id),
+                                   _spark_schema(s1))
             ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
                                                              f"cast({tasks.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
@@ -451,7 +451,7 @@ class Pipeline:
         m = self._batch_metrics(plan, batch_id, res)
         m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
         fstate = [bytes(r["__filter_state"]) for r in res if r["__filter_state"]][0]
-        filt = plan.watermark.build("cpu").bind(plan.input_schema).restore(store.bytes_to_table(fstate))
+        filt = _driver_filter(plan.watermark, plan.input_schema, fstate)
         t_now = datetime.fromisoformat(now)
         m.update(end_of_input=end, processing_time=now, idle_splits=filt.idle_splits(t_now),
                  held_back_splits=filt.held_back(t_now))
@@ -502,11 +502,11 @@ class Pipeline:
         nex = getattr(self.df, "_gpuwm_nexmark", None)
         if nex is None:
             return False
-        from .direct import _logged_offset
+        from .direct import nexmark_end
         from .nexmark import config_from_options
 
         total = config_from_options(nex["options"])[1]
-        return total > 0 and _logged_offset(self.checkpoint, batch_id) == total
+        return total > 0 and nexmark_end(self.checkpoint, batch_id) == total
 
     def _ask_end(self, plan: Plan) -> bool:
         """(:class:`~gpuwm.spark.drain.Finisher`, the query idle) Ask for the
@@ -520,8 +520,7 @@ class Pipeline:
         if not committed:
             return False
         last = committed[-1]
-        filt = plan.watermark.build("cpu").bind(plan.input_schema).restore(
-            store.bytes_to_table(store.load_filter_state(self.checkpoint, last)))
+        filt = _driver_filter(plan.watermark, plan.input_schema, store.load_filter_state(self.checkpoint, last))
         if filt.ended:
             return False
         drain.write_request(self.checkpoint, last, due=0.0, end=True)
@@ -595,6 +594,14 @@ class Pipeline:
             self._warned_direct = True
             log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
         return None, 0
+
+
+def _driver_filter(spec: WatermarkSpec, schema: pa.Schema, state: bytes | None = None) -> Any:
+    """The watermark filter on the driver (CPU; a few values per split), bound
+    to the input schema — which checks the delay's unit — and restored from
+    a committed batch's state."""
+    f = spec.build("cpu").bind(schema)
+    return f if state is None else f.restore(store.bytes_to_table(state))
 
 
 def posix_path(path: str, what: str) -> str:

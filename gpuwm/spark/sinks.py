@@ -20,13 +20,18 @@ def write_output(sink: Sink, batch_id: int, part: int, out: pa.Table | None) -> 
         return b""
     if sink.kind != "parquet":
         return table_to_bytes(out)
-    d = os.path.join(sink.path, f"batch_id={batch_id}")
-    os.makedirs(d, exist_ok=True)
-    final = os.path.join(d, f"part-{part:05d}.parquet")
-    tmp = f"{final}.tmp-{os.getpid()}"
-    pq.write_table(out, tmp)
-    os.replace(tmp, final)
+    _write_parquet(os.path.join(sink.path, f"batch_id={batch_id}"), f"part-{part:05d}", out)
     return b""
+
+
+def _write_parquet(d: str, name: str, table: pa.Table) -> None:
+    """``<d>/<name>.parquet``, written under a temporary name and renamed:
+    a replay rewrites it whole."""
+    os.makedirs(d, exist_ok=True)
+    final = os.path.join(d, name + ".parquet")
+    tmp = f"{final}.tmp-{os.getpid()}"
+    pq.write_table(table, tmp)
+    os.replace(tmp, final)
 
 
 #: the column a late-row sink adds: why the row was dropped
@@ -50,9 +55,4 @@ def write_late(plan, batch_id: int, stage: int | None, part: int, rows: pa.Table
         d, name = os.path.join(root, f"batch_id={batch_id}"), f"stage0-{part:05d}"
     else:
         d, name = os.path.join(root, f"_stage{stage}", f"batch_id={batch_id}"), f"vnode-{part:05d}"
-    os.makedirs(d, exist_ok=True)
-    rows = rows.append_column(LATE_REASON, pa.array([reason] * rows.num_rows, pa.string()))
-    final = os.path.join(d, name + ".parquet")
-    tmp = f"{final}.tmp-{os.getpid()}"
-    pq.write_table(rows, tmp)
-    os.replace(tmp, final)
+    _write_parquet(d, name, rows.append_column(LATE_REASON, pa.array([reason] * rows.num_rows, pa.string())))
