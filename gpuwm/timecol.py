@@ -20,7 +20,7 @@ import pyarrow as pa
 from .errors import ConfigError, SchemaError
 
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-_INTERVAL = re.compile(r"^\s*(\d+)\s*([a-zA-Z]+)\s*$")
+_INTERVAL = re.compile(r"^\s*(-?\d+)\s*([a-zA-Z]+)\s*$")
 _WORDS = {
     "ms": "milliseconds", "millisecond": "milliseconds", "milliseconds": "milliseconds",
     "msec": "milliseconds", "msecs": "milliseconds",
@@ -85,8 +85,9 @@ class TimeDomain:
             )
 
     # -- durations -------------------------------------------------------------
-    def duration(self, value: Any, what: str, *, allow_zero: bool = True) -> int:
-        """A duration (delay, window size, slide) in the column's unit."""
+    def duration(self, value: Any, what: str, *, allow_zero: bool = True, signed: bool = False) -> int:
+        """A duration (delay, window size, slide) in the column's unit;
+        ``signed``: it may be negative (a join's time bound)."""
         value = parse_interval(value)
         if self.is_timestamp:
             if isinstance(value, pd.Timedelta):
@@ -114,6 +115,8 @@ class TimeDomain:
                     f"{what} must be an int in the unit of integer column {self.column!r}, got {value!r}"
                 )
             raw = int(value)
+        if signed:
+            return raw
         if raw < 0 or (raw == 0 and not allow_zero):
             raise ConfigError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
         return raw

@@ -399,3 +399,79 @@ class RefOver:
             else:
                 res.append(max(seen) if seen else None)
         return (*hist[p]["row"], *res)
+
+
+@dataclass
+class RefIntervalJoin:
+    """A stream-stream interval join, one row at a time, batch by batch:
+    rows ``(key, ts, id)``; left ``l`` and right ``r`` match when their keys
+    are equal and not None and ``l.ts + lo <= r.ts <= l.ts + hi``. A drain
+    joins the batch's new rows with the other side's state and with each
+    other, keeps them, then at watermark ``w`` deletes left rows with
+    ``ts <= w - hi - margin`` and right rows with ``ts <= w + lo - margin``
+    (Spark's state watermarks), emitting the unmatched ones of an outer
+    side with None for the other. Rows with ts None, or behind the last
+    drain's watermark, never enter."""
+
+    lo: int
+    hi: int
+    how: str
+    inclusive: bool = True
+    margin: int = 1
+    left: list = field(default_factory=list)  # [row, matched]
+    right: list = field(default_factory=list)
+    new_left: list = field(default_factory=list)
+    new_right: list = field(default_factory=list)
+    drained: Any = None
+    late: int = 0
+    nulls: int = 0
+
+    def push(self, side: str, rows: list[tuple]) -> None:
+        for r in rows:
+            if r[1] is None:
+                self.nulls += 1
+            elif self.drained is not None and (r[1] <= self.drained if self.inclusive else r[1] < self.drained):
+                self.late += 1
+            else:
+                (self.new_left if side == "left" else self.new_right).append([r, False])
+
+    def _match(self, left: list, right: list) -> bool:
+        (lk, lt, _), (rk, rt, _) = left[0], right[0]
+        return lk is not None and lk == rk and lt + self.lo <= rt <= lt + self.hi
+
+    def drain(self, w: Any) -> list[tuple]:
+        out = []
+        for lrow in self.new_left:
+            for rrow in self.right + self.new_right:
+                if self._match(lrow, rrow):
+                    out.append(lrow[0] + rrow[0])
+                    lrow[1] = rrow[1] = True
+        for rrow in self.new_right:
+            for lrow in self.left:
+                if self._match(lrow, rrow):
+                    out.append(lrow[0] + rrow[0])
+                    lrow[1] = rrow[1] = True
+        self.left += self.new_left
+        self.right += self.new_right
+        self.new_left, self.new_right = [], []
+        if w is not None:
+            self.drained = w
+            keep_l, keep_r = [], []
+            for lrow in self.left:
+                if lrow[0][1] <= w - self.hi - self.margin:
+                    if not lrow[1] and self.how in ("left", "full"):
+                        out.append(lrow[0] + (None, None, None))
+                else:
+                    keep_l.append(lrow)
+            for rrow in self.right:
+                if rrow[0][1] <= w + self.lo - self.margin:
+                    if not rrow[1] and self.how in ("right", "full"):
+                        out.append((None, None, None) + rrow[0])
+                else:
+                    keep_r.append(rrow)
+            self.left, self.right = keep_l, keep_r
+        return out
+
+    @property
+    def state_rows(self) -> int:
+        return len(self.left) + len(self.right)
