@@ -315,3 +315,17 @@ def filter_table(table: pa.Table, mask: np.ndarray) -> pa.Table:
         return table.filter(m)
     cols = list(_pool().map(lambda c: c.filter(m), table.columns))
     return pa.Table.from_arrays(cols, schema=table.schema)
+
+
+def table_to_bytes(t: pa.Table) -> bytes:
+    """A table as Arrow IPC stream bytes (state kept inside other state)."""
+    import io
+
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return sink.getvalue()
+
+
+def bytes_to_table(b: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(b)).read_all()

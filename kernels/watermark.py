@@ -111,6 +111,7 @@ def watermark_filter(
     on_event: bool,
     drop_nulls: bool,
     lateness: int = 0,
+    cap: int | None = None,
 ) -> FilterResult:
     """Filter one chunk.
 
@@ -125,6 +126,8 @@ def watermark_filter(
         this chunk's rows into the returned ``watermarks``.
     delay : the bounded out-of-orderness, already including any ``- 1``.
     lateness : allowed lateness: a row is tested as ``ts + lateness``.
+    cap : rows are tested against at most this watermark (one input of
+        several: the minimum over the inputs; :data:`NONE`: no row is late).
 
     Examples
     --------
@@ -152,6 +155,8 @@ def watermark_filter(
         w_row = xp.maximum(prefix, base)
     else:
         w_row = test_wm[0] if codes is None else test_wm[codes]
+    if cap is not None:
+        w_row = xp.minimum(w_row, cap)
 
     t = ts + lateness if lateness else ts
     keep = (t > w_row) if inclusive else (t >= w_row)

@@ -30,6 +30,8 @@ import pyarrow as pa
 
 from ..backend import log
 from ..errors import ConfigError, SchemaError, StateError
+from ..inputs import InputsSpec
+from ..join import input_schemas, inputs_schema
 from ..operator import OperatorSpec
 from ..sort import SortSpec
 from ..watermark import WatermarkSpec
@@ -37,7 +39,7 @@ from ..session import Session, SessionSpec
 from ..window import WindowSpec
 from . import store, tasks
 from .exchange import FLOW_SCHEMA, merge_task
-from .plan import Plan, Sink, is_timestamp
+from .plan import INPUT, Plan, Sink, is_timestamp, union_column
 
 _INT_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 
@@ -101,8 +103,20 @@ class Pipeline:
     def __init__(self, df, checkpoint: str, *, vnodes: int | None = None, backend: str | None = None,
                  on_batch: Callable[[dict], None] | None = None, verbose: bool = False, name: str | None = None,
                  read: str | None = None):
-        if not getattr(df, "isStreaming", False):
-            raise ConfigError("Pipeline needs a streaming DataFrame (spark.readStream...)")
+        self.inputs: dict[str, Any] | None = None  # several named inputs
+        if isinstance(df, Mapping):
+            if len(df) < 2:
+                raise ConfigError(f"Pipeline({{name: df, ...}}) takes two or more named inputs, got {list(df)}")
+            for input_name, d in df.items():
+                if not isinstance(input_name, str) or not input_name:
+                    raise ConfigError(f"input names must be non-empty strings, got {input_name!r}")
+                if not getattr(d, "isStreaming", False):
+                    raise ConfigError(f"input {input_name!r} is not a streaming DataFrame (spark.readStream...)")
+            self.inputs = dict(df)
+            df = _union_inputs(self.inputs)
+        elif not getattr(df, "isStreaming", False):
+            raise ConfigError("Pipeline needs a streaming DataFrame (spark.readStream...), or named ones "
+                              "({name: df, ...}) for a join")
         read = read or df.sparkSession.conf.get("spark.gpuwm.read", "auto")
         if read not in ("auto", "direct", "spark"):
             raise ConfigError(f"read must be 'auto', 'direct' or 'spark', got {read!r}")
@@ -118,6 +132,7 @@ class Pipeline:
         self.verbose = verbose
         self.name = name
         self._wm: WatermarkSpec | None = None
+        self._wms: dict[str, WatermarkSpec] = {}  # several inputs: each one's
         self._stages: list[OperatorSpec] = []
         self._sink: Sink | None = None
         self._late: Sink | None = None
@@ -128,11 +143,31 @@ class Pipeline:
     # -- builder ---------------------------------------------------------------
     def watermark(self, column: str, delay: Any, *, split: str | None = None, profile: str = "risingwave",
                   emit: str | None = None, idle_timeout: Any = None, max_drift: Any = None,
-                  **knobs: Any) -> "Pipeline":
-        """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`)."""
+                  input: str | None = None, **knobs: Any) -> "Pipeline":
+        """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`).
+        With several inputs, once per input (``input=name``): each input's
+        watermark comes from its own column and delay, and their minimum is
+        the one rows are late against and state is cleaned with (see
+        :mod:`gpuwm.inputs`)."""
         if self._stages:
-            raise ConfigError("call .watermark(...) once, before the stages: they were built on its column")
-        schema = self.df.schema
+            raise ConfigError("call .watermark(...) before the stages: they were built on its column")
+        if self.inputs is not None:
+            if input not in self.inputs:
+                raise ConfigError(f"this pipeline has inputs {list(self.inputs)}: say whose watermark this is, "
+                                  f".watermark(..., input={next(iter(self.inputs))!r})" if input is None else
+                                  f"unknown input {input!r}; the inputs are {list(self.inputs)}")
+            if input in self._wms:
+                raise ConfigError(f"input {input!r} has a watermark already: call .watermark(...) once per input")
+            if "allowed_lateness" in knobs:
+                raise ConfigError("allowed_lateness is not supported with several inputs")
+            schema = self.inputs[input].schema
+        elif input is not None:
+            raise ConfigError(f"input={input!r}: this pipeline has one input (give Pipeline({{name: df, ...}}) "
+                              "for several)")
+        elif self._wm is not None:
+            raise ConfigError("call .watermark(...) once")
+        else:
+            schema = self.df.schema
         f = _spark_field(schema, column, "event-time")
         tname = type(f.dataType).__name__
         if tname == "TimestampNTZType":
@@ -145,12 +180,45 @@ class Pipeline:
             _spark_field(schema, split, "split")
         self._lateness_given = "allowed_lateness" in knobs
         lateness = knobs.pop("allowed_lateness", 0)
-        self._wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
-                                 max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()))
+        wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
+                           max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()))
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
-        _driver_filter(self._wm, self._input_arrow_schema())
+        if self.inputs is not None:
+            _driver_filter(wm, _arrow_schema(schema))
+            self._wms[input] = wm
+        else:
+            _driver_filter(wm, self._input_arrow_schema())
+            self._wm = wm
         return self
+
+    def join(self, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any],
+             how: str = "inner") -> "Pipeline":
+        """Join two named inputs (a stream-stream interval join, Spark's
+        stream-stream join with a time-range condition): rows with equal keys
+        (``on``: pairs ``[left column, right column]``) and ``between`` as
+        ``[t1, t2, lower, upper]``: ``t1 BETWEEN t2 + lower AND t2 + upper``,
+        ``t1`` and ``t2`` the two inputs' watermark columns. ``how``:
+        ``inner``, ``left``, ``right`` or ``full``. Each side's state is
+        deleted once no future row of the other can match it, unmatched outer
+        rows then going out with nulls (see :class:`gpuwm.join.IntervalJoin`)."""
+        from ..join import IntervalJoinSpec
+
+        if self.inputs is None:
+            raise ConfigError("a join needs two inputs: give Pipeline({name: df, ...})")
+        for name in (left, right):
+            if name not in self.inputs:
+                raise ConfigError(f"unknown input {name!r}; the inputs are {list(self.inputs)}")
+            if name not in self._wms:
+                raise ConfigError(f"input {name!r} has no watermark: call .watermark(..., input={name!r}) before "
+                                  ".join(...): the join's state is cleaned by the watermark")
+        schemas = input_schemas(self._input_arrow_schema())
+        spec = IntervalJoinSpec.between(left, right, on, between, schemas, how)
+        for name, col in ((left, spec.left_time), (right, spec.right_time)):
+            if col != self._wms[name].column:
+                raise ConfigError(f"join time column {name}.{col} is not input {name!r}'s watermark column "
+                                  f"({self._wms[name].column!r}): the join's state is cleaned by the watermark on it")
+        return self._add(spec)
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
         """Release rows in event-time order, append-only: one ordered stream,
@@ -207,7 +275,7 @@ class Pipeline:
         return self._add(spec)
 
     def _event_time(self) -> str:
-        col = self._wm.column
+        col = None if self._wm is None else self._wm.column
         for st in self._stages:
             col = st.event_time(col)
         return col
@@ -227,10 +295,12 @@ class Pipeline:
         return self
 
     def _input_arrow_schema(self) -> pa.Schema:
+        """The input's Arrow schema; several inputs' as one (:func:`gpuwm.join.inputs_schema`)."""
         if self._arrow_schema is None:
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            self._arrow_schema = to_arrow_schema(self.df.schema)
+            if self.inputs is not None:
+                self._arrow_schema = inputs_schema({n: _arrow_schema(d.schema) for n, d in self.inputs.items()})
+            else:
+                self._arrow_schema = _arrow_schema(self.df.schema)
         return self._arrow_schema
 
     def write_parquet(self, path: str) -> "Pipeline":
@@ -258,15 +328,26 @@ class Pipeline:
         return self
 
     def _need_watermark(self, what: str) -> None:
+        if self.inputs is not None:
+            if not self._stages:
+                raise ConfigError(f"a pipeline with inputs {list(self.inputs)} starts with .join(...), then "
+                                  f".{what}(...)")
+            return
         if self._wm is None:
             raise ConfigError(f"call .watermark(...) before .{what}(...): the operator drains by the watermark")
 
     # -- plan ------------------------------------------------------------------
     def _plan(self) -> Plan:
+        if self.inputs is not None:
+            missing = [n for n in self.inputs if n not in self._wms]
+            if missing:
+                raise ConfigError(f"input(s) {missing} have no watermark: call .watermark(..., input=name) for each")
+            return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes,
+                        InputsSpec(tuple((n, self._wms[n]) for n in self.inputs)), tuple(self._stages), self._sink_or_raise(),
+                        self._input_arrow_schema(), late=self._late)
         if self._wm is None:
             raise ConfigError("the pipeline has no .watermark(...)")
-        if self._sink is None:
-            raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
+        self._sink_or_raise()
         from dataclasses import replace
 
         wm = self._wm
@@ -284,6 +365,11 @@ class Pipeline:
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
                     tuple(self._stages), self._sink, self._input_arrow_schema(), late=self._late)
 
+    def _sink_or_raise(self) -> Sink:
+        if self._sink is None:
+            raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
+        return self._sink
+
     def explain(self, trigger: Mapping[str, Any] | None = None) -> str:
         """The plan :meth:`start` would run, checked as it would be, as text
         (``gpuwm run --dry-run``): the watermark, each stage with its keys and
@@ -292,13 +378,16 @@ class Pipeline:
         from .drain import trigger_for
 
         plan = self._plan()
-        wm = plan.watermark
-        prof = wm.resolved_profile
-        lines = [f"checkpoint   {plan.checkpoint}",
-                 f"input        {', '.join(f'{f.name} {f.type}' for f in plan.input_schema)}",
-                 f"watermark    {wm.column} - {wm.delay} (profile {prof.name}: combine {prof.combine}, lag {prof.lag}, "
-                 f"end of input {prof.end_of_input}; split {wm.split}, idle_timeout {wm.idle_timeout}, "
-                 f"allowed_lateness {wm.allowed_lateness})"]
+        lines = [f"checkpoint   {plan.checkpoint}"]
+        if plan.multi:
+            named = input_schemas(plan.input_schema)
+            for n, wm in plan.watermark.inputs:
+                lines.append(f"input {n:<6} {', '.join(f'{f.name} {f.type}' for f in named[n])}")
+                lines.append(f"  watermark  {_describe_wm(wm)}")
+            lines.append("watermark    the minimum over the inputs'")
+        else:
+            lines += [f"input        {', '.join(f'{f.name} {f.type}' for f in plan.input_schema)}",
+                      f"watermark    {_describe_wm(plan.watermark)}"]
         seg_of = {i: j for j, seg in enumerate(plan.segments) for i in seg.stages}
         for i, st in enumerate(plan.stages):
             seg = plan.segments[seg_of[i]]
@@ -311,7 +400,7 @@ class Pipeline:
         if plan.late is not None:
             lines.append(f"late rows    parquet {plan.late.path}")
         nex = getattr(self.df, "_gpuwm_nexmark", None)
-        why = None if nex is not None else parquet_source(self.df)
+        why = None if nex is not None else "several inputs" if plan.multi else parquet_source(self.df)
         lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
                                                       "the task makes the input itself" if why is None else
                                                       f"Spark's rows ({why})"))
@@ -381,7 +470,9 @@ class Pipeline:
             from .direct import parquet_source
 
             nex = getattr(self.df, "_gpuwm_nexmark", None)
-            if nex is not None:  # offsets come from this query's own offset log
+            if plan.multi:
+                why = "several inputs are read through Spark (for now)"
+            elif nex is not None:  # offsets come from this query's own offset log
                 why = None if nex["checkpoint"] == self.checkpoint else \
                     "read_nexmark() was given another checkpoint than the Pipeline"
             else:
@@ -596,7 +687,33 @@ class Pipeline:
         return None, 0
 
 
-def _driver_filter(spec: WatermarkSpec, schema: pa.Schema, state: bytes | None = None) -> Any:
+def _union_inputs(inputs: Mapping[str, Any]):
+    """Several streaming DataFrames as one stream of :func:`~gpuwm.spark.plan.union_schema`
+    rows: each row tagged with its input's index, its columns renamed apart."""
+    from pyspark.sql import functions as F
+
+    out = None
+    for i, d in enumerate(inputs.values()):
+        cols = [F.lit(i).cast("tinyint").alias(INPUT)] + [F.col(f"`{c}`").alias(union_column(i, c)) for c in d.columns]
+        d = d.select(*cols)
+        out = d if out is None else out.unionByName(d, allowMissingColumns=True)
+    return out
+
+
+def _arrow_schema(spark_schema) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema)
+
+
+def _describe_wm(wm: WatermarkSpec) -> str:
+    prof = wm.resolved_profile
+    return (f"{wm.column} - {wm.delay} (profile {prof.name}: combine {prof.combine}, lag {prof.lag}, "
+            f"end of input {prof.end_of_input}; split {wm.split}, idle_timeout {wm.idle_timeout}, "
+            f"allowed_lateness {wm.allowed_lateness})")
+
+
+def _driver_filter(spec: Any, schema: pa.Schema, state: bytes | None = None) -> Any:
     """The watermark filter on the driver (CPU; a few values per split), bound
     to the input schema — which checks the delay's unit — and restored from
     a committed batch's state."""

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..errors import ConfigError
+from ..inputs import InputsSpec
+from ..join import input_schemas
 from ..operator import OperatorSpec
 from ..watermark import WatermarkSpec
 
@@ -55,7 +57,8 @@ class Plan:
     checkpoint: str
     backend: str
     vnodes: int
-    watermark: WatermarkSpec
+    #: one input's watermark, or several named inputs' (:class:`~gpuwm.inputs.InputsSpec`)
+    watermark: WatermarkSpec | InputsSpec
     stages: tuple[OperatorSpec, ...]
     sink: Sink
     input_schema: pa.Schema
@@ -69,6 +72,7 @@ class Plan:
         if self.vnodes < 1:
             raise ConfigError(f"vnodes must be >= 1, got {self.vnodes}")
         stages = tuple(self.stages)
+        self._check_inputs(stages)
         for i, s in enumerate(stages):
             ordered = i > 0 and stages[i - 1].capabilities.range_exchange
             if s.capabilities.needs_order and not ordered:
@@ -84,6 +88,32 @@ class Plan:
         object.__setattr__(self, "stages", stages)
         object.__setattr__(self, "schemas", tuple(schemas))
         object.__setattr__(self, "segments", self._cut())
+
+    def _check_inputs(self, stages: tuple[OperatorSpec, ...]) -> None:
+        """Several inputs go into a first stage that takes them (a join);
+        one input into stages that take one."""
+        takes = [i for i, s in enumerate(stages) if hasattr(s, "inputs")]
+        if not self.multi:
+            if takes:
+                raise ConfigError(f"stage {takes[0]} ({stages[takes[0]].kind}) joins two inputs; this pipeline has "
+                                  "one: give Pipeline({name: df, ...}) or a spec's 'inputs'")
+            return
+        if takes != [0]:
+            raise ConfigError(f"a pipeline with inputs {list(self.watermark.names)} needs a join as its first stage "
+                              "(and one join)")
+        used = set(stages[0].inputs())
+        extra = [n for n in self.watermark.names if n not in used]
+        if extra:
+            raise ConfigError(f"input(s) {extra} are not joined; a join takes two inputs: drop them")
+        if self.vnodes > 1:
+            raise ConfigError(f"a join runs on one vnode for now (vnodes=1), got vnodes={self.vnodes}")
+        if self.late is not None:
+            raise ConfigError("a late-row sink is not supported with several inputs yet: drop late_rows_to / 'late'")
+
+    @property
+    def multi(self) -> bool:
+        """Several named inputs (their rows reach the tasks as :func:`union_schema` rows)."""
+        return isinstance(self.watermark, InputsSpec)
 
     def _cut(self) -> tuple[Segment, ...]:
         if not self.stages:
@@ -139,7 +169,41 @@ class Plan:
 
 
 def is_timestamp(plan: Plan) -> bool:
+    if plan.multi:
+        name, wm = plan.watermark.inputs[0]
+        return pa.types.is_timestamp(input_schemas(plan.input_schema)[name].field(wm.column).type)
     return pa.types.is_timestamp(plan.input_schema.field(plan.watermark.column).type)
+
+
+#: which input a row of several inputs' union comes from (its index)
+INPUT = "__input"
+
+
+def union_column(i: int, name: str) -> str:
+    """Input ``i``'s column ``name`` in the inputs' union."""
+    return f"__in{i}_{name}"
+
+
+def union_schema(plan: Plan) -> pa.Schema:
+    """The rows Spark hands the tasks for several inputs: the input's index,
+    then every input's columns (nulls where the row is another input's)."""
+    fields = [pa.field(INPUT, pa.int8())]
+    for i, s in enumerate(input_schemas(plan.input_schema).values()):
+        fields += [pa.field(union_column(i, f.name), f.type) for f in s]
+    return pa.schema(fields)
+
+
+def split_union(plan: Plan, table: pa.Table) -> dict[str, pa.Table]:
+    """Each input's rows of a :func:`union_schema` table, in its own schema."""
+    import pyarrow.compute as pc
+
+    tag = table.column(INPUT)
+    out = {}
+    for i, (name, s) in enumerate(input_schemas(plan.input_schema).items()):
+        rows = table.filter(pc.equal(tag, i)) if table.num_rows else table
+        cols = [rows.column(union_column(i, f.name)) for f in s]
+        out[name] = pa.Table.from_arrays(cols, names=s.names).cast(s)
+    return out
 
 
 def partial_schema(plan: Plan) -> pa.Schema:

@@ -58,8 +58,9 @@ from ..session import Session
 from ..window import Hop, Tumble
 
 _TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
-        "read", "late"}
-_STAGES = ("window", "sort", "dedup", "over")
+        "read", "late", "inputs"}
+_STAGES = ("window", "sort", "dedup", "over", "join")
+_JOIN = {"left", "right", "on", "between", "how", "window"}
 
 
 def load_spec(path: str) -> dict:
@@ -73,7 +74,21 @@ def load_spec(path: str) -> dict:
     unknown = set(spec) - _TOP
     if unknown:
         raise ConfigError(f"pipeline spec {path!r}: unknown key(s) {sorted(unknown)}; expected {sorted(_TOP)}")
-    for k in ("source", "checkpoint", "watermark", "sink"):
+    if "inputs" in spec:
+        both = [k for k in ("source", "watermark") if k in spec]
+        if both:
+            raise ConfigError(f"pipeline spec {path!r}: with 'inputs', each input has its own 'source' and "
+                              f"'watermark'; drop the top-level {both}")
+        inputs = spec["inputs"]
+        if not (isinstance(inputs, dict) and len(inputs) >= 2):
+            raise ConfigError(f"pipeline spec {path!r}: 'inputs' must name two or more inputs, "
+                              f"{{name: {{\"source\": {{...}}, \"watermark\": {{...}}}}, ...}}, got {inputs!r}")
+        for name, inp in inputs.items():
+            if not (isinstance(inp, dict) and set(inp) == {"source", "watermark"}):
+                raise ConfigError(f"pipeline spec {path!r}: input {name!r} must be {{\"source\": {{...}}, "
+                                  f"\"watermark\": {{...}}}}, got {inp!r}")
+    required = ("checkpoint", "sink") if "inputs" in spec else ("source", "checkpoint", "watermark", "sink")
+    for k in required:
         if k not in spec:
             raise ConfigError(f"pipeline spec {path!r} needs {k!r}")
     given = [k for k in ("window", "sort", "stages") if k in spec]  # (dedup: only as a stage)
@@ -103,6 +118,20 @@ def add_stage(p, i: int, stage: dict) -> None:
     """Append one JSON stage to Pipeline ``p``."""
     (kind, opts), = stage.items()
     opts = dict(opts)
+    if kind == "join":
+        unknown = set(opts) - _JOIN
+        if unknown:
+            raise ConfigError(f"stage {i} (join): unknown key(s) {sorted(unknown)}; expected {sorted(_JOIN)}")
+        if "window" in opts:
+            raise ConfigError(f"stage {i}: a window join ('window') is not supported yet; use an interval join "
+                              "('between')")
+        for k in ("left", "right", "on", "between"):
+            if k not in opts:
+                raise ConfigError(f"stage {i}: join needs {k!r}, e.g. {{\"left\": \"auctions\", \"right\": "
+                                  f"\"bids\", \"on\": [[\"a_id\", \"b_aid\"]], \"between\": [\"b_ts\", "
+                                  f"\"a_ts\", \"0 seconds\", \"20 seconds\"], \"how\": \"inner\"}}")
+        p.join(opts["left"], opts["right"], opts["on"], opts["between"], opts.get("how", "inner"))
+        return
     if kind == "sort":
         p.sort(key=opts.pop("key", []))
     elif kind == "dedup":
@@ -136,28 +165,19 @@ def add_stage(p, i: int, stage: dict) -> None:
 
 def build(spark, spec: dict, verbose: bool = True):
     """The :class:`~gpuwm.spark.Pipeline` a spec describes (not started)."""
-    from . import Pipeline, read_nexmark
+    from . import Pipeline
 
-    src = spec["source"]
-    fmt = src.get("format")
-    opts = src.get("options", {})
-    if fmt == "nexmark":
-        df = read_nexmark(spark, spec["checkpoint"], **opts)
-    elif fmt:
-        r = spark.readStream.format(fmt)
-        if "schema" in src:
-            r = r.schema(src["schema"])
-        for k, v in opts.items():
-            r = r.option(k, str(v))
-        df = r.load(src["path"]) if "path" in src else r.load()
+    if "inputs" in spec:
+        dfs = {name: _read_source(spark, inp["source"], None) for name, inp in spec["inputs"].items()}
+        p = Pipeline(dfs, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
+                     read=spec.get("read"))
+        for name, inp in spec["inputs"].items():
+            _add_watermark(p, inp["watermark"], input=name)
     else:
-        raise ConfigError("source needs a 'format'")
-    if src.get("select"):
-        df = df.selectExpr(*src["select"])
-    p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
-                 read=spec.get("read"))
-    w = dict(spec["watermark"])
-    p.watermark(w.pop("column"), w.pop("delay"), **w)
+        df = _read_source(spark, spec["source"], spec["checkpoint"])
+        p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
+                     read=spec.get("read"))
+        _add_watermark(p, spec["watermark"])
     for i, stage in enumerate(stages_of(spec)):
         add_stage(p, i, stage)
     sink: dict[str, Any] = spec["sink"]
@@ -175,12 +195,45 @@ def build(spark, spec: dict, verbose: bool = True):
     return p
 
 
+def _read_source(spark, src: dict, checkpoint: str | None):
+    """A ``source`` object's streaming DataFrame."""
+    from . import read_nexmark
+
+    if not isinstance(src, dict):
+        raise ConfigError(f"'source' must be {{\"format\": ..., ...}}, got {src!r}")
+    fmt = src.get("format")
+    opts = src.get("options", {})
+    if fmt == "nexmark":
+        if checkpoint is None:
+            raise ConfigError("the nexmark source is not supported as one of several inputs yet; use files or kafka")
+        df = read_nexmark(spark, checkpoint, **opts)
+    elif fmt:
+        r = spark.readStream.format(fmt)
+        if "schema" in src:
+            r = r.schema(src["schema"])
+        for k, v in opts.items():
+            r = r.option(k, str(v))
+        df = r.load(src["path"]) if "path" in src else r.load()
+    else:
+        raise ConfigError("source needs a 'format'")
+    if src.get("select"):
+        df = df.selectExpr(*src["select"])
+    return df
+
+
+def _add_watermark(p, w: dict, **kw) -> None:
+    if not (isinstance(w, dict) and "column" in w and "delay" in w):
+        raise ConfigError(f"'watermark' must be {{\"column\": ..., \"delay\": ..., ...}}, got {w!r}")
+    w = dict(w)
+    p.watermark(w.pop("column"), w.pop("delay"), **w, **kw)
+
+
 def run(spark, spec: dict, verbose: bool = True):
     """Start the spec's query and wait: bounded sources run to the end."""
     p = build(spark, spec, verbose)
     q = p.start(trigger=spec.get("trigger"))
-    bounded = spec["source"].get("format") == "nexmark" and int(
-        spec["source"].get("options", {}).get("totalEvents", 1_000_000)) > 0
+    src = spec.get("source", {})
+    bounded = src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
     if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once"):
         q.awaitTermination()
     elif bounded:

@@ -13,7 +13,6 @@ reloaded from the store on a miss.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -24,23 +23,13 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import StateError
+from ..frame import bytes_to_table, table_to_bytes  # noqa: F401  (the store's byte form of a table)
 
 # executor-side cache: (checkpoint, stage, vnode) -> (batch_id, operator)
 _CACHE: dict[tuple[str, int, int], tuple[int, Any]] = {}
 
 
 # -- Arrow IPC -----------------------------------------------------------------------
-def table_to_bytes(t: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, t.schema) as w:
-        w.write_table(t)
-    return sink.getvalue()
-
-
-def bytes_to_table(b: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(b)).read_all()
-
-
 def write_table(path: str, t: pa.Table) -> None:
     with pa.OSFile(path, "wb") as fh, pa.ipc.new_stream(fh, t.schema) as w:  # no in-memory copy
         w.write_table(t)

@@ -40,7 +40,7 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..watermark import split_key
 from . import exchange, store
-from .plan import SEQ, Plan, shuffled_schema
+from .plan import SEQ, Plan, shuffled_schema, split_union, union_schema
 from .sinks import write_late, write_output
 
 KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
@@ -84,10 +84,17 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     t_start = time.perf_counter()
     batches = list(batches)
     t_read = time.perf_counter()
-    schema = plan.input_schema
+    schema = union_schema(plan) if plan.multi else plan.input_schema
     table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
     table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
     backend = gpuwm.get_backend(plan.backend)
+    if plan.multi:  # several inputs' rows: each input's, in its own schema, to its own filter
+        data = {n: Frame.from_arrow(t, backend) if backend.is_gpu else t
+                for n, t in split_union(plan, table).items()}
+        kept, stats = filt.f.filter_local(data)
+        stats["read_s"] = t_read - t_start
+        stats["t_read"] = t_read
+        return kept, stats
     data = Frame.from_arrow(table, backend) if backend.is_gpu else table
     late: list | None = None if plan.late is None else []
     kept, stats = filt.f.filter_local(data, late_out=late)
@@ -240,7 +247,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         op = store.load_operator(plan, i, prev_batch, vnode).keep_late(plan.late is not None)
         before = op.counters()
         low = op.drained_watermark  # for the sort's ranges: [its previous drain, this one)
-        n_in = out.num_rows
+        n_in = _num_rows(out)
         if i == 0 and plan.pre_aggregates:
             updates = op.push_partials(out) if n_in else None
         else:
@@ -278,7 +285,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
     else:
         payload = write_output(plan.sink, batch_id, vnode, out)
     metrics = {
-        "segment": seg, "vnode": vnode, "rows_to_operator": rows.num_rows, "rows_emitted": emitted,
+        "segment": seg, "vnode": vnode, "rows_to_operator": _num_rows(rows), "rows_emitted": emitted,
         "stages": per_stage, "kernel_s": kernel_s, "state_save_s": save_s,
         "backend": gpuwm.get_backend(plan.backend).name, "vnode_task_s": time.perf_counter() - t_start,
     }
@@ -297,6 +304,11 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
     return pa.concat_tables(flows)
 
 
+def _num_rows(rows: Any) -> int:
+    """Rows of a table or Frame, or of several inputs' (``{input: rows}``)."""
+    return sum(t.num_rows for t in rows.values()) if isinstance(rows, dict) else rows.num_rows
+
+
 def _concat(tables: list[pa.Table | None], schema: pa.Schema) -> pa.Table:
     """What a stage emitted in a batch: rows its push returned (a window's
     updates, a dedup's first rows) and then what its drain released."""
@@ -311,7 +323,7 @@ def _check_split_locality(stats: list[dict]) -> None:
     each split's rows of a batch came from one input partition."""
     seen: set = set()
     for st in stats:
-        for key, _ in st["splits"]:
+        for key, _ in st.get("splits", ()):
             key = split_key(key)
             if key in seen:
                 raise ConfigError(

@@ -1,0 +1,266 @@
+"""Several named inputs, each with its own watermark filter, combined into
+one watermark: the minimum over the inputs (Spark's
+``multipleWatermarkPolicy=min``; RisingWave's "output watermark = min of the
+upstream watermarks"; Flink's two-input operators).
+
+Each input's :class:`~gpuwm.WatermarkFilter` (its own column, delay, split
+and knobs) derives that input's watermark from its rows. The combined
+watermark is None until every input has one (an input with no rows yet holds
+the others back, as Spark's 0 does), never decreases, and leaves out an
+input whose splits are all idle under its ``idle_timeout``. Rows of every
+input are late against the combined watermark — the one a join's state is
+cleaned with — with each profile's timing: under ``lag=1`` (Spark) batch N
+drops rows at or behind the combined watermark of batch N-2 and drains with
+that of N-1.
+
+An input with no rows in a batch keeps its watermark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+import pyarrow as pa
+
+from kernels import NONE
+
+from .errors import ConfigError, SchemaError
+from .join import input_schemas
+from .profiles import Profile
+from .watermark import WatermarkFilter, WatermarkSpec, _now
+
+
+@dataclass(frozen=True)
+class InputsSpec:
+    """Named inputs' watermark specs (``((name, WatermarkSpec), ...)``), in order.
+
+    >>> s = InputsSpec((("a", WatermarkSpec("ts", 5, profile="spark")), ("b", WatermarkSpec("t", 9, profile="spark"))))
+    >>> s.names, s.resolved_profile.name
+    (('a', 'b'), 'spark')
+    """
+
+    inputs: tuple[tuple[str, WatermarkSpec], ...]
+
+    def __post_init__(self) -> None:
+        inputs = tuple((str(n), w) for n, w in self.inputs)
+        if len(inputs) < 2:
+            raise ConfigError(f"several inputs means two or more, got {[n for n, _ in inputs]}")
+        names = [n for n, _ in inputs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"input names must be distinct, got {names}")
+        profiles = {n: w.resolved_profile for n, w in inputs}
+        first = next(iter(profiles.values()))
+        for n, p in profiles.items():
+            if p != first:
+                raise ConfigError(f"every input's watermark needs the same profile and knobs (they drop and drain "
+                                  f"with one combined watermark): {names[0]!r} has {first}, {n!r} has {p}")
+        object.__setattr__(self, "inputs", inputs)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.inputs)
+
+    @property
+    def resolved_profile(self) -> Profile:
+        return self.inputs[0][1].resolved_profile
+
+    def spec(self, name: str) -> WatermarkSpec:
+        for n, w in self.inputs:
+            if n == name:
+                return w
+        raise ConfigError(f"unknown input {name!r}; inputs are {list(self.names)}")
+
+    def build(self, backend: str | None = None) -> "InputFilters":
+        return InputFilters({n: w.build(backend) for n, w in self.inputs})
+
+    def describe(self) -> dict:
+        return {"inputs": {n: w.describe() for n, w in self.inputs}}
+
+
+class InputFilters:
+    """One :class:`~gpuwm.WatermarkFilter` per named input and their combined
+    watermark, with the filter's interface (``filter_local`` / ``advance``
+    take and give one table and one statistics dict per input).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> f = InputFilters({"a": WatermarkFilter("t", 2), "b": WatermarkFilter("u", 0)})
+    >>> kept = f.process({"a": pa.table({"t": [10]}), "b": pa.table({"u": [5]})})
+    >>> f.watermark, f.split_watermarks
+    (5, {'a': 8, 'b': 5})
+    >>> kept = f.process({"a": pa.table({"t": [4, 6]})})    # 4 is behind min(8, 5)
+    >>> kept["a"]["t"].to_pylist(), f.late_rows
+    ([6], 1)
+    """
+
+    def __init__(self, filters: Mapping[str, WatermarkFilter]):
+        self.filters = dict(filters)
+        profiles = {f.profile for f in self.filters.values()}
+        if len(profiles) != 1:
+            raise ConfigError("every input's watermark needs the same profile")
+        self.profile: Profile = profiles.pop()
+        self._combined: int | None = None
+        self._combined_prev: int | None = None
+        self.ended = False
+
+    # -- set-up ----------------------------------------------------------------
+    def bind(self, schema: pa.Schema) -> "InputFilters":
+        """Bind each filter to its input's schema (:func:`~gpuwm.join.inputs_schema`)."""
+        named = input_schemas(schema)
+        for n, f in self.filters.items():
+            if n not in named:
+                raise SchemaError(f"input {n!r} has no schema; the pipeline's inputs are {list(named)}")
+            f.bind(named[n])
+        doms = {n: f._domain for n, f in self.filters.items()}
+        types = {str(d.type) for d in doms.values()}
+        if len(types) != 1:
+            raise SchemaError("the inputs' event-time columns must have one type to combine their watermarks, got "
+                              + ", ".join(f"{n}.{d.column} {d.type}" for n, d in doms.items()))
+        return self
+
+    @property
+    def _domain(self) -> Any:
+        """The event-time domain the combined watermark is in (None before any input is bound)."""
+        return next((f._domain for f in self.filters.values() if f._domain is not None), None)
+
+    # -- the work --------------------------------------------------------------
+    def filter_local(self, tables: Mapping[str, Any], late_out: dict | None = None) -> tuple[dict, dict]:
+        """Filter each input's rows against the combined watermark (changes
+        no state): the kept rows per input, and the statistics (totals, and
+        each input's under ``inputs``). ``late_out``: ``{input: list}`` that
+        gets each input's late rows."""
+        cap = self.output_watermark_raw
+        cap = NONE if cap is None else cap
+        kept, per = {}, {}
+        for n, f in self.filters.items():
+            t = tables.get(n)
+            if t is None:
+                continue
+            out = None if late_out is None else late_out.setdefault(n, [])
+            kept[n], per[n] = f.filter_local(t, late_out=out, cap=cap)
+        stats = {k: sum(s[k] for s in per.values()) for k in ("rows", "late", "nulls", "nulls_dropped")}
+        stats["inputs"] = per
+        return kept, stats
+
+    def advance(self, stats: Sequence[dict], now: datetime | None = None) -> None:
+        now = _now(now)
+        for n, f in self.filters.items():
+            f.advance([s["inputs"][n] for s in stats if n in s.get("inputs", {})], now)
+        self._combined_prev = self._combined
+        cand = self._candidate(now)
+        if cand is not None and (self._combined is None or cand > self._combined):
+            self._combined = cand
+
+    def _candidate(self, now: datetime) -> int | None:
+        live = [f for f in self.filters.values() if not self._idle(f, now)]
+        if not live:
+            return None
+        vals = [f.watermark_raw for f in live]
+        return None if any(v is None for v in vals) else min(vals)
+
+    @staticmethod
+    def _idle(f: WatermarkFilter, now: datetime) -> bool:
+        """Every split of the input is idle under its ``idle_timeout``."""
+        if f.idle_timeout is None:
+            return False
+        idle = f.idle_splits(now)
+        return bool(idle) and len(idle) == len(f.split_watermarks)
+
+    def process(self, tables: Mapping[str, pa.Table], now: datetime | None = None) -> dict:
+        """One batch: the kept rows of each input given."""
+        kept, stats = self.filter_local(tables)
+        self.advance([stats], now)
+        return kept
+
+    def end_input(self) -> Any:
+        """Every input has ended (see :meth:`WatermarkFilter.end_input`)."""
+        self.ended = True
+        for f in self.filters.values():
+            f.end_input()
+        if self.profile.end_of_input == "all" and self._domain is not None:
+            self._combined = self._combined_prev = self._domain.end_of_time()
+        return self.output_watermark
+
+    def finish(self, now: datetime | None = None) -> Any:
+        self.advance([], now)
+        return self.end_input()
+
+    # -- what users read -------------------------------------------------------
+    def _out(self, raw: int | None) -> Any:
+        return None if raw is None or self._domain is None else self._domain.from_raw(raw)
+
+    @property
+    def watermark(self) -> Any:
+        return self._out(self._combined)
+
+    @property
+    def watermark_raw(self) -> int | None:
+        return self._combined
+
+    @property
+    def output_watermark_raw(self) -> int | None:
+        return self._combined_prev if self.profile.lag else self._combined
+
+    @property
+    def output_watermark(self) -> Any:
+        return self._out(self.output_watermark_raw)
+
+    @property
+    def max_event_time_raw(self) -> int | None:
+        vals = [f.max_event_time_raw for f in self.filters.values() if f.max_event_time_raw is not None]
+        return max(vals) if vals else None
+
+    @property
+    def split_watermarks(self) -> dict[str, Any]:
+        """Each input's own watermark."""
+        return {n: f.watermark for n, f in self.filters.items()}
+
+    @property
+    def late_rows(self) -> int:
+        return sum(f.late_rows for f in self.filters.values())
+
+    @property
+    def idle_timeout(self) -> Any:
+        return next((f.idle_timeout for f in self.filters.values() if f.idle_timeout is not None), None)
+
+    def idle_splits(self, now: datetime | None = None) -> list[str]:
+        """Idle splits as ``input:split`` (``input`` alone for a whole input)."""
+        now = _now(now)
+        out = []
+        for n, f in self.filters.items():
+            out += [n if k is None else f"{n}:{k}" for k in f.idle_splits(now)]
+        return out
+
+    def held_back(self, now: datetime | None = None) -> list[str]:
+        now = _now(now)
+        return [f"{n}:{k}" for n, f in self.filters.items() for k in f.held_back(now)]
+
+    def next_idle(self, now: datetime | None = None) -> datetime | None:
+        at = [t for t in (f.next_idle(now) for f in self.filters.values()) if t is not None]
+        return min(at) if at else None
+
+    # -- state -----------------------------------------------------------------
+    def snapshot(self) -> pa.Table:
+        """One row per input with its filter's snapshot (Arrow IPC bytes)."""
+        from .frame import table_to_bytes
+
+        meta = {"combined": self._combined, "combined_prev": self._combined_prev, "ended": self.ended}
+        return pa.table({"input": list(self.filters),
+                         "state": [table_to_bytes(f.snapshot()) for f in self.filters.values()]},
+                        schema=pa.schema([("input", pa.string()), ("state", pa.binary())])
+                        ).replace_schema_metadata({"gpuwm.inputs": json.dumps(meta)})
+
+    def restore(self, snapshot: pa.Table) -> "InputFilters":
+        from .frame import bytes_to_table
+
+        meta = json.loads(snapshot.schema.metadata[b"gpuwm.inputs"])
+        for row in snapshot.to_pylist():
+            if row["input"] not in self.filters:
+                raise SchemaError(f"the saved state has input {row['input']!r}; the inputs are {list(self.filters)}")
+            self.filters[row["input"]].restore(bytes_to_table(row["state"]))
+        self._combined, self._combined_prev, self.ended = meta["combined"], meta["combined_prev"], meta["ended"]
+        return self
