@@ -170,12 +170,13 @@ def logged_offset(checkpoint: str, batch_id: int, key: str) -> dict | None:
     """The offset of ``batch_id``'s one source whose offsets have ``key``
     (our sources': ``offset`` for Nexmark, ``drain`` for
     :mod:`gpuwm.spark.drain`), or None when the log does not say (no file,
-    no such source, several)."""
+    no such source, several that differ: the Nexmark inputs of a join,
+    one per event kind, share their offsets)."""
     try:
         got = [o for o in logged_offsets(checkpoint, batch_id) if o is not None and key in o]
     except OSError:
         return None
-    return got[0] if len(got) == 1 else None
+    return got[0] if got and all(o == got[0] for o in got) else None
 
 
 def newest_logged_batch(checkpoint: str) -> int | None:

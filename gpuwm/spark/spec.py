@@ -168,7 +168,7 @@ def build(spark, spec: dict, verbose: bool = True):
     from . import Pipeline
 
     if "inputs" in spec:
-        dfs = {name: _read_source(spark, inp["source"], None) for name, inp in spec["inputs"].items()}
+        dfs = {name: _read_source(spark, inp["source"], spec["checkpoint"]) for name, inp in spec["inputs"].items()}
         p = Pipeline(dfs, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
                      read=spec.get("read"))
         for name, inp in spec["inputs"].items():
@@ -195,7 +195,7 @@ def build(spark, spec: dict, verbose: bool = True):
     return p
 
 
-def _read_source(spark, src: dict, checkpoint: str | None):
+def _read_source(spark, src: dict, checkpoint: str):
     """A ``source`` object's streaming DataFrame."""
     from . import read_nexmark
 
@@ -204,8 +204,6 @@ def _read_source(spark, src: dict, checkpoint: str | None):
     fmt = src.get("format")
     opts = src.get("options", {})
     if fmt == "nexmark":
-        if checkpoint is None:
-            raise ConfigError("the nexmark source is not supported as one of several inputs yet; use files or kafka")
         df = read_nexmark(spark, checkpoint, **opts)
     elif fmt:
         r = spark.readStream.format(fmt)
