@@ -56,6 +56,7 @@ from .watermark import same_schema, schema_from_text, schema_to_text
 
 HOWS = ("inner", "left", "right", "full")
 MATCHED = "__matched"
+TIME = "__time"  # a state row's join time (a window join's: its window start)
 
 
 def inputs_schema(schemas: Mapping[str, pa.Schema]) -> pa.Schema:
@@ -82,25 +83,19 @@ def _signed(value: Any, what: str) -> Any:
 
 
 @dataclass(frozen=True)
-class IntervalJoinSpec(OperatorSpec):
-    """``left ⋈ right`` on ``on`` (pairs of left and right key columns) and
-    ``right_time BETWEEN left_time + lower AND left_time + upper``.
-
-    >>> s = IntervalJoinSpec("a", "b", (("id", "aid"),), "ts", "bts", "0 seconds", "20 seconds")
-    >>> s.how, s.upper
-    ('inner', datetime.timedelta(seconds=20))
-    """
+class _JoinSpec(OperatorSpec):
+    """What both joins' specs share: the inputs, the key pairs, the time
+    columns (the inputs' watermark columns), and the checks."""
 
     left: str
     right: str
     on: tuple[tuple[str, str], ...]
     left_time: str
     right_time: str
-    lower: Any
-    upper: Any
-    how: str = "inner"
 
     kind: ClassVar[str] = "join"
+    #: columns the output has before the left input's
+    _prefix: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:
@@ -112,6 +107,68 @@ class IntervalJoinSpec(OperatorSpec):
             raise ConfigError(f"join 'on' must be pairs [left column, right column], e.g. [['a_id', 'b_aid']], "
                               f"got {self.on!r}")
         object.__setattr__(self, "on", on)
+
+    def inputs(self) -> tuple[str, str]:
+        return self.left, self.right
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        return self._check(schema)[2]
+
+    def _check(self, schema: pa.Schema) -> tuple[pa.Schema, pa.Schema, pa.Schema, TimeDomain]:
+        named = input_schemas(schema)
+        for name in (self.left, self.right):
+            if name not in named:
+                raise ConfigError(f"join input {name!r} is not an input of the pipeline; inputs are {list(named)}")
+        ls, rs = named[self.left], named[self.right]
+        for name, s, cols in ((self.left, ls, [p[0] for p in self.on] + [self.left_time]),
+                              (self.right, rs, [p[1] for p in self.on] + [self.right_time])):
+            for c in cols:
+                if c not in s.names:
+                    raise SchemaError(f"join column {c!r} not found in input {name!r}; it has columns {s.names}")
+        for lc, rc in self.on:
+            lt, rt = ls.field(lc).type, rs.field(rc).type
+            if lt != rt:
+                raise SchemaError(f"join key types differ: {self.left}.{lc} is {lt} but {self.right}.{rc} is {rt}; "
+                                  "cast one side first")
+        dom = event_time_domain(ls, self.left_time)
+        rdom = event_time_domain(rs, self.right_time)
+        if dom.type != rdom.type:
+            raise SchemaError(f"join time columns differ in type: {self.left}.{self.left_time} is {dom.type} but "
+                              f"{self.right}.{self.right_time} is {rdom.type}")
+        self._check_times(dom)
+        dup = sorted(set(ls.names) & set(rs.names))
+        if dup:
+            raise SchemaError(f"inputs {self.left!r} and {self.right!r} share column name(s) {dup}; the join's "
+                              "output keeps both sides' columns: rename one side's first (a 'select')")
+        taken = sorted(set(self._prefix) & (set(ls.names) | set(rs.names)))
+        if taken:
+            raise SchemaError(f"the join's output adds column(s) {taken}, which an input has already: rename it")
+        lnull, rnull = self.how in ("right", "full"), self.how in ("left", "full")
+        out = pa.schema([pa.field(c, dom.type) for c in self._prefix] +
+                        [f.with_nullable(True) if lnull else f for f in ls] +
+                        [f.with_nullable(True) if rnull else f for f in rs])
+        return ls, rs, out, dom
+
+    def _check_times(self, dom: TimeDomain) -> None:
+        """The spec's durations in the time columns' unit (raises when they do not fit)."""
+
+
+@dataclass(frozen=True)
+class IntervalJoinSpec(_JoinSpec):
+    """``left ⋈ right`` on ``on`` (pairs of left and right key columns) and
+    ``right_time BETWEEN left_time + lower AND left_time + upper``.
+
+    >>> s = IntervalJoinSpec("a", "b", (("id", "aid"),), "ts", "bts", "0 seconds", "20 seconds")
+    >>> s.how, s.upper
+    ('inner', datetime.timedelta(seconds=20))
+    """
+
+    lower: Any
+    upper: Any
+    how: str = "inner"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         lo, hi = _signed(self.lower, "lower"), _signed(self.upper, "upper")
         if type(lo) is not type(hi):
             raise ConfigError(f"join time bounds must both be durations or both ints, got {lo!r} and {hi!r}")
@@ -142,47 +199,58 @@ class IntervalJoinSpec(OperatorSpec):
     def build(self, profile: Any = None, backend: str | None = None) -> "IntervalJoin":
         return IntervalJoin(self, profile=profile or "risingwave", backend=backend)
 
-    def inputs(self) -> tuple[str, str]:
-        return self.left, self.right
-
     def event_time(self, upstream: str) -> str:
         return self.left_time
 
-    def output_schema(self, schema: pa.Schema) -> pa.Schema:
-        return self._check(schema)[2]
-
-    def _check(self, schema: pa.Schema) -> tuple[pa.Schema, pa.Schema, pa.Schema, TimeDomain]:
-        named = input_schemas(schema)
-        for name in (self.left, self.right):
-            if name not in named:
-                raise ConfigError(f"join input {name!r} is not an input of the pipeline; inputs are {list(named)}")
-        ls, rs = named[self.left], named[self.right]
-        for side, s, cols in (("left", ls, [p[0] for p in self.on] + [self.left_time]),
-                              ("right", rs, [p[1] for p in self.on] + [self.right_time])):
-            name = self.left if side == "left" else self.right
-            for c in cols:
-                if c not in s.names:
-                    raise SchemaError(f"join column {c!r} not found in input {name!r}; it has columns {s.names}")
-        for lc, rc in self.on:
-            lt, rt = ls.field(lc).type, rs.field(rc).type
-            if lt != rt:
-                raise SchemaError(f"join key types differ: {self.left}.{lc} is {lt} but {self.right}.{rc} is {rt}; "
-                                  "cast one side first")
-        dom = event_time_domain(ls, self.left_time)
-        rdom = event_time_domain(rs, self.right_time)
-        if dom.type != rdom.type:
-            raise SchemaError(f"join time columns differ in type: {self.left}.{self.left_time} is {dom.type} but "
-                              f"{self.right}.{self.right_time} is {rdom.type}")
+    def _check_times(self, dom: TimeDomain) -> None:
         for v, what in ((self.lower, "lower"), (self.upper, "upper")):
             dom.duration(v, f"join bound {what}", signed=True)
-        dup = sorted(set(ls.names) & set(rs.names))
-        if dup:
-            raise SchemaError(f"inputs {self.left!r} and {self.right!r} share column name(s) {dup}; the join's "
-                              "output keeps both sides' columns: rename one side's first (a 'select')")
-        lnull, rnull = self.how in ("right", "full"), self.how in ("left", "full")
-        out = pa.schema([f.with_nullable(True) if lnull else f for f in ls] +
-                        [f.with_nullable(True) if rnull else f for f in rs])
-        return ls, rs, out, dom
+
+
+@dataclass(frozen=True)
+class WindowJoinSpec(_JoinSpec):
+    """``left ⋈ right`` on ``on`` within the same tumbling (``slide ==
+    size``) or hopping window of their time columns (Flink's window join):
+    each window's pairs go out when the watermark closes it.
+
+    >>> WindowJoinSpec("p", "a", (("id", "seller"),), "pt", "at", "10 seconds", "10 seconds").slide
+    datetime.timedelta(seconds=10)
+    """
+
+    size: Any
+    slide: Any
+    how: str = "inner"
+
+    _prefix: ClassVar[tuple[str, ...]] = ("window_start", "window_end")
+
+    def __post_init__(self) -> None:
+        from .timecol import positive_interval
+
+        super().__post_init__()
+        size, slide = positive_interval(self.size, "window size"), positive_interval(self.slide, "window slide")
+        if type(size) is not type(slide):
+            raise ConfigError(f"window size and slide must both be durations or both ints, got {size!r}, {slide!r}")
+        if size % slide:
+            raise ConfigError(f"window size {self.size!r} must be a multiple of its slide {self.slide!r}")
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "slide", slide)
+
+    @staticmethod
+    def resolved_window_lateness(watermarks: Mapping[str, Any]) -> bool:
+        """Whether the inputs' profile drops (row, window) pairs of closed
+        windows rather than rows behind the watermark (``window_lateness``):
+        their filters then let rows up to a window size behind through."""
+        return any(w.resolved_profile.window_lateness == "window" for w in watermarks.values())
+
+    def build(self, profile: Any = None, backend: str | None = None) -> "WindowJoin":
+        return WindowJoin(self, profile=profile or "risingwave", backend=backend)
+
+    def event_time(self, upstream: str) -> str:
+        return "window_start"
+
+    def _check_times(self, dom: TimeDomain) -> None:
+        dom.duration(self.size, "window size", allow_zero=False)
+        dom.duration(self.slide, "window slide", allow_zero=False)
 
 
 class _Side:
@@ -211,7 +279,196 @@ class _Side:
         return _Side(self.frame.filter(mask), [c[mask] for c in self.codes], self.ts[mask], self.matched[mask])
 
 
-class IntervalJoin(Operator, Drained):
+class _Join(Operator, Drained):
+    """What both joins share: two named inputs bound and encoded, rows
+    pushed per input, a side of rows in state per input, the joined rows'
+    columns, and the state as one part per side."""
+
+    late_reason = "join late"
+
+    def __init__(self, spec: Any, *, profile: str | Profile = "risingwave", backend: str | None = None):
+        self.spec = spec
+        self.profile = resolve(profile)
+        self._backend: Backend = get_backend(backend)
+        self._schema: pa.Schema | None = None
+        self._domain: TimeDomain | None = None
+        self._sides: dict[str, _Side] = {}
+        self._new: dict[str, list[_Side]] = {spec.left: [], spec.right: []}
+        self._saved = {spec.left: False, spec.right: False}
+        self.matches = 0
+        self._init_drained()
+
+    # -- set-up ----------------------------------------------------------------
+    def bind(self, schema: pa.Schema) -> "_Join":
+        """Fix the inputs' schema (:func:`inputs_schema`) before any row."""
+        if self._schema is not None:
+            same_schema(self._schema, schema, f"{type(self).__name__}.bind")
+            return self
+        ls, rs, out, dom = self.spec._check(schema)
+        self._in = {self.spec.left: ls, self.spec.right: rs}
+        self._out = out
+        self._domain = dom
+        self._bind_times(dom)
+        self._codecs = [KeyCodec(lc, ls.field(lc).type) for lc, _ in self.spec.on]
+        self._keycols = {self.spec.left: [p[0] for p in self.spec.on], self.spec.right: [p[1] for p in self.spec.on]}
+        self._tcol = {self.spec.left: self.spec.left_time, self.spec.right: self.spec.right_time}
+        self._schema = schema
+        for name in (self.spec.left, self.spec.right):
+            self._sides[name] = self._side(name, Frame.empty(self._in[name], self._backend))
+        self._bind_pending_drain()
+        return self
+
+    def _side(self, name: str, frame: Frame, matched: Any = None, ts: Any = None) -> _Side:
+        """Rows of input ``name`` as a side: key codes computed, and the time
+        the join matches on (default: the row's event time)."""
+        xp = self._backend.xp
+        codes = [c.encode(xp, frame.columns[k], self._backend) for c, k in zip(self._codecs, self._keycols[name])]
+        if ts is None:
+            ts = frame.values(self._tcol[name])[0].astype(xp.int64, copy=False)
+        if matched is None:
+            matched = xp.zeros(frame.num_rows, dtype=bool)
+        return _Side(frame, codes, ts, matched)
+
+    # -- push ------------------------------------------------------------------
+    def push(self, rows: Mapping[str, Any]) -> None:
+        """New rows of one or both inputs (``{input name: Arrow table or
+        Frame}``), joined at the next drain. Rows with a null event time,
+        and rows at or behind the last drain's watermark, are dropped and
+        counted."""
+        if self._schema is None:
+            raise SchemaError(f"{type(self).__name__}.push before bind(inputs_schema({{...}}))")
+        b = self._backend
+        xp = b.xp
+        for name, table in rows.items():
+            if name not in self._new:
+                raise ConfigError(f"join input {name!r} is not one of {list(self._new)}")
+            if isinstance(table, pa.RecordBatch):
+                table = pa.Table.from_batches([table])
+            same_schema(self._in[name], table.schema, f"{type(self).__name__}.push({name!r})")
+            self.rows_in += table.num_rows
+            if not table.num_rows:
+                continue
+            frame = Frame.of(table, b)
+            ts, valid = frame.values(self._tcol[name])
+            ts = ts.astype(xp.int64, copy=False)
+            if valid is not None:
+                self.null_rows += int(valid.shape[0] - xp.count_nonzero(valid))
+                frame, ts = frame.filter(valid), ts[valid]
+            side = self._accept(name, frame, ts) if frame.num_rows else None
+            if side is not None and side.rows:
+                self._new[name].append(side)
+
+    def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":
+        """The state rows a batch's rows of ``name`` (no null time) become,
+        without the late ones (counted)."""
+        raise NotImplementedError
+
+    def take_late(self) -> pa.Table | None:
+        """None: the late rows of two inputs have two schemas, and a join
+        keeps none aside (a pipeline's watermark filters keep its inputs'
+        late rows, which are all the rows a join would find late there)."""
+        return None
+
+    def _pairs(self, left: Frame | None, right: Frame | None, prefix: Sequence[pa.Array] = ()) -> pa.Table:
+        """Joined rows: ``prefix`` columns, left columns, then right columns
+        (nulls for a missing side)."""
+        n = (left if left is not None else right).num_rows
+        cols = list(prefix)
+        for part, name in ((left, self.spec.left), (right, self.spec.right)):
+            if part is None:
+                cols += [pa.nulls(n, f.type) for f in self._in[name]]
+            else:
+                t = part.to_arrow()
+                cols += [t.column(i) for i in range(t.num_columns)]
+        return pa.Table.from_arrays(cols, schema=self._out)
+
+    def _compact_keys(self) -> None:
+        b = self._backend
+        L, R = self.spec.left, self.spec.right
+        for i, c in enumerate(self._codecs):
+            new = c.compact_codes(b.xp, [self._sides[L].codes[i], self._sides[R].codes[i]], self.state_rows,
+                                  b.to_numpy)
+            if new is not None:
+                self._sides[L].codes[i], self._sides[R].codes[i] = new
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def state_rows(self) -> int:
+        """Rows held, both sides."""
+        return sum(s.rows for s in self._sides.values())
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(s.frame.nbytes() + s.matched.nbytes + s.ts.nbytes + sum(c.nbytes for c in s.codes)
+                   for s in self._sides.values())
+
+    def side_rows(self, name: str) -> int:
+        """Rows of input ``name`` held."""
+        return self._sides[name].rows if name in self._sides else 0
+
+    def counters(self) -> dict[str, int]:
+        return {**super().counters(), "matches": self.matches,
+                **{f"state_rows_{n}": self.side_rows(n) for n in (self.spec.left, self.spec.right)}}
+
+    def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
+        """``{"state": counters, and with ``rows`` "left.<input>" / "right.<input>"
+        parts}``; the key dictionaries are rebuilt from the rows on restore."""
+        if any(self._new.values()):
+            raise StateError(f"{type(self).__name__}.snapshot between push and drain: drain the batch first")
+        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "matches": self.matches}
+        out = {"state": pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(
+            {"gpuwm.join": json.dumps(meta)})}
+        if rows:
+            out.update({p: self.snapshot_part(p) for p in self.state_parts()})
+        return out
+
+    def state_parts(self) -> dict[str, bool]:
+        """One part per side, written again when the side changed."""
+        if self._schema is None:
+            return {}
+        return {f"side.{n}": not self._saved[n] for n in (self.spec.left, self.spec.right)}
+
+    def snapshot_part(self, name: str) -> pa.Table:
+        side = self._sides.get(name.removeprefix("side."))
+        if side is None:
+            raise StateError(f"the join state holds no part {name!r}")
+        t = side.frame.to_arrow()
+        t = t.append_column(MATCHED, pa.array(self._backend.to_numpy(side.matched), pa.bool_()))
+        return t.append_column(TIME, pa.array(self._backend.to_numpy(side.ts), pa.int64()))
+
+    def mark_saved(self, written: Sequence[str] = ()) -> None:
+        for n in self._saved:
+            self._saved[n] = True
+
+    def restore(self, snapshot: dict[str, pa.Table], parts: dict[str, pa.Table] | None = None) -> "_Join":
+        """Continue exactly where the snapshotted operator stopped."""
+        if self.rows_in or self.state_rows:
+            raise WatermarkError(f"restore() must be called on a fresh {type(self).__name__}")
+        md = snapshot["state"].schema.metadata or {}
+        if b"gpuwm.join" not in md:
+            raise StateError(f"this snapshot is not of a {type(self).__name__}")
+        meta = json.loads(md[b"gpuwm.join"])
+        schema = schema_from_text(meta["schema"])
+        parts = snapshot if parts is None else parts
+        if schema is not None:
+            self._schema = None
+            self.bind(schema)
+            for n in (self.spec.left, self.spec.right):
+                t = parts.get(f"side.{n}")
+                if t is None:
+                    raise StateError(f"join state is missing its part 'side.{n}'")
+                b = self._backend
+                matched = b.asarray(t.column(MATCHED).to_numpy(zero_copy_only=False).astype(bool))
+                ts = b.asarray(t.column(TIME).to_numpy().astype("int64"))
+                frame = Frame.from_arrow(t.drop_columns([MATCHED, TIME]), b)
+                self._sides[n] = self._side(n, frame, matched, ts)
+                self._saved[n] = True
+        self._load_drained_meta(meta)
+        self.matches = meta["matches"]
+        return self
+
+
+class IntervalJoin(_Join):
     """Join two inputs on equal keys and an event-time interval, with state
     bounded by the watermark (see the module docstring).
 
@@ -238,91 +495,20 @@ class IntervalJoin(Operator, Drained):
     0
     """
 
-    late_reason = "join late"
-
-    def __init__(self, spec: IntervalJoinSpec, *, profile: str | Profile = "risingwave", backend: str | None = None):
-        self.spec = spec
-        self.profile = resolve(profile)
-        self._backend: Backend = get_backend(backend)
-        self._schema: pa.Schema | None = None
-        self._domain: TimeDomain | None = None
-        self._sides: dict[str, _Side] = {}
-        self._new: dict[str, list[_Side]] = {spec.left: [], spec.right: []}
-        self._saved = {spec.left: False, spec.right: False}
-        self.matches = 0
-        self._init_drained()
-
-    # -- set-up ----------------------------------------------------------------
-    def bind(self, schema: pa.Schema) -> "IntervalJoin":
-        """Fix the inputs' schema (:func:`inputs_schema`) before any row."""
-        if self._schema is not None:
-            same_schema(self._schema, schema, "IntervalJoin.bind")
-            return self
-        ls, rs, out, dom = self.spec._check(schema)
-        self._in = {self.spec.left: ls, self.spec.right: rs}
-        self._out = out
-        self._domain = dom
+    def _bind_times(self, dom: TimeDomain) -> None:
         self._lo = dom.duration(self.spec.lower, "lower", signed=True)
         self._hi = dom.duration(self.spec.upper, "upper", signed=True)
         self._margin = dom.one_ms()
-        self._codecs = [KeyCodec(lc, ls.field(lc).type) for lc, _ in self.spec.on]
-        self._keycols = {self.spec.left: [p[0] for p in self.spec.on], self.spec.right: [p[1] for p in self.spec.on]}
-        self._tcol = {self.spec.left: self.spec.left_time, self.spec.right: self.spec.right_time}
-        self._schema = schema
-        for name in (self.spec.left, self.spec.right):
-            self._sides[name] = self._side(name, Frame.empty(self._in[name], self._backend))
-        self._bind_pending_drain()
-        return self
 
-    def _side(self, name: str, frame: Frame, matched: Any = None) -> _Side:
-        """Rows of input ``name`` as a side: key codes and event times computed."""
-        xp = self._backend.xp
-        codes = [c.encode(xp, frame.columns[k], self._backend) for c, k in zip(self._codecs, self._keycols[name])]
-        ts = frame.values(self._tcol[name])[0].astype(xp.int64, copy=False)
-        if matched is None:
-            matched = xp.zeros(frame.num_rows, dtype=bool)
-        return _Side(frame, codes, ts, matched)
-
-    # -- push ------------------------------------------------------------------
-    def push(self, rows: Mapping[str, Any]) -> None:
-        """New rows of one or both inputs (``{input name: Arrow table or
-        Frame}``), joined at the next drain. Rows with a null event time,
-        and rows at or behind the last drain's watermark, are dropped and
-        counted."""
-        if self._schema is None:
-            raise SchemaError("IntervalJoin.push before bind(inputs_schema({...}))")
-        b = self._backend
-        xp = b.xp
-        for name, table in rows.items():
-            if name not in self._new:
-                raise ConfigError(f"join input {name!r} is not one of {list(self._new)}")
-            if isinstance(table, pa.RecordBatch):
-                table = pa.Table.from_batches([table])
-            same_schema(self._in[name], table.schema, f"IntervalJoin.push({name!r})")
-            self.rows_in += table.num_rows
-            if not table.num_rows:
-                continue
-            frame = Frame.of(table, b)
-            ts, valid = frame.values(self._tcol[name])
-            ts = ts.astype(xp.int64, copy=False)
-            keep = valid
-            if valid is not None:
-                self.null_rows += int(valid.shape[0] - xp.count_nonzero(valid))
-            if self._drained is not None:  # behind the last drain: late
-                fresh = ts > self._drained if self.profile.late_inclusive else ts >= self._drained
-                late = ~fresh if valid is None else ~fresh & valid
-                self.late_rows += int(xp.count_nonzero(late))
-                keep = fresh if valid is None else fresh & valid
-            if keep is not None:
-                frame = frame.filter(keep)
-            if frame.num_rows:
-                self._new[name].append(self._side(name, frame))
-
-    def take_late(self) -> pa.Table | None:
-        """None: the late rows of two inputs have two schemas, and a join
-        keeps none aside (a pipeline's watermark filters keep its inputs'
-        late rows, which are all the rows a join would find late there)."""
-        return None
+    def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":
+        if self._drained is not None:  # at or behind the last drain: late
+            xp = self._backend.xp
+            fresh = ts > self._drained if self.profile.late_inclusive else ts >= self._drained
+            nlate = int(frame.num_rows - xp.count_nonzero(fresh))
+            if nlate:
+                self.late_rows += nlate
+                frame = frame.filter(fresh)
+        return self._side(name, frame)
 
     # -- drain -----------------------------------------------------------------
     def release(self, watermark: Any) -> Released:
@@ -389,96 +575,113 @@ class IntervalJoin(Operator, Drained):
         self.rows_out += res.num_rows
         return res
 
-    def _pairs(self, left: Frame | None, right: Frame | None) -> pa.Table:
-        """Joined rows: left columns then right columns (nulls for a missing side)."""
-        n = (left if left is not None else right).num_rows
-        cols = []
-        for part, name in ((left, self.spec.left), (right, self.spec.right)):
-            if part is None:
-                cols += [pa.nulls(n, f.type) for f in self._in[name]]
-            else:
-                t = part.to_arrow()
-                cols += [t.column(i) for i in range(t.num_columns)]
-        return pa.Table.from_arrays(cols, schema=self._out)
 
-    def _compact_keys(self) -> None:
-        b = self._backend
-        L, R = self.spec.left, self.spec.right
-        for i, c in enumerate(self._codecs):
-            new = c.compact_codes(b.xp, [self._sides[L].codes[i], self._sides[R].codes[i]], self.state_rows,
-                                  b.to_numpy)
-            if new is not None:
-                self._sides[L].codes[i], self._sides[R].codes[i] = new
 
-    # -- state -----------------------------------------------------------------
-    @property
-    def state_rows(self) -> int:
-        """Rows held, both sides."""
-        return sum(s.rows for s in self._sides.values())
+class WindowJoin(_Join):
+    """Join two inputs on equal keys within the same tumbling or hopping
+    window (Flink's window join, Nexmark Q8): a row is kept once per window
+    it falls in; when the watermark closes a window (``end <= W``; ``end -
+    1 <= W`` under a profile with ``close_minus_one``) its pairs go out with
+    ``window_start`` and ``window_end`` before the left and right columns —
+    in an outer join its rows without a partner too, with nulls — and its
+    rows leave the state. A row whose window had closed at the last drain
+    is late there (counted once per such window).
 
-    @property
-    def state_bytes(self) -> int:
-        return sum(s.frame.nbytes() + s.matched.nbytes + s.ts.nbytes + sum(c.nbytes for c in s.codes)
-                   for s in self._sides.values())
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from gpuwm.join import WindowJoinSpec, inputs_schema
+    >>> p = pa.schema([("id", pa.int64()), ("pt", pa.int64())])
+    >>> a = pa.schema([("seller", pa.int64()), ("at", pa.int64())])
+    >>> j = WindowJoinSpec("p", "a", [("id", "seller")], "pt", "at", 10, 10).build("spark", "cpu")
+    >>> _ = j.bind(inputs_schema({"p": p, "a": a}))
+    >>> j.push({"p": pa.table({"id": [1, 2], "pt": [3, 4]}, schema=p),
+    ...         "a": pa.table({"seller": [1, 2], "at": [8, 12]}, schema=a)})
+    >>> j.drain(9).num_rows                  # [0, 10) still open
+    0
+    >>> j.drain(10).to_pydict()              # closed: id 1 opened an auction in it, id 2 in the next one
+    {'window_start': [0], 'window_end': [10], 'id': [1], 'pt': [3], 'seller': [1], 'at': [8]}
+    """
 
-    def side_rows(self, name: str) -> int:
-        """Rows of input ``name`` held."""
-        return self._sides[name].rows if name in self._sides else 0
+    def _bind_times(self, dom: TimeDomain) -> None:
+        self._size = dom.duration(self.spec.size, "window size", allow_zero=False)
+        self._slide = dom.duration(self.spec.slide, "window slide", allow_zero=False)
+        self._cm = 1 if self.profile.close_minus_one else 0
 
-    def counters(self) -> dict[str, int]:
-        return {**super().counters(), "matches": self.matches,
-                **{f"state_rows_{n}": self.side_rows(n) for n in (self.spec.left, self.spec.right)}}
+    def _closed(self, ws: Any, w: int) -> Any:
+        return ws + (self._size - self._cm) <= w
 
-    def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
-        """``{"state": counters, and with ``rows`` "left.<input>" / "right.<input>"
-        parts}``; the key dictionaries are rebuilt from the rows on restore."""
-        if any(self._new.values()):
-            raise StateError("IntervalJoin.snapshot between push and drain: drain the batch first")
-        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "matches": self.matches}
-        out = {"state": pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(
-            {"gpuwm.join": json.dumps(meta)})}
-        if rows:
-            out.update({p: self.snapshot_part(p) for p in self.state_parts()})
-        return out
+    def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":
+        from kernels import assign_windows
 
-    def state_parts(self) -> dict[str, bool]:
-        """One part per side, written again when the side changed."""
+        xp = self._backend.xp
+        rows, widx = assign_windows(xp, ts, self._size, self._slide)
+        ws = widx * self._slide
+        if self._drained is not None:
+            open_ = ~self._closed(ws, self._drained)
+            nlate = int(ws.shape[0] - xp.count_nonzero(open_))
+            if nlate:
+                self.late_rows += nlate
+                rows, ws = rows[open_], ws[open_]
+        if not rows.shape[0]:
+            return None
+        return self._side(name, frame.take(rows), ts=ws)
+
+    def output_watermark(self, watermark: Any) -> Any:
+        """On ``window_start``: windows still open start after ``W - size``."""
+        if watermark is None or self._domain is None:
+            return None
+        return self._domain.from_raw(self._domain.to_raw(watermark) - self._size)
+
+    def drain(self, watermark: Any) -> pa.Table:
+        """Close the windows ``watermark`` closes: their pairs (and, outer,
+        unmatched rows) go out and their rows leave the state."""
         if self._schema is None:
-            return {}
-        return {f"side.{n}": not self._saved[n] for n in (self.spec.left, self.spec.right)}
+            self._drain_to(watermark)
+            return pa.table({})
+        w = self._drain_to(watermark)
+        xp = self._backend.xp
+        L, R = self.spec.left, self.spec.right
+        for n in (L, R):
+            if self._new[n]:
+                self._sides[n] = _Side.concat([self._sides[n]] + self._new[n], xp)
+                self._saved[n] = False
+            self._new[n] = []
+        if w is None:
+            return self._out.empty_table()
+        left, right = self._sides[L], self._sides[R]
+        cl, cr = self._closed(left.ts, w), self._closed(right.ts, w)
+        if not (bool(xp.any(cl)) or bool(xp.any(cr))):
+            return self._out.empty_table()
+        lc, rc = left.keep(cl), right.keep(cr)
+        self._sides[L], self._sides[R] = left.keep(~cl), right.keep(~cr)
+        self._saved[L] = self._saved[R] = False
+        pl, pr = interval_pairs(xp, rc.codes, rc.ts, lc.codes, lc.ts, lc.ts)
+        out = []
+        if pl.shape[0]:
+            out.append(self._pairs(lc.frame.take(pl), rc.frame.take(pr), self._windows(lc.ts[pl])))
+            self.matches += int(pl.shape[0])
+        for side, idx, keep_alone, which in ((lc, pl, self.spec.how in ("left", "full"), "left"),
+                                             (rc, pr, self.spec.how in ("right", "full"), "right")):
+            if not keep_alone or not side.rows:
+                continue
+            alone = xp.ones(side.rows, dtype=bool)
+            alone[idx] = False
+            if bool(xp.any(alone)):
+                f = side.frame.filter(alone)
+                out.append(self._pairs(f if which == "left" else None, f if which == "right" else None,
+                                       self._windows(side.ts[alone])))
+        self._compact_keys()
+        if not out:
+            return self._out.empty_table()
+        res = out[0] if len(out) == 1 else pa.concat_tables(out)
+        self.rows_out += res.num_rows
+        return res
 
-    def snapshot_part(self, name: str) -> pa.Table:
-        side = self._sides.get(name.removeprefix("side."))
-        if side is None:
-            raise StateError(f"the join state holds no part {name!r}")
-        t = side.frame.to_arrow()
-        return t.append_column(MATCHED, pa.array(self._backend.to_numpy(side.matched), pa.bool_()))
+    def _windows(self, ws: Any) -> list[pa.Array]:
+        """``window_start`` and ``window_end`` columns for raw window starts."""
+        from .frame import numpy_to_arrow
 
-    def mark_saved(self, written: Sequence[str] = ()) -> None:
-        for n in self._saved:
-            self._saved[n] = True
-
-    def restore(self, snapshot: dict[str, pa.Table], parts: dict[str, pa.Table] | None = None) -> "IntervalJoin":
-        """Continue exactly where the snapshotted operator stopped."""
-        if self.rows_in or self.state_rows:
-            raise WatermarkError("restore() must be called on a fresh IntervalJoin")
-        md = snapshot["state"].schema.metadata or {}
-        if b"gpuwm.join" not in md:
-            raise StateError("this snapshot is not of an IntervalJoin")
-        meta = json.loads(md[b"gpuwm.join"])
-        schema = schema_from_text(meta["schema"])
-        parts = snapshot if parts is None else parts
-        if schema is not None:
-            self._schema = None
-            self.bind(schema)
-            for n in (self.spec.left, self.spec.right):
-                t = parts.get(f"side.{n}")
-                if t is None:
-                    raise StateError(f"join state is missing its part 'side.{n}'")
-                matched = self._backend.asarray(t.column(MATCHED).to_numpy(zero_copy_only=False).astype(bool))
-                frame = Frame.from_arrow(t.drop_columns([MATCHED]), self._backend)
-                self._sides[n] = self._side(n, frame, matched)
-                self._saved[n] = True
-        self._load_drained_meta(meta)
-        self.matches = meta["matches"]
-        return self
+        t = self._domain.type
+        start = self._backend.to_numpy(ws)
+        return [numpy_to_arrow(t, start, None), numpy_to_arrow(t, start + self._size, None)]

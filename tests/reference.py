@@ -475,3 +475,67 @@ class RefIntervalJoin:
     @property
     def state_rows(self) -> int:
         return len(self.left) + len(self.right)
+
+
+@dataclass
+class RefWindowJoin:
+    """A window join, one row at a time: rows ``(key, ts, id)``; a row is in
+    every window ``[s, s + size)`` with ``s`` a multiple of ``slide`` and
+    ``s <= ts < s + size``; a drain at ``w`` closes windows with
+    ``s + size - close_minus_one <= w``: the pairs of equal non-None keys of
+    a closed window go out as ``(s, s + size) + left + right``, an outer
+    side's rows without a partner there with None, and the window's rows
+    leave. A row in a window closed at the last drain is late there."""
+
+    size: int
+    slide: int
+    how: str
+    close_minus_one: int = 0
+    rows: dict = field(default_factory=lambda: {"left": [], "right": []})  # side -> [(row, window start)]
+    drained: Any = None
+    late: int = 0
+    nulls: int = 0
+
+    def _closed(self, s: int, w: int) -> bool:
+        return s + self.size - self.close_minus_one <= w
+
+    def push(self, side: str, rows: list[tuple]) -> None:
+        for r in rows:
+            if r[1] is None:
+                self.nulls += 1
+                continue
+            s = r[1] - r[1] % self.slide
+            while s > r[1] - self.size:
+                if self.drained is not None and self._closed(s, self.drained):
+                    self.late += 1
+                else:
+                    self.rows[side].append((r, s))
+                s -= self.slide
+
+    def drain(self, w: Any) -> list[tuple]:
+        if w is None:
+            return []
+        self.drained = w
+        out = []
+        closed = sorted({s for side in self.rows.values() for _, s in side if self._closed(s, w)})
+        for s in closed:
+            left = [r for r, ws in self.rows["left"] if ws == s]
+            right = [r for r, ws in self.rows["right"] if ws == s]
+            hit_l, hit_r = set(), set()
+            for i, lr in enumerate(left):
+                for j, rr in enumerate(right):
+                    if lr[0] is not None and lr[0] == rr[0]:
+                        out.append((s, s + self.size) + lr + rr)
+                        hit_l.add(i)
+                        hit_r.add(j)
+            if self.how in ("left", "full"):
+                out += [(s, s + self.size) + lr + (None, None, None) for i, lr in enumerate(left) if i not in hit_l]
+            if self.how in ("right", "full"):
+                out += [(s, s + self.size) + (None, None, None) + rr for j, rr in enumerate(right) if j not in hit_r]
+        for side in self.rows:
+            self.rows[side] = [(r, s) for r, s in self.rows[side] if not self._closed(s, w)]
+        return out
+
+    @property
+    def state_rows(self) -> int:
+        return sum(len(v) for v in self.rows.values())

@@ -14,12 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gpuwm
-from gpuwm.join import IntervalJoin, IntervalJoinSpec, inputs_schema
+from gpuwm.join import IntervalJoin, IntervalJoinSpec, WindowJoinSpec, inputs_schema
 from kernels import NONE
 from kernels.join import interval_pairs
 
-from .reference import RefIntervalJoin
+from .reference import RefIntervalJoin, RefWindowJoin
 
+TS = pa.timestamp("us", tz="UTC")
 LEFT = pa.schema([("k", pa.int64()), ("lt", pa.int64()), ("lid", pa.int64())])
 RIGHT = pa.schema([("rk", pa.int64()), ("rt", pa.int64()), ("rid", pa.int64())])
 SLEFT = pa.schema([("k", pa.string()), ("lt", pa.int64()), ("lid", pa.int64())])
@@ -38,11 +39,16 @@ def _table(rows, schema, first_id: int) -> pa.Table:
                      pa.array(range(first_id, first_id + len(rows)), pa.int64())], schema=schema)
 
 
-def _tuples(t: pa.Table) -> list[tuple]:
+def _tuples(t: pa.Table, skip: int = 0) -> list[tuple]:
+    """Rows as tuples, string keys back to ints (after ``skip`` leading columns)."""
     def key(v):
         return int(v.removeprefix("key")) if isinstance(v, str) else v
-    return sorted(((key(r[0]), r[1], r[2], key(r[3]), r[4], r[5]) for r in
-                   (tuple(row.values()) for row in t.to_pylist())), key=repr)
+    out = []
+    for row in t.to_pylist():
+        r = tuple(row.values())
+        head, r = r[:skip], r[skip:]
+        out.append(head + (key(r[0]), r[1], r[2], key(r[3]), r[4], r[5]))
+    return sorted(out, key=repr)
 
 
 def _through_store(j: IntervalJoin, backend: str, profile: str) -> IntervalJoin:
@@ -137,3 +143,47 @@ def test_time_bounds_and_types_are_checked():
     with pytest.raises(gpuwm.ConfigError, match="join bound lower must be a timedelta .* for timestamp column"):
         IntervalJoinSpec("a", "b", [("id", "aid")], "ts", "bts", 0, 1).output_schema(
             inputs_schema({"a": a, "b": b.set(0, pa.field("aid", pa.int64()))}))
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
+@pytest.mark.parametrize("keys", ["int", "str"])
+@given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8),
+       profile=st.sampled_from(["spark", "flink", "risingwave"]),
+       window=st.sampled_from([(10, 10), (10, 5), (6, 2), (1, 1)]))
+def test_window_join_matches_reference(backend, how, keys, batches, stop, profile, window):
+    size, slide = window
+    ls, rs = (LEFT, RIGHT) if keys == "int" else (SLEFT, SRIGHT)
+    spec = WindowJoinSpec("a", "b", [("k", "rk")], "lt", "rt", size, slide, how)
+    j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
+    ref = RefWindowJoin(size, slide, how, close_minus_one=int(gpuwm.resolve_profile(profile).close_minus_one))
+    w, nid = None, 0
+    for i, (lrows, rrows, step) in enumerate(batches):
+        if i == stop:
+            j = _through_store(j, backend, profile)
+        lt, nid = _table(lrows, ls, nid), nid + len(lrows)
+        rt, nid = _table(rrows, rs, nid), nid + len(rrows)
+        j.push({"a": lt, "b": rt})
+        ref.push("left", [(r["k"], r["lt"], r["lid"]) for r in _table(lrows, LEFT, nid - len(lrows) - len(rrows))
+                          .to_pylist()])
+        ref.push("right", [(r["rk"], r["rt"], r["rid"]) for r in _table(rrows, RIGHT, nid - len(rrows)).to_pylist()])
+        if step is not None:
+            w = step if w is None else w + step
+        assert _tuples(j.drain(w), skip=2) == sorted(ref.drain(w), key=repr), (i, w)
+        assert j.state_rows == ref.state_rows
+        assert j.late_rows == ref.late and j.null_rows == ref.nulls
+    again = spec.build(profile, backend).restore(j.snapshot())
+    assert again.state_rows == j.state_rows and again.counters() == j.counters()
+
+
+def test_window_join_spec_is_checked():
+    p = pa.schema([("id", pa.int64()), ("t", TS), ("window_start", pa.int64())])
+    a = pa.schema([("seller", pa.int64()), ("at", TS)])
+    with pytest.raises(gpuwm.ConfigError, match="multiple of its slide"):
+        WindowJoinSpec("p", "a", [("id", "seller")], "t", "at", "10 seconds", "3 seconds")
+    with pytest.raises(gpuwm.ConfigError, match="window size must be > 0"):
+        WindowJoinSpec("p", "a", [("id", "seller")], "t", "at", "0 seconds", "0 seconds")
+    spec = WindowJoinSpec("p", "a", [("id", "seller")], "t", "at", "10 seconds", "10 seconds")
+    with pytest.raises(gpuwm.SchemaError, match="adds column\\(s\\) \\['window_start'\\]"):
+        spec.output_schema(inputs_schema({"p": p, "a": a}))
+    with pytest.raises(gpuwm.SchemaError, match="join time columns differ in type"):
+        spec.output_schema(inputs_schema({"p": p.remove(2).set(1, pa.field("t", pa.int64())), "a": a}))

@@ -143,6 +143,46 @@ def test_spark_profile_join_equals_spark_native(spark, tmp_path, how):
     assert any(b < a for a, b in zip(state, state[1:])) and state[-1] < sum(t.num_rows for t in auctions + bids) / 2
 
 
+def test_spark_profile_window_join_equals_spark_native(spark, tmp_path):
+    """A tumbling window join (Flink's, Nexmark Q8's shape) against Spark's
+    stream-stream join with the 10 s window in its join keys: the same pairs
+    of every window the final watermark closes (Spark emits a pair when it
+    matches, a window join when its window closes, so the last open window's
+    pairs are Spark's alone)."""
+    from pyspark.sql import functions as F
+
+    auctions, bids = _streams(seed=23)
+    _write(f"{tmp_path}/a", auctions)
+    _write(f"{tmp_path}/b", bids)
+    a = (spark.readStream.schema(A_SCHEMA).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/a")
+         .withWatermark("a_ts", "10 seconds")  # one event-time column per stream: the window's
+         .selectExpr("a_id", "timestamp_micros(unix_micros(a_ts)) as a_ts", "seller",
+                     "window(a_ts, '10 seconds') as aw"))
+    b = (spark.readStream.schema(B_SCHEMA).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/b")
+         .withWatermark("b_ts", "5 seconds")
+         .selectExpr("b_aid", "timestamp_micros(unix_micros(b_ts)) as b_ts", "price", "window(b_ts, '10 seconds') as bw"))
+    j = a.join(b, F.expr("a_id = b_aid AND aw = bw")).selectExpr("aw.start as window_start", "*")
+    q = (j.drop("aw", "bw").writeStream.format("parquet").option("path", f"{tmp_path}/native")
+         .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    spec = _spec(tmp_path, "inner")
+    join = spec["stages"][0]["join"]
+    del join["between"]
+    join["window"] = {"tumble": "10 seconds"}
+    hist = []
+    p = build_spec(spark, spec, verbose=False)
+    p.on_batch = hist.append
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    out = read_out(f"{tmp_path}/out-inner")
+    final = T0 + timedelta(microseconds=hist[-1]["output_watermark"] - int(T0.timestamp() * 1e6))
+    native = [r for r in spark.read.parquet(f"{tmp_path}/native").toArrow().to_pylist()]
+    closed = [r["window_start"].astimezone(timezone.utc) + timedelta(seconds=10) <= final for r in native]
+    assert 50 < sum(closed) < len(native)
+    assert _rows(out) == _rows(pa.Table.from_pylist([r for r, c in zip(native, closed) if c]))
+    assert sorted(r["window_start"] for r in out.to_pylist()) == \
+        sorted(r["window_start"].astimezone(timezone.utc) for r, c in zip(native, closed) if c)
+
+
 def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):
     auctions, bids = _streams(seed=1, batches=1)
     _write(f"{tmp_path}/a", auctions)
@@ -190,8 +230,17 @@ def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):
         build_spec(spark, spec, verbose=False)
     spec = _spec(tmp_path, "inner")
     spec["stages"][0]["join"]["window"] = {"tumble": "10 seconds"}
-    with pytest.raises(gpuwm.ConfigError, match="window join .* not supported yet"):
+    with pytest.raises(gpuwm.ConfigError, match="either between=.* or window="):
         build_spec(spark, spec, verbose=False)
+    del spec["stages"][0]["join"]["between"]
+    spec["stages"][0]["join"]["window"] = {"tumble": "10 seconds", "slide": "5 seconds"}
+    with pytest.raises(gpuwm.ConfigError, match="join window must be"):
+        build_spec(spark, spec, verbose=False)
+    ai = spark.readStream.schema("a_id bigint, a_ts bigint, seller bigint").parquet(f"{tmp_path}/a")
+    with pytest.raises(gpuwm.SchemaError, match="event-time columns must have one type"):
+        Pipeline({"auctions": ai, "bids": b}, f"{tmp_path}/ck").watermark("a_ts", 10, input="auctions") \
+            .watermark("b_ts", "5 seconds", input="bids").join("auctions", "bids", on, window={"tumble": 10}) \
+            .write_parquet(f"{tmp_path}/o").explain()
     assert not os.path.exists(f"{tmp_path}/ck/gpuwm")
     json.dumps(spec)
 

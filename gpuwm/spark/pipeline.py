@@ -192,8 +192,8 @@ class Pipeline:
             self._wm = wm
         return self
 
-    def join(self, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any],
-             how: str = "inner") -> "Pipeline":
+    def join(self, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any] | None = None,
+             how: str = "inner", window: Mapping[str, Any] | None = None) -> "Pipeline":
         """Join two named inputs (a stream-stream interval join, Spark's
         stream-stream join with a time-range condition): rows with equal keys
         (``on``: pairs ``[left column, right column]``) and ``between`` as
@@ -201,8 +201,14 @@ class Pipeline:
         ``t1`` and ``t2`` the two inputs' watermark columns. ``how``:
         ``inner``, ``left``, ``right`` or ``full``. Each side's state is
         deleted once no future row of the other can match it, unmatched outer
-        rows then going out with nulls (see :class:`gpuwm.join.IntervalJoin`)."""
-        from ..join import IntervalJoinSpec
+        rows then going out with nulls (see :class:`gpuwm.join.IntervalJoin`).
+
+        Or, with ``window`` instead of ``between`` — ``{"tumble": size}`` or
+        ``{"hop": size, "slide": slide}`` on the inputs' watermark columns —
+        a window join (Flink's, Nexmark Q8): rows with equal keys in the same
+        window, emitted with ``window_start`` and ``window_end`` when the
+        watermark closes it (see :class:`gpuwm.join.WindowJoin`)."""
+        from ..join import IntervalJoinSpec, WindowJoinSpec
 
         if self.inputs is None:
             raise ConfigError("a join needs two inputs: give Pipeline({name: df, ...})")
@@ -213,6 +219,22 @@ class Pipeline:
                 raise ConfigError(f"input {name!r} has no watermark: call .watermark(..., input={name!r}) before "
                                   ".join(...): the join's state is cleaned by the watermark")
         schemas = input_schemas(self._input_arrow_schema())
+        if (between is None) == (window is None):
+            raise ConfigError("a join needs either between=[t1, t2, lower, upper] (an interval join) or "
+                              "window={'tumble': size} / {'hop': size, 'slide': slide} (a window join)")
+        if window is not None:
+            w = dict(window) if isinstance(window, Mapping) else {}
+            if set(w) == {"tumble"}:
+                size = slide = w["tumble"]
+            elif set(w) == {"hop", "slide"}:
+                size, slide = w["hop"], w["slide"]
+            else:
+                raise ConfigError(f"join window must be {{'tumble': size}} or {{'hop': size, 'slide': slide}}, "
+                                  f"got {window!r}")
+            spec = WindowJoinSpec(left, right, tuple(tuple(p) for p in on), self._wms[left].column,
+                                  self._wms[right].column, size, slide, how)
+            spec.output_schema(self._input_arrow_schema())
+            return self._add(spec)
         spec = IntervalJoinSpec.between(left, right, on, between, schemas, how)
         for name, col in ((left, spec.left_time), (right, spec.right_time)):
             if col != self._wms[name].column:
@@ -342,9 +364,19 @@ class Pipeline:
             missing = [n for n in self.inputs if n not in self._wms]
             if missing:
                 raise ConfigError(f"input(s) {missing} have no watermark: call .watermark(..., input=name) for each")
+            from dataclasses import replace
+
+            from ..join import WindowJoinSpec
+
+            wms = dict(self._wms)
+            first = self._stages[0] if self._stages else None
+            if isinstance(first, WindowJoinSpec) and first.resolved_window_lateness(wms):
+                # Spark drops a (row, window) pair when the window has closed, not a row behind the
+                # watermark: rows up to a window size behind still join in an open window
+                wms = {n: replace(w, allowed_lateness=first.size) for n, w in wms.items()}
             return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes,
-                        InputsSpec(tuple((n, self._wms[n]) for n in self.inputs)), tuple(self._stages), self._sink_or_raise(),
-                        self._input_arrow_schema(), late=self._late)
+                        InputsSpec(tuple((n, wms[n]) for n in self.inputs)), tuple(self._stages),
+                        self._sink_or_raise(), self._input_arrow_schema(), late=self._late)
         if self._wm is None:
             raise ConfigError("the pipeline has no .watermark(...)")
         self._sink_or_raise()

@@ -122,15 +122,13 @@ def add_stage(p, i: int, stage: dict) -> None:
         unknown = set(opts) - _JOIN
         if unknown:
             raise ConfigError(f"stage {i} (join): unknown key(s) {sorted(unknown)}; expected {sorted(_JOIN)}")
-        if "window" in opts:
-            raise ConfigError(f"stage {i}: a window join ('window') is not supported yet; use an interval join "
-                              "('between')")
-        for k in ("left", "right", "on", "between"):
+        for k in ("left", "right", "on"):
             if k not in opts:
                 raise ConfigError(f"stage {i}: join needs {k!r}, e.g. {{\"left\": \"auctions\", \"right\": "
                                   f"\"bids\", \"on\": [[\"a_id\", \"b_aid\"]], \"between\": [\"b_ts\", "
                                   f"\"a_ts\", \"0 seconds\", \"20 seconds\"], \"how\": \"inner\"}}")
-        p.join(opts["left"], opts["right"], opts["on"], opts["between"], opts.get("how", "inner"))
+        p.join(opts["left"], opts["right"], opts["on"], opts.get("between"), opts.get("how", "inner"),
+               opts.get("window"))
         return
     if kind == "sort":
         p.sort(key=opts.pop("key", []))
