@@ -20,7 +20,9 @@ Each drain runs one micro-batch of the join (Spark's symmetric hash join,
 
 So state is bounded by the watermark and the bounds, and the output equals
 Spark's stream-stream join append output. Rows with a null key match
-nothing (an outer join emits them with nulls when they leave the state);
+nothing: an outer side keeps them until they leave the state and emits
+them with nulls, another side drops them at once (as Spark's inferred
+``IS NOT NULL`` filters do);
 rows with a null event time can match nothing and are dropped (counted in
 ``null_rows``), as are rows at or behind the last drain's watermark (``<``
 under a profile with ``late_inclusive=False``), counted in ``late_rows``.
@@ -42,6 +44,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import pyarrow as pa
 
+from kernels import NONE
 from kernels.join import interval_pairs
 
 from .backend import Backend, get_backend
@@ -312,6 +315,9 @@ class _Join(Operator, Drained):
         self._codecs = [KeyCodec(lc, ls.field(lc).type) for lc, _ in self.spec.on]
         self._keycols = {self.spec.left: [p[0] for p in self.spec.on], self.spec.right: [p[1] for p in self.spec.on]}
         self._tcol = {self.spec.left: self.spec.left_time, self.spec.right: self.spec.right_time}
+        how = self.spec.how
+        self._outer = {n for n, keep in ((self.spec.left, how in ("left", "full")),
+                                         (self.spec.right, how in ("right", "full"))) if keep}
         self._schema = schema
         for name in (self.spec.left, self.spec.right):
             self._sides[name] = self._side(name, Frame.empty(self._in[name], self._backend))
@@ -355,6 +361,12 @@ class _Join(Operator, Drained):
                 self.null_rows += int(valid.shape[0] - xp.count_nonzero(valid))
                 frame, ts = frame.filter(valid), ts[valid]
             side = self._accept(name, frame, ts) if frame.num_rows else None
+            if side is not None and name not in self._outer:  # a null key matches nothing: only an outer side keeps it
+                known = None
+                for c in side.codes:
+                    known = (c != NONE) if known is None else known & (c != NONE)
+                if not bool(xp.all(known)):
+                    side = side.keep(known)
             if side is not None and side.rows:
                 self._new[name].append(side)
 

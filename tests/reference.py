@@ -432,6 +432,8 @@ class RefIntervalJoin:
                 self.nulls += 1
             elif self.drained is not None and (r[1] <= self.drained if self.inclusive else r[1] < self.drained):
                 self.late += 1
+            elif r[0] is None and self.how not in (("left", "full") if side == "left" else ("right", "full")):
+                pass  # a null key never matches: only an outer side keeps it (for its null row)
             else:
                 (self.new_left if side == "left" else self.new_right).append([r, False])
 
@@ -508,7 +510,7 @@ class RefWindowJoin:
             while s > r[1] - self.size:
                 if self.drained is not None and self._closed(s, self.drained):
                     self.late += 1
-                else:
+                elif r[0] is not None or self.how in (("left", "full") if side == "left" else ("right", "full")):
                     self.rows[side].append((r, s))
                 s -= self.slide
 
