@@ -114,6 +114,14 @@ class _JoinSpec(OperatorSpec):
     def inputs(self) -> tuple[str, str]:
         return self.left, self.right
 
+    def input_keys(self, name: str) -> tuple[str, ...]:
+        """Input ``name``'s join key columns: its rows reach the vnodes by their
+        values (both inputs' keys have one type, so equal keys meet)."""
+        return tuple(p[0] if name == self.left else p[1] for p in self.on)
+
+    def vnode_keys(self, vnodes: int) -> tuple[str, ...]:
+        return tuple(f"{lc}={rc}" for lc, rc in self.on)
+
     def output_schema(self, schema: pa.Schema) -> pa.Schema:
         return self._check(schema)[2]
 

@@ -59,6 +59,9 @@ class Profile:
         ``all``: the end is a watermark of +infinity (Flink's
         ``MAX_WATERMARK``): every window fires, every buffered row is
         released, and rows that arrive after it are late.
+    ms_watermark : a timestamp column's watermark comes from its newest event
+        time truncated to whole milliseconds (Spark keeps its event-time
+        statistics in ms): ``trunc_ms(max(ts)) - delay``.
     """
 
     name: str
@@ -73,6 +76,7 @@ class Profile:
     derive_watermarks: bool = False
     end_of_input: str = "watermark"
     window_lateness: str = "row"
+    ms_watermark: bool = False
 
     def __post_init__(self) -> None:
         if self.emit not in EMITS:
@@ -93,7 +97,8 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {
     "risingwave": Profile("risingwave", False, False, "on-batch", 0, "min", False, False, "drop", True),
-    "spark": Profile("spark", False, True, "on-batch", 1, "max", False, True, "keep", window_lateness="window"),
+    "spark": Profile("spark", False, True, "on-batch", 1, "max", False, True, "keep", window_lateness="window",
+                     ms_watermark=True),
     "flink": Profile("flink", True, True, "on-event", 0, "min-non-idle", True, True, "error", end_of_input="all"),
 }
 

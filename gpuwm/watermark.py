@@ -314,6 +314,7 @@ class WatermarkFilter:
         dom = event_time_domain(schema, self.column)
         delay = dom.duration(self.delay, "delay")
         self._eff_delay = delay + (dom.one_ms() if self.profile.minus_one else 0)
+        self._grain = dom.one_ms() if self.profile.ms_watermark and dom.is_timestamp else 1
         self._lateness = 0 if not self.allowed_lateness else dom.duration(self.allowed_lateness, "allowed_lateness")
         if self.max_drift is not None:
             self._drift_raw = dom.duration(self.max_drift, "max_drift")
@@ -387,7 +388,7 @@ class WatermarkFilter:
             xp, ts, valid, codes, len(self._keys), b.asarray(test), b.asarray(self._wm),
             delay=self._eff_delay, inclusive=self.profile.late_inclusive, lateness=self._lateness,
             on_event=self.profile.emit == "on-event",
-            drop_nulls=self.profile.nulls == "drop", cap=cap,
+            drop_nulls=self.profile.nulls == "drop", cap=cap, grain=self._grain,
         )
         new_wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
         if not n:

@@ -112,6 +112,7 @@ def watermark_filter(
     drop_nulls: bool,
     lateness: int = 0,
     cap: int | None = None,
+    grain: int = 1,
 ) -> FilterResult:
     """Filter one chunk.
 
@@ -128,6 +129,8 @@ def watermark_filter(
     lateness : allowed lateness: a row is tested as ``ts + lateness``.
     cap : rows are tested against at most this watermark (one input of
         several: the minimum over the inputs; :data:`NONE`: no row is late).
+    grain : the newest event time is truncated to a multiple of this before
+        the delay is taken off (Spark's whole milliseconds; ``on-batch``).
 
     Examples
     --------
@@ -144,6 +147,8 @@ def watermark_filter(
     # never count); no per-row candidate array is materialised
     src = ts if valid is None else xp.where(valid, ts, NONE)
     top = per_split_max(xp, src, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
+    if grain > 1:
+        top = xp.where(top != NONE, top - top % grain, top)
     new_wm = xp.where(top != NONE, xp.maximum(prev_wm, top - delay), prev_wm)
     if n == 0:
         return FilterResult(None, new_wm, 0, 0, 0, top)

@@ -53,7 +53,7 @@ def _streams(seed: int, batches: int = 12):
     """Auctions and bids, batch by batch: batch i's times spread over a few
     seconds around i * 4 s, some rows well behind (late at either input),
     bids on auctions of the last ~30 s, a few null keys; every bid timestamp
-    has a millisecond part, some exactly on a bound."""
+    has a microsecond part (Spark's watermark is in whole ms), some exactly on a bound."""
     rng = np.random.default_rng(seed)
     auctions, bids, nid = [], [], 0
     for i in range(batches):
@@ -68,7 +68,7 @@ def _streams(seed: int, batches: int = 12):
             "seller": pa.array(rng.integers(0, 5, n), pa.int64())}))
         m = 40
         aid = rng.integers(max(0, nid - 60), nid, m)
-        bsec = i * 4 + rng.integers(-8, 4, m) + rng.integers(0, 1000, m) / 1000
+        bsec = i * 4 + rng.integers(-8, 4, m) + rng.integers(0, 1_000_000, m) / 1e6
         bsec[rng.random(m) < 0.1] -= 25
         on_bound = rng.random(m) < 0.15
         bsec[on_bound] = np.floor(bsec[on_bound])
@@ -119,18 +119,21 @@ def _spec(tmp, how: str) -> dict:
             "sink": {"parquet": f"{tmp}/out-{how}"}, "trigger": {"availableNow": True}}
 
 
-@pytest.mark.parametrize("how", ["inner", "leftOuter"])
-def test_spark_profile_join_equals_spark_native(spark, tmp_path, how):
+@pytest.mark.parametrize("how,vnodes", [("inner", None), ("leftOuter", None), ("leftOuter", 2)])
+def test_spark_profile_join_equals_spark_native(spark, tmp_path, how, vnodes):
     """Two bounded file streams, one file per micro-batch each, watermark
     delays 10 s and 5 s: gpuwm's interval join equals Spark's stream-stream
     join, including the outer rows Spark emits at the end (its last no-data
-    batch; gpuwm's drain)."""
+    batch; gpuwm's drain) — on one vnode, and on two (both inputs exchanged
+    by join key in the batch's one job)."""
     auctions, bids = _streams(seed=11)
     _write(f"{tmp_path}/a", auctions)
     _write(f"{tmp_path}/b", bids)
     want = _native(spark, tmp_path, how)
     hist = []
-    p = build_spec(spark, _spec(tmp_path, how), verbose=False)
+    spec = _spec(tmp_path, how)
+    spec["vnodes"] = vnodes
+    p = build_spec(spark, spec, verbose=False)
     p.on_batch = hist.append
     p.start(trigger={"availableNow": True}).awaitTermination()
     got = _rows(read_out(f"{tmp_path}/out-{how}"))

@@ -242,3 +242,21 @@ def test_large_chunk_many_splits_on_event_matches_reference():
     exp = ref.process(rows, lambda r: r[1])
     assert out["id"].to_pylist() == [r[2] for r in exp]
     assert f.late_rows == ref.late > 0
+
+
+def test_spark_watermark_is_in_whole_milliseconds():
+    """Spark keeps event-time statistics in ms: under profile spark a
+    microsecond column's watermark is max(ts) truncated to the ms, minus the
+    delay (a row 0.4 ms behind max(ts) is not late); other profiles use
+    max(ts) as it is."""
+    import pyarrow as pa
+
+    t = pa.timestamp("us", tz="UTC")
+    for profile, w in (("spark", 10_000_000), ("risingwave", 10_000_600)):
+        f = gpuwm.WatermarkFilter("ts", "0 seconds", profile=profile, backend="cpu")
+        f.process(pa.table({"ts": pa.array([10_000_600], t)}))
+        f.process(pa.table({"ts": pa.array([10_000_200], t)}))
+        assert f.watermark_raw == w
+    f = gpuwm.WatermarkFilter("ts", 0, profile="spark", backend="cpu")  # integer columns: as they are
+    f.process(pa.table({"ts": [10_000_600]}))
+    assert f.watermark_raw == 10_000_600

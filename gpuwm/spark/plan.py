@@ -105,8 +105,6 @@ class Plan:
         extra = [n for n in self.watermark.names if n not in used]
         if extra:
             raise ConfigError(f"input(s) {extra} are not joined; a join takes two inputs: drop them")
-        if self.vnodes > 1:
-            raise ConfigError(f"a join runs on one vnode for now (vnodes=1), got vnodes={self.vnodes}")
         if self.late is not None:
             raise ConfigError("a late-row sink is not supported with several inputs yet: drop late_rows_to / 'late'")
 
@@ -193,6 +191,23 @@ def union_schema(plan: Plan) -> pa.Schema:
     return pa.schema(fields)
 
 
+def to_union(plan: Plan, tables: dict[str, pa.Table]) -> pa.Table:
+    """Several inputs' rows as one :func:`union_schema` table (the inverse of :func:`split_union`)."""
+    schema = union_schema(plan)
+    parts = []
+    for i, (name, s) in enumerate(input_schemas(plan.input_schema).items()):
+        t = tables.get(name)
+        if t is None or not t.num_rows:
+            continue
+        own = {union_column(i, f.name): t.column(f.name) for f in s}
+        cols = [pa.array([i] * t.num_rows, pa.int8())] + \
+            [own[f.name] if f.name in own else pa.nulls(t.num_rows, f.type) for f in schema][1:]
+        parts.append(pa.Table.from_arrays(cols, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
 def split_union(plan: Plan, table: pa.Table) -> dict[str, pa.Table]:
     """Each input's rows of a :func:`union_schema` table, in its own schema."""
     import pyarrow.compute as pc
@@ -217,6 +232,8 @@ SEQ = "__seq"
 
 def shuffled_schema(plan: Plan) -> pa.Schema:
     """The data rows the filter tasks send to the vnodes."""
+    if plan.multi:
+        return union_schema(plan)
     if plan.pre_aggregates:
         return partial_schema(plan)
     if plan.arrival_order:

@@ -30,6 +30,13 @@ values). Operators: ``stages``, a list of stages, each one of
   ["row_number"] | ["sum" | "count" | "min" | "max", col]}}}`` right after a
   sort (an over-window on the ordered stream),
 
+- ``{"join": {"left": name, "right": name, "on": [[left col, right col], ...],
+  "between": [t1, t2, lower, upper] | "window": {"tumble": size} | {"hop":
+  size, "slide": s}, "how": "inner" | "left" | "right" | "full"}}`` as the
+  first stage of a spec with ``inputs`` instead of ``source`` and
+  ``watermark``: ``{"inputs": {name: {"source": {...}, "watermark":
+  {...}}, ...}}`` (see ``Pipeline.join``),
+
 or, for one stage, ``window`` or ``sort`` at the top level (as before);
 neither: filter only. Two chained windows (the second over the first's
 ``window_time``)::

@@ -40,7 +40,7 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..watermark import split_key
 from . import exchange, store
-from .plan import SEQ, Plan, shuffled_schema, split_union, union_schema
+from .plan import SEQ, Plan, shuffled_schema, split_union, to_union, union_schema
 from .sinks import write_late, write_output
 
 KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
@@ -133,7 +133,16 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         partition = TaskContext.get().partitionId()
     filt = _Filter(plan, filter_state)
     kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, partition or 0)
-    if plan.pre_aggregates:  # partial aggregates per (window, key) of this partition
+    vn = None
+    if plan.multi:  # each input's rows to the vnodes of their join keys, as one union
+        kept = {n: t if isinstance(t, pa.Table) else t.to_arrow() for n, t in kept.items()}
+        join = plan.stages[0]
+        vns = [vnode_of(kept[n], join.input_keys(n), plan.vnodes) for n in plan.watermark.names if n in kept]
+        import numpy as np
+
+        vn = np.concatenate(vns) if vns else np.zeros(0, dtype=np.int32)
+        kept = to_union(plan, kept)
+    elif plan.pre_aggregates:  # partial aggregates per (window, key) of this partition
         kept = plan.build(0).partials(kept)
     elif not isinstance(kept, pa.Table):  # device rows go back to the host for the shuffle
         kept = kept.to_arrow()
@@ -143,7 +152,8 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
     schema = shuffled_schema(plan)
     v = plan.vnodes
     out_schema = stage1_schema(plan)
-    vn = vnode_of(kept, plan.segments[0].keys, v)
+    if vn is None:
+        vn = vnode_of(kept, plan.segments[0].keys, v)
     n = kept.num_rows
     if n:
         data = kept.append_column("__vnode", pa.array(vn, pa.int32()))
@@ -185,6 +195,8 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
         rows = table.filter(pa.array(mine & (kind == KIND_DATA))).select(schema.names).cast(schema)
         if plan.arrival_order:  # the shuffle mixed the input partitions: back in input order
             rows = rows.sort_by(SEQ).drop_columns([SEQ])
+        if plan.multi:
+            rows = split_union(plan, rows)
         yield from run_segment(plan, 0, v, rows, wm, batch_id, prev_batch, stats=stats, filt=filt,
                                t_start=t_start).to_batches()
         t_start = time.perf_counter()
