@@ -324,3 +324,40 @@ def test_killed_driver_restarts_to_the_uninterrupted_join(tmp_path):
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     assert rows("killed") == clean
+
+
+def test_union_then_window_equals_spark_native(spark, tmp_path):
+    """Two inputs with one schema and their own watermark delays, unioned,
+    then a 10 s tumbling count per seller: Spark's union of two watermarked
+    streams + groupBy(window) append, to the end."""
+    from pyspark.sql import functions as F
+
+    auctions, _ = _streams(seed=5)
+    more, _ = _streams(seed=6)
+    _write(f"{tmp_path}/a", auctions)
+    _write(f"{tmp_path}/b", more)
+
+    def src(d, delay):
+        return (spark.readStream.schema(A_SCHEMA).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{d}")
+                .withWatermark("a_ts", delay))
+    native = (src("a", "10 seconds").union(src("b", "4 seconds"))
+              .groupBy(F.window("a_ts", "10 seconds").alias("w"), "seller").agg(F.count("*").alias("n"))
+              .selectExpr("w.start as window_start", "seller", "n"))
+    q = (native.writeStream.format("parquet").option("path", f"{tmp_path}/native")
+         .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    want = sorted((r["window_start"].astimezone(timezone.utc), r["seller"], r["n"])
+                  for r in spark.read.parquet(f"{tmp_path}/native").toArrow().to_pylist())
+
+    def inp(d, delay):
+        return {"source": {"format": "parquet", "schema": A_SCHEMA, "path": f"{tmp_path}/{d}",
+                           "options": {"maxFilesPerTrigger": 1}},
+                "watermark": {"column": "a_ts", "delay": delay, "profile": "spark"}}
+    spec = {"inputs": {"a": inp("a", "10 seconds"), "b": inp("b", "4 seconds")}, "checkpoint": f"{tmp_path}/ck",
+            "stages": [{"union": {}}, {"window": {"tumble": "10 seconds", "by": ["seller"],
+                                                 "aggs": {"n": ["*", "count"]}}}],
+            "sink": {"parquet": f"{tmp_path}/out"}}
+    build_spec(spark, spec, verbose=False).start(trigger={"availableNow": True}).awaitTermination()
+    got = sorted((r["window_start"], r["seller"], r["n"]) for r in read_out(f"{tmp_path}/out").to_pylist())
+    assert len(want) > 10
+    assert got == want

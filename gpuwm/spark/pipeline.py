@@ -274,6 +274,9 @@ class Pipeline:
         self._need_watermark("dedup")
         from ..dedup import DedupSpec
 
+        if self._wm is None:
+            raise ConfigError("dedup after several inputs is not supported yet (it takes the watermark's delay)")
+
         return self._add(DedupSpec(key, self._event_time(), self._wm.delay))
 
     def over(self, by: Sequence[str] = (), funcs: Mapping[str, Sequence[Any]] | None = None) -> "Pipeline":
@@ -295,6 +298,23 @@ class Pipeline:
         :meth:`window`, :meth:`dedup` and :meth:`over` do)."""
         self._need_watermark(spec.kind or "stage")
         return self._add(spec)
+
+    def union(self) -> "Pipeline":
+        """All the inputs' rows as one stream (inputs with one schema, their
+        watermarks on one column): the stages after it see one input whose
+        watermark is the minimum over the inputs' (Spark's ``union`` of
+        watermarked streams)."""
+        from ..union import UnionSpec
+
+        if self.inputs is None:
+            raise ConfigError("a union needs two inputs: give Pipeline({name: df, ...})")
+        missing = [n for n in self.inputs if n not in self._wms]
+        if missing:
+            raise ConfigError(f"input(s) {missing} have no watermark: call .watermark(..., input=name) before .union()")
+        cols = {w.column for w in self._wms.values()}
+        if len(cols) != 1:
+            raise ConfigError(f"a union's inputs need their watermarks on one column, got {sorted(cols)}")
+        return self._add(UnionSpec(tuple(self.inputs), cols.pop()))
 
     def _event_time(self) -> str:
         col = None if self._wm is None else self._wm.column
@@ -370,10 +390,16 @@ class Pipeline:
 
             wms = dict(self._wms)
             first = self._stages[0] if self._stages else None
+            after = self._stages[1] if len(self._stages) > 1 else None
             if isinstance(first, WindowJoinSpec) and first.resolved_window_lateness(wms):
                 # Spark drops a (row, window) pair when the window has closed, not a row behind the
                 # watermark: rows up to a window size behind still join in an open window
                 wms = {n: replace(w, allowed_lateness=first.size) for n, w in wms.items()}
+            elif isinstance(after, SessionSpec):  # a union, then sessions: as on one input
+                wms = {n: replace(w, allowed_lateness=after.window.gap) for n, w in wms.items()}
+            elif isinstance(after, WindowSpec) and next(iter(wms.values())).resolved_profile.window_lateness == \
+                    "window":
+                wms = {n: replace(w, allowed_lateness=after.window.size) for n, w in wms.items()}
             return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes,
                         InputsSpec(tuple((n, wms[n]) for n in self.inputs)), tuple(self._stages),
                         self._sink_or_raise(), self._input_arrow_schema(), late=self._late)

@@ -99,12 +99,12 @@ class Plan:
                                   "one: give Pipeline({name: df, ...}) or a spec's 'inputs'")
             return
         if takes != [0]:
-            raise ConfigError(f"a pipeline with inputs {list(self.watermark.names)} needs a join as its first stage "
-                              "(and one join)")
+            raise ConfigError(f"a pipeline with inputs {list(self.watermark.names)} needs a join or a union as its "
+                              "first stage (and only there)")
         used = set(stages[0].inputs())
         extra = [n for n in self.watermark.names if n not in used]
         if extra:
-            raise ConfigError(f"input(s) {extra} are not joined; a join takes two inputs: drop them")
+            raise ConfigError(f"input(s) {extra} are not used: a join takes two inputs; drop them")
         if self.late is not None:
             raise ConfigError("a late-row sink is not supported with several inputs yet: drop late_rows_to / 'late'")
 

@@ -35,7 +35,8 @@ values). Operators: ``stages``, a list of stages, each one of
   size, "slide": s}, "how": "inner" | "left" | "right" | "full"}}`` as the
   first stage of a spec with ``inputs`` instead of ``source`` and
   ``watermark``: ``{"inputs": {name: {"source": {...}, "watermark":
-  {...}}, ...}}`` (see ``Pipeline.join``),
+  {...}}, ...}}`` (see ``Pipeline.join``), or ``{"union": {}}`` there:
+  every input's rows, inputs with one schema (see ``Pipeline.union``),
 
 or, for one stage, ``window`` or ``sort`` at the top level (as before);
 neither: filter only. Two chained windows (the second over the first's
@@ -66,7 +67,7 @@ from ..window import Hop, Tumble
 
 _TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
         "read", "late", "inputs"}
-_STAGES = ("window", "sort", "dedup", "over", "join")
+_STAGES = ("window", "sort", "dedup", "over", "join", "union")
 _JOIN = {"left", "right", "on", "between", "how", "window"}
 
 
@@ -125,6 +126,11 @@ def add_stage(p, i: int, stage: dict) -> None:
     """Append one JSON stage to Pipeline ``p``."""
     (kind, opts), = stage.items()
     opts = dict(opts)
+    if kind == "union":
+        if opts:
+            raise ConfigError(f"stage {i} (union): takes no options, got {sorted(opts)}")
+        p.union()
+        return
     if kind == "join":
         unknown = set(opts) - _JOIN
         if unknown:
