@@ -119,7 +119,8 @@ def run_gpuwm(spark, spec: dict) -> dict:
     h = p.history
     return {"wall_s": wall, "rows": sum(m["input_rows"] for m in h), "batches": len(h),
             "state_rows": [m["state_rows"] for m in h], "emitted": sum(m["rows_emitted"] for m in h),
-            "batch_s": [m["wall_s"] for m in h]}
+            "batch_s": [m["wall_s"] for m in h], "kernel_s": [m["kernel_s"] for m in h],
+            "job_s": [m["job_s"] for m in h], "state_save_s": [m["state_save_s"] for m in h]}
 
 
 def run_native(df, work: str) -> dict:
@@ -190,8 +191,8 @@ def main() -> int:
                 r = run_gpuwm(spark, nexmark_spec(work, nex, window)) if engine == "gpuwm" else \
                     run_native(native_nexmark(spark, work, nex, window), work)
             r.update(query=name, engine=engine, events_per_s=r["rows"] / r["wall_s"])
-            print({k: v for k, v in r.items() if k not in ("state_rows", "batch_s")}, "state", r["state_rows"],
-                  flush=True)
+            print({k: v for k, v in r.items() if not isinstance(v, list)}, "state", r["state_rows"],
+                  "kernel_s", [round(x, 3) for x in r.get("kernel_s", [])], flush=True)
             runs.append(r)
             shutil.rmtree(work, ignore_errors=True)
     spark.stop()
