@@ -165,6 +165,29 @@ def native_nexmark(spark, work: str, nex: dict, window: bool):
     return p.join(a, F.expr("seller = p_id AND a_time >= p_time AND a_time <= p_time + interval 30 seconds"))
 
 
+def plot(runs: list[dict], out: Path) -> None:
+    """``state.png``: join state rows per batch, gpuwm over Spark (they coincide)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    style = {"gpuwm": dict(marker="x", ls="--", lw=2, ms=9, zorder=3), "spark native": dict(marker="o", lw=5, alpha=.4)}
+    for ax, name in zip(axes, dict.fromkeys(r["query"] for r in runs)):
+        for r in runs:
+            if r["query"] == name:
+                ax.plot(range(len(r["state_rows"])), r["state_rows"], label=r["engine"], **style[r["engine"]])
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("micro-batch")
+        ax.set_ylabel("join state rows")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "state.png", dpi=110)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", type=int, default=8)
@@ -172,7 +195,13 @@ def main() -> int:
     ap.add_argument("--nexmark", type=int, default=2_000_000, help="Nexmark events (persons are 1 in 50, auctions 3)")
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "join"))
+    ap.add_argument("--replot", action="store_true", help="only redraw state.png from results.json")
     args = ap.parse_args()
+    if args.replot:
+        import json
+
+        plot(json.loads((Path(args.out) / "results.json").read_text())["runs"], Path(args.out))
+        return 0
 
     from gpuwm.spark import local_session
 
@@ -209,25 +238,7 @@ def main() -> int:
                   f"{r['events_per_s']:,.0f} | {ratio:.2f} | {max(r['state_rows']):,} | {r['state_rows'][-1]:,} |")
     write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "batches": args.batches,
                              "bids": args.bids, "nexmark": args.nexmark, "runs": runs}, md)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-        for ax, name in zip(axes, dict.fromkeys(r["query"] for r in runs)):
-            for r in runs:
-                if r["query"] == name:
-                    ax.plot(range(len(r["state_rows"])), r["state_rows"], "o-", label=r["engine"])
-            ax.set_title(name, fontsize=9)
-            ax.set_xlabel("micro-batch")
-            ax.set_ylabel("join state rows")
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(Path(args.out) / "state.png", dpi=110)
-    except ImportError:
-        pass
+    plot(runs, Path(args.out))
     print("\n".join(md))
     return 0
 
