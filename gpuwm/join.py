@@ -383,6 +383,22 @@ class _Join(Operator, Drained):
         without the late ones (counted)."""
         raise NotImplementedError
 
+    def output_watermark(self, watermark: Any) -> Any:
+        """``W - behind`` on the output's event time: no later output row is
+        at or below it (``_behind`` from :meth:`_bind_times`)."""
+        if watermark is None or self._domain is None:
+            return None
+        return self._domain.from_raw(self._domain.to_raw(watermark) - self._behind)
+
+    def _emit(self, out: list[pa.Table]) -> pa.Table:
+        """End a drain: compact the key dictionaries, count and return its rows."""
+        self._compact_keys()
+        if not out:
+            return self._out.empty_table()
+        res = out[0] if len(out) == 1 else pa.concat_tables(out)
+        self.rows_out += res.num_rows
+        return res
+
     def take_late(self) -> pa.Table | None:
         """None: the late rows of two inputs have two schemas, and a join
         keeps none aside (a pipeline's watermark filters keep its inputs'
@@ -519,6 +535,7 @@ class IntervalJoin(_Join):
         self._lo = dom.duration(self.spec.lower, "lower", signed=True)
         self._hi = dom.duration(self.spec.upper, "upper", signed=True)
         self._margin = dom.one_ms()
+        self._behind = max(self._hi, 0) + self._margin  # the output's left time trails W by this
 
     def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":
         if self._drained is not None:  # at or behind the last drain: late
@@ -534,20 +551,13 @@ class IntervalJoin(_Join):
     def release(self, watermark: Any) -> Released:
         return Released(self.drain(watermark), self.output_watermark(watermark))
 
-    def output_watermark(self, watermark: Any) -> Any:
-        if watermark is None or self._domain is None:
-            return None
-        w = self._domain.to_raw(watermark)
-        return self._domain.from_raw(w - max(self._hi, 0) - self._margin)
-
     def drain(self, watermark: Any) -> pa.Table:
         """Join the rows pushed since the last drain, then delete (and, in an
         outer join, emit unmatched) state rows no future row can match at
         ``watermark`` (None: no watermark yet, nothing is deleted)."""
-        if self._schema is None:
-            self._drain_to(watermark)
-            return pa.table({})
         w = self._drain_to(watermark)
+        if self._schema is None:
+            return pa.table({})
         xp = self._backend.xp
         L, R = self.spec.left, self.spec.right
         left, right = self._sides[L], self._sides[R]
@@ -588,12 +598,7 @@ class IntervalJoin(_Join):
         self._sides[L], self._sides[R] = all_l, all_r
         self._saved[L] &= not changed_l
         self._saved[R] &= not changed_r
-        self._compact_keys()
-        if not out:
-            return self._out.empty_table()
-        res = out[0] if len(out) == 1 else pa.concat_tables(out)
-        self.rows_out += res.num_rows
-        return res
+        return self._emit(out)
 
 
 
@@ -627,6 +632,7 @@ class WindowJoin(_Join):
         self._size = dom.duration(self.spec.size, "window size", allow_zero=False)
         self._slide = dom.duration(self.spec.slide, "window slide", allow_zero=False)
         self._cm = 1 if self.profile.close_minus_one else 0
+        self._behind = self._size  # windows still open start after W - size
 
     def _closed(self, ws: Any, w: int) -> Any:
         return ws + (self._size - self._cm) <= w
@@ -647,19 +653,12 @@ class WindowJoin(_Join):
             return None
         return self._side(name, frame.take(rows), ts=ws)
 
-    def output_watermark(self, watermark: Any) -> Any:
-        """On ``window_start``: windows still open start after ``W - size``."""
-        if watermark is None or self._domain is None:
-            return None
-        return self._domain.from_raw(self._domain.to_raw(watermark) - self._size)
-
     def drain(self, watermark: Any) -> pa.Table:
         """Close the windows ``watermark`` closes: their pairs (and, outer,
         unmatched rows) go out and their rows leave the state."""
-        if self._schema is None:
-            self._drain_to(watermark)
-            return pa.table({})
         w = self._drain_to(watermark)
+        if self._schema is None:
+            return pa.table({})
         xp = self._backend.xp
         L, R = self.spec.left, self.spec.right
         for n in (L, R):
@@ -691,12 +690,7 @@ class WindowJoin(_Join):
                 f = side.frame.filter(alone)
                 out.append(self._pairs(f if which == "left" else None, f if which == "right" else None,
                                        self._windows(side.ts[alone])))
-        self._compact_keys()
-        if not out:
-            return self._out.empty_table()
-        res = out[0] if len(out) == 1 else pa.concat_tables(out)
-        self.rows_out += res.num_rows
-        return res
+        return self._emit(out)
 
     def _windows(self, ws: Any) -> list[pa.Array]:
         """``window_start`` and ``window_end`` columns for raw window starts."""

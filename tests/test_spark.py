@@ -558,6 +558,20 @@ def _crash_script(tmp, name, fail_after=-1, chain=False):
     return path
 
 
+def kill_after_batches(path: str, n: int) -> None:
+    """Run the script ``path`` and SIGKILL it once it printed ``n`` BATCH lines."""
+    proc = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = 0
+    for line in proc.stdout:
+        if line.startswith("BATCH"):
+            seen += 1
+            if seen == n:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
 def _run(path, timeout=300):
     return subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=timeout)
 
@@ -581,16 +595,7 @@ def test_crash_and_restart_gives_the_uninterrupted_output(tmp_path, chain):
     assert rows_of(read_out(f"{tmp_path}/failed/out"), cols) == rows_of(clean, cols)
     # 2. the driver process is killed (SIGKILL) in the middle of the run
     path = _crash_script(tmp_path, "killed", chain=chain)
-    proc = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    seen = 0
-    for line in proc.stdout:
-        if line.startswith("BATCH"):
-            seen += 1
-            if seen == 3:
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    kill_after_batches(path, 3)
     r = _run(path)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     assert rows_of(read_out(f"{tmp_path}/killed/out"), cols) == rows_of(clean, cols)

@@ -23,7 +23,7 @@ pyspark = pytest.importorskip("pyspark")
 from gpuwm.spark import Pipeline, local_session  # noqa: E402
 from gpuwm.spark.spec import build as build_spec  # noqa: E402
 
-from .test_spark import read_out  # noqa: E402
+from .test_spark import kill_after_batches, read_out  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TS = pa.timestamp("us", tz="UTC")
@@ -288,7 +288,6 @@ def test_killed_driver_restarts_to_the_uninterrupted_join(tmp_path):
     SIGKILLed after its third batch and restarted on its checkpoint; the
     output equals an uninterrupted run's, row for row (nothing lost or
     written twice)."""
-    import signal
     import subprocess
     import sys
 
@@ -311,16 +310,7 @@ def test_killed_driver_restarts_to_the_uninterrupted_join(tmp_path):
     clean = rows("clean")
     assert len(clean) > 1000 and any(r[2] is None for r in clean)
     path = script("killed")
-    proc = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    seen = 0
-    for line in proc.stdout:
-        if line.startswith("BATCH"):
-            seen += 1
-            if seen == 3:
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    kill_after_batches(path, 3)
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     assert rows("killed") == clean
