@@ -9,7 +9,8 @@ watermark is None until every input has one (an input with no rows yet holds
 the others back, as Spark's 0 does), never decreases, and leaves out an
 input whose splits are all idle under its ``idle_timeout``. Rows of every
 input are late against the combined watermark — the one a join's state is
-cleaned with — with each profile's timing: under ``lag=1`` (Spark) batch N
+cleaned with, so an input back from idleness behind it finds its rows
+late — with each profile's timing: under ``lag=1`` (Spark) batch N
 drops rows at or behind the combined watermark of batch N-2 and drains with
 that of N-1.
 
@@ -133,15 +134,15 @@ class InputFilters:
         no state): the kept rows per input, and the statistics (totals, and
         each input's under ``inputs``). ``late_out``: ``{input: list}`` that
         gets each input's late rows."""
-        cap = self.output_watermark_raw
-        cap = NONE if cap is None else cap
+        w = self.output_watermark_raw
+        w = NONE if w is None else w
         kept, per = {}, {}
         for n, f in self.filters.items():
             t = tables.get(n)
             if t is None:
                 continue
             out = None if late_out is None else late_out.setdefault(n, [])
-            kept[n], per[n] = f.filter_local(t, late_out=out, cap=cap)
+            kept[n], per[n] = f.filter_local(t, late_out=out, against=w)
         stats = {k: sum(s[k] for s in per.values()) for k in ("rows", "late", "nulls", "nulls_dropped")}
         stats["inputs"] = per
         return kept, stats

@@ -333,7 +333,7 @@ class WatermarkFilter:
         return kept
 
     def filter_local(self, table: pa.Table | Frame, late_out: list | None = None,
-                     cap: int | None = None) -> tuple[pa.Table | Frame, dict]:
+                     against: int | None = None) -> tuple[pa.Table | Frame, dict]:
         """The first half of :meth:`process`; it changes no state (new split keys are
         registered, with no watermark):
         the kept rows and this chunk's statistics (per-split watermark
@@ -347,10 +347,10 @@ class WatermarkFilter:
         ``late_out``: a list that gets the rows dropped as late (an Arrow
         table, when there are any), for a side output.
 
-        ``cap``: rows are tested against at most this raw watermark — one
-        input of several tests against the inputs' combined watermark
-        (:class:`~gpuwm.inputs.InputFilters`); :data:`kernels.NONE`: none
-        is late.
+        ``against``: rows are tested against this raw watermark instead of
+        their split's — one input of several tests against the inputs'
+        combined watermark (:class:`~gpuwm.inputs.InputFilters`);
+        :data:`kernels.NONE`: none is late.
 
         ``table`` may be a :class:`~gpuwm.frame.Frame` already on this
         filter's backend; the kept rows then stay a Frame, on the device, for
@@ -388,7 +388,7 @@ class WatermarkFilter:
             xp, ts, valid, codes, len(self._keys), b.asarray(test), b.asarray(self._wm),
             delay=self._eff_delay, inclusive=self.profile.late_inclusive, lateness=self._lateness,
             on_event=self.profile.emit == "on-event",
-            drop_nulls=self.profile.nulls == "drop", cap=cap, grain=self._grain,
+            drop_nulls=self.profile.nulls == "drop", against=against, grain=self._grain,
         )
         new_wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
         if not n:

@@ -111,7 +111,7 @@ def watermark_filter(
     on_event: bool,
     drop_nulls: bool,
     lateness: int = 0,
-    cap: int | None = None,
+    against: int | None = None,
     grain: int = 1,
 ) -> FilterResult:
     """Filter one chunk.
@@ -127,8 +127,10 @@ def watermark_filter(
         this chunk's rows into the returned ``watermarks``.
     delay : the bounded out-of-orderness, already including any ``- 1``.
     lateness : allowed lateness: a row is tested as ``ts + lateness``.
-    cap : rows are tested against at most this watermark (one input of
-        several: the minimum over the inputs; :data:`NONE`: no row is late).
+    against : rows are tested against this watermark instead of their
+        split's (one input of several: the inputs' combined watermark, which
+        an input back from idleness may be behind; :data:`NONE`: no row is
+        late).
     grain : the newest event time is truncated to a multiple of this before
         the delay is taken off (Spark's whole milliseconds; ``on-batch``).
 
@@ -160,8 +162,8 @@ def watermark_filter(
         w_row = xp.maximum(prefix, base)
     else:
         w_row = test_wm[0] if codes is None else test_wm[codes]
-    if cap is not None:
-        w_row = xp.minimum(w_row, cap)
+    if against is not None:
+        w_row = against
 
     t = ts + lateness if lateness else ts
     keep = (t > w_row) if inclusive else (t >= w_row)
