@@ -179,3 +179,48 @@ def test_window_join_spec_is_checked():
         spec.output_schema(inputs_schema({"p": p, "a": a}))
     with pytest.raises(gpuwm.SchemaError, match="join time columns differ in type"):
         spec.output_schema(inputs_schema({"p": p.remove(2).set(1, pa.field("t", pa.int64())), "a": a}))
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "full"])
+@given(batches=st.lists(batch_st, max_size=8), delays=st.tuples(st.integers(0, 15), st.integers(0, 15)),
+       profile=st.sampled_from(["spark", "risingwave"]))
+def test_filtered_join_matches_reference(backend, how, batches, delays, profile):
+    """The inputs' filters and the join together, as a pipeline runs them:
+    each input's watermark from its own rows and delay (either one ahead),
+    the combined one their minimum (none until both have one), rows late
+    against it with the profile's lag, the join drained with it — against
+    the same done by hand on the reference join."""
+    from gpuwm.inputs import InputsSpec
+    from gpuwm.watermark import WatermarkSpec
+
+    prof = gpuwm.resolve_profile(profile)
+    spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", -3, 7, how)
+    schema = inputs_schema({"a": LEFT, "b": RIGHT})
+    j = spec.build(profile, backend).bind(schema)
+    f = InputsSpec((("a", WatermarkSpec("lt", delays[0], profile=profile)),
+                    ("b", WatermarkSpec("rt", delays[1], profile=profile)))).build(backend).bind(schema)
+    ref = RefIntervalJoin(-3, 7, how, inclusive=prof.late_inclusive)
+    own = {"a": None, "b": None}  # each input's watermark, by hand
+    hist: list = [None]  # the combined watermark after each batch
+    nid = 0
+    for i, (lrows, rrows, _) in enumerate(batches):
+        lt, nid = _table(lrows, LEFT, nid), nid + len(lrows)
+        rt, nid = _table(rrows, RIGHT, nid), nid + len(rrows)
+        kept = f.process({"a": lt, "b": rt})
+        test = hist[-2] if prof.lag and len(hist) > 1 else (hist[-1] if not prof.lag else None)
+        for side, t, col, d in (("left", lt, "lt", delays[0]), ("right", rt, "rt", delays[1])):
+            rows = [(r[t.schema.names[0]], r[col], r[t.schema.names[2]]) for r in t.to_pylist()]
+            late = (lambda ts: ts is not None and test is not None and (ts <= test if prof.late_inclusive else ts < test))
+            ref.push(side, [r for r in rows if not late(r[1])])
+            seen = [r[1] for r in rows if r[1] is not None]
+            name = "a" if side == "left" else "b"
+            if seen and (own[name] is None or max(seen) - d > own[name]):
+                own[name] = max(seen) - d
+        comb = None if None in own.values() else min(own.values())
+        hist.append(comb if hist[-1] is None or (comb is not None and comb > hist[-1]) else hist[-1])
+        assert f.watermark_raw == hist[-1]
+        w = f.output_watermark_raw
+        assert w == (hist[-2] if prof.lag else hist[-1])
+        j.push({"a": kept["a"], "b": kept["b"]})
+        assert _tuples(j.drain(w)) == sorted(ref.drain(w), key=repr), (i, w)
+        assert j.state_rows == ref.state_rows
