@@ -133,6 +133,7 @@ def test_spark_profile_join_equals_spark_native(spark, tmp_path, how, vnodes):
     hist = []
     spec = _spec(tmp_path, how)
     spec["vnodes"] = vnodes
+    spec["read"] = "spark" if vnodes else "auto"  # auto: the tasks read both inputs' files themselves
     p = build_spec(spark, spec, verbose=False)
     p.on_batch = hist.append
     p.start(trigger={"availableNow": True}).awaitTermination()
@@ -141,6 +142,7 @@ def test_spark_profile_join_equals_spark_native(spark, tmp_path, how, vnodes):
     if how == "leftOuter":
         assert sum(r[3] is None for r in want) > 10  # unmatched auctions, emitted at the end too
     assert got == want
+    assert {m["read"] for m in hist if m["input_rows"]} == {"spark" if vnodes else "direct"}
     assert sum(m["late_rows"] for m in hist) > 0
     state = [m["state_rows"] for m in hist]  # cleaned by the watermark: it shrinks
     assert any(b < a for a, b in zip(state, state[1:])) and state[-1] < sum(t.num_rows for t in auctions + bids) / 2

@@ -79,9 +79,22 @@ def _scala_iter(it) -> Iterator[Any]:
         yield it.next()
 
 
-def batch_files(df) -> list[str] | None:
+def source_path(df) -> str | None:
+    """The directory a plain file-stream DataFrame reads (its ``path`` option), or None."""
+    try:
+        ds = df._jdf.queryExecution().analyzed().dataSource()
+        opts = ds.options()
+        got = opts.get("path")
+        return str(got.get()) if got.isDefined() else None
+    except Exception:
+        return None
+
+
+def batch_files(df, scans_allowed: int = 1) -> list[str] | None:
     """The local paths of a micro-batch's files, in the order Spark's scan
-    would read them, or None when they cannot be found (or are not local)."""
+    would read them, or None when they cannot be found (or are not local).
+    ``scans_allowed``: how many file scans the batch may hold (one per
+    input of a union of file streams)."""
     try:
         rdd = df._jdf.queryExecution().optimizedPlan().rdd()
         paths: list[str] = []
@@ -104,7 +117,7 @@ def batch_files(df) -> list[str] | None:
             deps = r.dependencies()
             for i in range(deps.length() - 1, -1, -1):
                 stack.append(deps.apply(i).rdd())
-        return paths if scans == 1 else [] if scans == 0 else None  # 0: a batch without new files
+        return paths if 1 <= scans <= scans_allowed else [] if scans == 0 else None  # 0: a batch without new files
     except Exception:
         return None
 
@@ -147,6 +160,23 @@ def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch
         for i in b.column(0).to_pylist():
             t = pq.read_table(paths[i], columns=schema.names)
             yield from t.cast(schema).to_batches()
+
+
+def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """:func:`read_files` for several inputs: ``files`` as ``[input index,
+    path]``; each file's rows as the inputs' union rows
+    (:func:`gpuwm.spark.plan.to_union`)."""
+    from gpuwm.join import input_schemas
+
+    from .plan import to_union
+
+    named = list(input_schemas(plan.input_schema).items())
+    for b in ids:
+        for i in b.column(0).to_pylist():
+            k, path = files[i]
+            name, schema = named[k]
+            t = pq.read_table(path, columns=schema.names).cast(schema)
+            yield from to_union(plan, {name: t}).to_batches()
 
 
 def logged_offsets(checkpoint: str, batch_id: int) -> list[dict | None]:

@@ -458,7 +458,7 @@ class Pipeline:
         if plan.late is not None:
             lines.append(f"late rows    parquet {plan.late.path}")
         nex = getattr(self.df, "_gpuwm_nexmark", None)
-        why = None if nex is not None else "several inputs" if plan.multi else parquet_source(self.df)
+        why = None if nex is not None else self._inputs_direct() if plan.multi else parquet_source(self.df)
         lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
                                                       "the task makes the input itself" if why is None else
                                                       f"Spark's rows ({why})"))
@@ -529,7 +529,7 @@ class Pipeline:
 
             nex = getattr(self.df, "_gpuwm_nexmark", None)
             if plan.multi:
-                why = "several inputs are read through Spark (for now)"
+                why = self._inputs_direct()
             elif nex is not None:  # offsets come from this query's own offset log
                 why = None if nex["checkpoint"] == self.checkpoint else \
                     "read_nexmark() was given another checkpoint than the Pipeline"
@@ -710,6 +710,24 @@ class Pipeline:
             "stages": [stages.get(str(i), {"kind": s.kind}) for i, s in enumerate(plan.stages)],
         }
 
+    def _inputs_direct(self) -> str | None:
+        """Why several inputs cannot be read directly (None: each is a plain
+        local Parquet file stream, and their directories tell their files apart)."""
+        from .direct import parquet_source, source_path
+
+        dirs = []
+        for name, d in self.inputs.items():
+            why = parquet_source(d)
+            if why is None and source_path(d) is None:
+                why = "its directory is not known"
+            if why is not None:
+                return f"input {name!r}: {why}"
+            dirs.append(posix_path(source_path(d), "source path").rstrip("/") + "/")
+        if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
+            return "one input's directory holds another's"
+        self._input_dirs = dirs
+        return None
+
     def _direct_input(self, plan: Plan, df, batch_id: int) -> tuple[dict | None, int]:
         """What the tasks make this batch's input from themselves (and into
         how many parts), or (None, 0): Spark's rows. A batch with no input
@@ -719,7 +737,25 @@ class Pipeline:
         from .direct import batch_files, check_files, nexmark_range
 
         nex = getattr(self.df, "_gpuwm_nexmark", None)
-        if nex is not None:
+        if plan.multi:  # each file to the input whose directory holds it
+            files = batch_files(df, scans_allowed=len(self.inputs))
+            if files == []:
+                return None, 0
+            why = "its files could not be found in the batch's scans" if files is None else None
+            if why is None:
+                named = list(input_schemas(plan.input_schema).values())
+                tagged = []
+                for f in files:
+                    k = next((k for k, d in enumerate(self._input_dirs) if f.startswith(d)), None)
+                    if k is None:
+                        why = f"file {f} is in no input's directory"
+                        break
+                    tagged.append([k, f])
+                for k, s in enumerate(named):
+                    why = why or check_files([f for j, f in tagged if j == k], s)
+                if why is None:
+                    return {"files": tagged}, len(tagged)
+        elif nex is not None:
             rng = nexmark_range(self.checkpoint, batch_id)
             if rng is not None and rng[0] == rng[1]:
                 return None, 0

@@ -111,8 +111,10 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -
     Nexmark splits, whose numbers Spark sent."""
     if direct is None:
         return batches
-    from .direct import generate_nexmark, read_files
+    from .direct import generate_nexmark, read_files, read_union_files
 
+    if plan.multi:
+        return read_union_files(plan, direct["files"], batches)
     if "files" in direct:
         return read_files(direct["files"], plan.input_schema, batches)
     return generate_nexmark(direct["nexmark"], batches)
