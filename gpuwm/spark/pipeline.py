@@ -150,7 +150,10 @@ class Pipeline:
         the one rows are late against and state is cleaned with (see
         :mod:`gpuwm.inputs`)."""
         if self._stages:
-            raise ConfigError("call .watermark(...) before the stages: they were built on its column")
+            raise ConfigError("call .watermark(...) once, before the stages: they were built on its column"
+                              if self.inputs is None else
+                              "call .watermark(..., input=name) once per input, before the stages: they were built "
+                              "on their columns")
         if self.inputs is not None:
             if input not in self.inputs:
                 raise ConfigError(f"this pipeline has inputs {list(self.inputs)}: say whose watermark this is, "
@@ -165,7 +168,7 @@ class Pipeline:
             raise ConfigError(f"input={input!r}: this pipeline has one input (give Pipeline({{name: df, ...}}) "
                               "for several)")
         elif self._wm is not None:
-            raise ConfigError("call .watermark(...) once")
+            raise ConfigError("call .watermark(...) once, before the stages")
         else:
             schema = self.df.schema
         f = _spark_field(schema, column, "event-time")
