@@ -250,7 +250,7 @@ def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):
     json.dumps(spec)
 
 
-NEX = {"totalEvents": 90_000, "eventsPerBatch": 15_000, "splits": 2, "eventsPerSecond": 4_000, "maxDelayMs": 3_000,
+NEX = {"totalEvents": 90_000, "eventsPerBatch": 15_000, "splits": 2, "eventsPerSecond": 1_000, "maxDelayMs": 3_000,
        "outOfOrderFraction": 0.2, "seed": 5}
 
 
