@@ -44,15 +44,14 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import pyarrow as pa
 
-from kernels import NONE
-from kernels.join import interval_pairs
+from kernels.join import interval_pairs, known_keys
 
 from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .keys import KeyCodec
-from .operator import Operator, OperatorSpec, Released
+from .operator import Operator, OperatorSpec
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain, parse_interval
 from .watermark import same_schema, schema_from_text, schema_to_text
@@ -246,13 +245,6 @@ class WindowJoinSpec(_JoinSpec):
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "slide", slide)
 
-    @staticmethod
-    def resolved_window_lateness(watermarks: Mapping[str, Any]) -> bool:
-        """Whether the inputs' profile drops (row, window) pairs of closed
-        windows rather than rows behind the watermark (``window_lateness``):
-        their filters then let rows up to a window size behind through."""
-        return any(w.resolved_profile.window_lateness == "window" for w in watermarks.values())
-
     def build(self, profile: Any = None, backend: str | None = None) -> "WindowJoin":
         return WindowJoin(self, profile=profile or "risingwave", backend=backend)
 
@@ -321,7 +313,6 @@ class _Join(Operator, Drained):
         self._domain = dom
         self._bind_times(dom)
         self._codecs = [KeyCodec(lc, ls.field(lc).type) for lc, _ in self.spec.on]
-        self._keycols = {self.spec.left: [p[0] for p in self.spec.on], self.spec.right: [p[1] for p in self.spec.on]}
         self._tcol = {self.spec.left: self.spec.left_time, self.spec.right: self.spec.right_time}
         how = self.spec.how
         self._outer = {n for n, keep in ((self.spec.left, how in ("left", "full")),
@@ -336,7 +327,7 @@ class _Join(Operator, Drained):
         """Rows of input ``name`` as a side: key codes computed, and the time
         the join matches on (default: the row's event time)."""
         xp = self._backend.xp
-        codes = [c.encode(xp, frame.columns[k], self._backend) for c, k in zip(self._codecs, self._keycols[name])]
+        codes = [c.encode(xp, frame.columns[k], self._backend) for c, k in zip(self._codecs, self.spec.input_keys(name))]
         if ts is None:
             ts = frame.values(self._tcol[name])[0].astype(xp.int64, copy=False)
         if matched is None:
@@ -370,9 +361,7 @@ class _Join(Operator, Drained):
                 frame, ts = frame.filter(valid), ts[valid]
             side = self._accept(name, frame, ts) if frame.num_rows else None
             if side is not None and name not in self._outer:  # a null key matches nothing: only an outer side keeps it
-                known = None
-                for c in side.codes:
-                    known = (c != NONE) if known is None else known & (c != NONE)
+                known = known_keys(xp, side.codes)
                 if not bool(xp.all(known)):
                     side = side.keep(known)
             if side is not None and side.rows:
@@ -548,9 +537,6 @@ class IntervalJoin(_Join):
         return self._side(name, frame)
 
     # -- drain -----------------------------------------------------------------
-    def release(self, watermark: Any) -> Released:
-        return Released(self.drain(watermark), self.output_watermark(watermark))
-
     def drain(self, watermark: Any) -> pa.Table:
         """Join the rows pushed since the last drain, then delete (and, in an
         outer join, emit unmatched) state rows no future row can match at
@@ -583,11 +569,11 @@ class IntervalJoin(_Join):
         if w is not None:
             gone_l = all_l.ts <= w - self._hi - self._margin
             gone_r = all_r.ts <= w + self._lo - self._margin
-            if self.spec.how in ("left", "full"):
+            if L in self._outer:
                 lone = gone_l & ~all_l.matched
                 if bool(xp.any(lone)):
                     out.append(self._pairs(all_l.frame.filter(lone), None))
-            if self.spec.how in ("right", "full"):
+            if R in self._outer:
                 lone = gone_r & ~all_r.matched
                 if bool(xp.any(lone)):
                     out.append(self._pairs(None, all_r.frame.filter(lone)))
@@ -680,9 +666,8 @@ class WindowJoin(_Join):
         if pl.shape[0]:
             out.append(self._pairs(lc.frame.take(pl), rc.frame.take(pr), self._windows(lc.ts[pl])))
             self.matches += int(pl.shape[0])
-        for side, idx, keep_alone, which in ((lc, pl, self.spec.how in ("left", "full"), "left"),
-                                             (rc, pr, self.spec.how in ("right", "full"), "right")):
-            if not keep_alone or not side.rows:
+        for side, idx, name, which in ((lc, pl, L, "left"), (rc, pr, R, "right")):
+            if name not in self._outer or not side.rows:
                 continue
             alone = xp.ones(side.rows, dtype=bool)
             alone[idx] = False

@@ -57,12 +57,24 @@ def interval_ranges(xp: Any, build_keys: Sequence[Any], build_ts: Any, probe_key
     at[perm] = below
     start = at[nb:nb + npr]
     count = xp.maximum(at[nb + npr:] - start, 0)
-    null = None
-    for k in probe_keys:
-        null = (k == NONE) if null is None else null | (k == NONE)
-    if null is not None:
-        count = xp.where(null, 0, count)
+    known = known_keys(xp, probe_keys)
+    if known is not None:
+        count = xp.where(known, count, 0)
     return Ranges(start, count, perm[is_build])
+
+
+def known_keys(xp: Any, keys: Sequence[Any]) -> Any:
+    """Rows whose key codes are all known (none :data:`kernels.NONE`, a null
+    key, which matches nothing); None for no key columns.
+
+    >>> import numpy as np
+    >>> known_keys(np, [np.array([1, NONE, 3]), np.array([4, 5, NONE])]).tolist()
+    [True, False, False]
+    """
+    known = None
+    for k in keys:
+        known = (k != NONE) if known is None else known & (k != NONE)
+    return known
 
 
 def expand(xp: Any, ranges: Ranges) -> tuple[Any, Any]:

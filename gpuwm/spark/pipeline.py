@@ -375,54 +375,36 @@ class Pipeline:
     def _need_watermark(self, what: str) -> None:
         if self.inputs is not None:
             if not self._stages:
-                raise ConfigError(f"a pipeline with inputs {list(self.inputs)} starts with .join(...), then "
-                                  f".{what}(...)")
+                raise ConfigError(f"a pipeline with inputs {list(self.inputs)} starts with .join(...) or "
+                                  f".union(), then .{what}(...)")
             return
         if self._wm is None:
             raise ConfigError(f"call .watermark(...) before .{what}(...): the operator drains by the watermark")
 
     # -- plan ------------------------------------------------------------------
     def _plan(self) -> Plan:
+        from dataclasses import replace
+
         if self.inputs is not None:
             missing = [n for n in self.inputs if n not in self._wms]
             if missing:
                 raise ConfigError(f"input(s) {missing} have no watermark: call .watermark(..., input=name) for each")
-            from dataclasses import replace
-
-            from ..join import WindowJoinSpec
-
-            wms = dict(self._wms)
-            first = self._stages[0] if self._stages else None
-            after = self._stages[1] if len(self._stages) > 1 else None
-            if isinstance(first, WindowJoinSpec) and first.resolved_window_lateness(wms):
-                # Spark drops a (row, window) pair when the window has closed, not a row behind the
-                # watermark: rows up to a window size behind still join in an open window
-                wms = {n: replace(w, allowed_lateness=first.size) for n, w in wms.items()}
-            elif isinstance(after, SessionSpec):  # a union, then sessions: as on one input
-                wms = {n: replace(w, allowed_lateness=after.window.gap) for n, w in wms.items()}
-            elif isinstance(after, WindowSpec) and next(iter(wms.values())).resolved_profile.window_lateness == \
-                    "window":
-                wms = {n: replace(w, allowed_lateness=after.window.size) for n, w in wms.items()}
+            # the first stage that windows: a window join, or the stage after a union
+            windows = self._stages[0] if self._stages and self._stages[0].kind == "join" else \
+                self._stages[1] if len(self._stages) > 1 else None
+            lateness = _filter_lateness(windows, next(iter(self._wms.values())).resolved_profile)
+            wms = {n: w if lateness is None else replace(w, allowed_lateness=lateness) for n, w in self._wms.items()}
             return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes,
                         InputsSpec(tuple((n, wms[n]) for n in self.inputs)), tuple(self._stages),
                         self._sink_or_raise(), self._input_arrow_schema(), late=self._late)
         if self._wm is None:
             raise ConfigError("the pipeline has no .watermark(...)")
         self._sink_or_raise()
-        from dataclasses import replace
-
         wm = self._wm
-        first = self._stages[0] if self._stages else None
-        if isinstance(first, SessionSpec) and not self._lateness_given:
-            # a row behind the watermark whose own session [ts, ts + gap) is open
-            # can still join one: the filter lets it through (as Spark does),
-            # unless .watermark(allowed_lateness=...) said otherwise
-            wm = replace(wm, allowed_lateness=first.window.gap)
-        elif isinstance(first, WindowSpec) and not self._lateness_given and \
-                wm.resolved_profile.window_lateness == "window":
-            # Spark drops a (row, window) pair when the window has closed, not a row
-            # behind the watermark: rows up to a window size behind may still count
-            wm = replace(wm, allowed_lateness=first.window.size)
+        lateness = None if self._lateness_given else \
+            _filter_lateness(self._stages[0] if self._stages else None, wm.resolved_profile)
+        if lateness is not None:
+            wm = replace(wm, allowed_lateness=lateness)
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
                     tuple(self._stages), self._sink, self._input_arrow_schema(), late=self._late)
 
@@ -782,6 +764,29 @@ class Pipeline:
             self._warned_direct = True
             log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
         return None, 0
+
+
+def _filter_lateness(stage: OperatorSpec | None, profile: Any) -> Any:
+    """The allowed lateness the watermark filter needs before ``stage``, the
+    first stage that windows (None: none):
+
+    - a session window: its gap — a row behind the watermark whose own
+      session ``[ts, ts + gap)`` is open can still join one (as Spark does);
+    - under ``window_lateness="window"`` (Spark), a tumbling or hopping
+      window or a window join: the window size — Spark drops a (row, window)
+      pair when the window has closed, not a row behind the watermark, so
+      rows up to a window size behind may still count."""
+    from ..join import WindowJoinSpec
+
+    if isinstance(stage, SessionSpec):
+        return stage.window.gap
+    if profile.window_lateness != "window":
+        return None
+    if isinstance(stage, WindowSpec):
+        return stage.window.size
+    if isinstance(stage, WindowJoinSpec):
+        return stage.size
+    return None
 
 
 def _union_inputs(inputs: Mapping[str, Any]):

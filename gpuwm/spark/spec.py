@@ -241,8 +241,9 @@ def run(spark, spec: dict, verbose: bool = True):
     """Start the spec's query and wait: bounded sources run to the end."""
     p = build(spark, spec, verbose)
     q = p.start(trigger=spec.get("trigger"))
-    src = spec.get("source", {})
-    bounded = src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
+    sources = [i["source"] for i in spec["inputs"].values()] if "inputs" in spec else [spec["source"]]
+    bounded = all(src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
+                  for src in sources)
     if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once"):
         q.awaitTermination()
     elif bounded:

@@ -91,15 +91,13 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     if plan.multi:  # several inputs' rows: each input's, in its own schema, to its own filter
         data = {n: Frame.from_arrow(t, backend) if backend.is_gpu else t
                 for n, t in split_union(plan, table).items()}
-        kept, stats = filt.f.filter_local(data)
-        stats["read_s"] = t_read - t_start
-        stats["t_read"] = t_read
-        return kept, stats
-    data = Frame.from_arrow(table, backend) if backend.is_gpu else table
-    late: list | None = None if plan.late is None else []
-    kept, stats = filt.f.filter_local(data, late_out=late)
-    if late:
-        write_late(plan, batch_id, None, part, late[0], "filter")
+        kept, stats = filt.f.filter_local(data)  # (no late-row sink with several inputs)
+    else:
+        data = Frame.from_arrow(table, backend) if backend.is_gpu else table
+        late: list | None = None if plan.late is None else []
+        kept, stats = filt.f.filter_local(data, late_out=late)
+        if late:
+            write_late(plan, batch_id, None, part, late[0], "filter")
     stats["read_s"] = t_read - t_start
     stats["t_read"] = t_read
     return kept, stats
