@@ -353,3 +353,19 @@ def test_union_then_window_equals_spark_native(spark, tmp_path):
     got = sorted((r["window_start"], r["seller"], r["n"]) for r in read_out(f"{tmp_path}/out").to_pylist())
     assert len(want) > 10
     assert got == want
+
+
+def test_run_ends_a_spec_of_bounded_nexmark_inputs(spark, tmp_path):
+    """`gpuwm run` of a spec whose inputs are all bounded Nexmark streams
+    runs to their end and returns, without a trigger (as for one input)."""
+    import threading
+
+    from gpuwm.spark.spec import run
+
+    spec = q3_like(f"{tmp_path}/ck", f"{tmp_path}/out", dict(NEX, totalEvents=30_000))
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(run(spark, spec, verbose=False)), daemon=True)
+    t.start()
+    t.join(timeout=300)
+    assert not t.is_alive(), "run() did not return at the end of its bounded inputs"
+    assert sum(m["input_rows"] for m in got[0].history) > 0 and read_out(f"{tmp_path}/out") is not None
