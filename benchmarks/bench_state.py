@@ -11,7 +11,11 @@ Run:  .venv/bin/python benchmarks/bench_state.py [--skip-spark]
    session windows (gap 1 s) over 50 M keys, so nearly every event opens a
    session: delays 0 .. 50 s -> ~0.2 M .. 10 M open sessions;
    dedup over the same 50 M keys, each held for the delay: 1 .. 50 s ->
-   ~0.2 M .. 10 M held keys.
+   ~0.2 M .. 10 M held keys;
+   interval join (left outer) of two such streams over the 50 M keys,
+   ``r.ts BETWEEN l.ts AND l.ts + delay``, the watermark the streams' own
+   (no delay): the left side holds ``delay`` of rows, 1 .. 50 s -> ~0.2 M
+   .. 10 M rows (events per batch: 200 k per input).
    After each batch the state is saved as the Spark runtime saves it (a new
    version, unchanged parts linked from the previous one), timed apart.
 2. Spark local[2] (unless --skip-spark): the same stream as one Parquet file
@@ -76,6 +80,15 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
             from datetime import timedelta
 
             op = gpuwm.Dedup(["k"], "ts", delay=timedelta(milliseconds=d), backend="cpu")
+        elif kind == "join":
+            from datetime import timedelta
+
+            from gpuwm.join import IntervalJoinSpec, inputs_schema
+
+            spec = IntervalJoinSpec("l", "r", [("k", "rk")], "ts", "rts", timedelta(0), timedelta(milliseconds=d), "left")
+            lsch = batch(0, rng, 1).schema
+            rsch = pa.schema([("rts", lsch.field("ts").type), ("rk", pa.int64()), ("rprice", pa.int64())])
+            op = spec.build("spark", "cpu").bind(inputs_schema({"l": lsch, "r": rsch}))
         else:
             op = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "1 second"), by=["k"],
                                        aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
@@ -83,10 +96,13 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
         times, saves, state, emitted = [], [], 0, 0
         store = tempfile.mkdtemp(prefix="gpuwm-store-")
         for i in range(warm + timed):
-            t = batch(i, rng, SESSION_KEYS if kind in ("session", "dedup") else KEYS)
+            t = batch(i, rng, SESSION_KEYS if kind in ("session", "dedup", "join") else KEYS)
             wm = BASE_MS + (i + 1) * 1000 - 500 - d  # max event time - delay
+            if kind == "join":
+                r = batch(i, rng, SESSION_KEYS).rename_columns(["rts", "rk", "rprice"])
+                wm = BASE_MS + (i + 1) * 1000 - 500  # the join's delay is its bound
             t0 = time.perf_counter()
-            pushed = op.push(t)
+            pushed = op.push({"l": t, "r": r}) if kind == "join" else op.push(t)
             res = op.drain(wm)
             if kind == "dedup":  # a dedup emits on push; its drain forgets expired keys
                 res = pushed
@@ -99,6 +115,12 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
             if i >= warm:
                 times.append(dt)
                 saves.append(ds)
+                if kind == "join":  # pairs within the bound; the left rows that left unmatched
+                    lt, rt = (pa.compute.cast(res.column(c), pa.int64()).to_numpy(zero_copy_only=False)
+                              for c in ("ts", "rts"))
+                    m = res.column("rk").is_valid().to_numpy(zero_copy_only=False)
+                    assert np.all((rt[m] >= lt[m]) & (rt[m] <= lt[m] + d)), "join pair out of bounds"
+                    assert np.all(lt[~m] <= wm - d - 1), "unmatched left row emitted early"
                 if kind == "sort":
                     ts = res.column("ts").cast(pa.int64()).to_numpy()
                     assert np.all(np.diff(ts) >= 0) and (ts.size == 0 or ts[-1] < wm), "sort output wrong"
@@ -203,7 +225,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "state-scaling"))
     args = ap.parse_args()
     delays = {"sort": [50, 500, 5_000, 50_000], "window": [0, 1_000, 10_000, 100_000],
-              "session": [0, 1_000, 10_000, 50_000], "dedup": [1_000, 5_000, 20_000, 50_000]}
+              "session": [0, 1_000, 10_000, 50_000], "dedup": [1_000, 5_000, 20_000, 50_000],
+              "join": [1_000, 5_000, 20_000, 50_000]}
     ops = [] if args.skip_operators else [r for k in args.operators.split(",") for r in operator_curve(k, delays[k])]
     sp = [] if args.skip_spark else spark_curve([1, 10, 30], engines=tuple(args.spark_engines.split(",")))
     out = Path(args.out)
@@ -234,7 +257,7 @@ def main() -> int:
 
         fig, axes = plt.subplots(1, 2 if sp else 1, figsize=(11 if sp else 6, 4))
         axes = np.atleast_1d(axes)
-        for kind in ("sort", "window", "session", "dedup"):
+        for kind in ("sort", "window", "session", "dedup", "join"):
             r = [x for x in ops if x["operator"] == kind]
             if not r:
                 continue

@@ -34,6 +34,7 @@ from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec
+from .runs import Tiers
 from .timecol import TimeDomain, event_time_domain
 from .watermark import _check_delay, same_schema, schema_from_text, schema_to_text
 
@@ -91,7 +92,7 @@ class _Run:
         return int(self.expires.shape[0])
 
 
-class Dedup(Operator, Drained):
+class Dedup(Operator, Drained, Tiers):
     """Emit the first row of each key; drop its duplicates until the key expires.
 
     Parameters
@@ -117,15 +118,6 @@ class Dedup(Operator, Drained):
     >>> d.push(pa.table({"id": [1, 2], "ts": [20, 21]})).to_pydict(), d.duplicate_rows
     ({'id': [1], 'ts': [20]}, 2)
     """
-
-    #: the newest run merges into the one before while that one has at most
-    #: MERGE_RATIO times its keys and fewer than max(FREEZE_MIN, held keys //
-    #: FREEZE_PARTS); beyond MAX_RUNS runs the smallest adjacent pair merges
-    #: (a push searches each run)
-    MERGE_RATIO = 4
-    FREEZE_MIN = 1 << 20
-    FREEZE_PARTS = 8
-    MAX_RUNS = 16
 
     def __init__(self, key: Sequence[str], column: str, delay: Any, *, backend: str | None = None):
         self.spec = DedupSpec(key, column, delay)
@@ -217,18 +209,9 @@ class Dedup(Operator, Drained):
             else:
                 run.live = run.rows
             runs.append(run)
-        # size tiers: the newest run merges into the one before while that one
-        # is at most MERGE_RATIO times larger (a key is copied O(log state)
-        # times while it is held) and not frozen: a run of max(FREEZE_MIN,
-        # held / FREEZE_PARTS) keys takes no more merges — keys expire about
-        # oldest first, so it only shrinks and goes whole; beyond MAX_RUNS
-        # runs, the adjacent pair with the fewest keys merges
-        frozen = max(self.FREEZE_MIN, sum(r.live for r in runs) // self.FREEZE_PARTS)
-        while len(runs) > 1 and runs[-2].live < frozen and runs[-2].live <= self.MERGE_RATIO * runs[-1].live:
-            runs[-2:] = [self._merge(xp, runs[-2], runs[-1], w)]
-        while len(runs) > self.MAX_RUNS:
-            i = min(range(len(runs) - 1), key=lambda j: runs[j].live + runs[j + 1].live)
-            runs[i:i + 2] = [self._merge(xp, runs[i], runs[i + 1], w)]
+        # size tiers (gpuwm.runs; a push searches each run): a key is copied
+        # O(log state) times while it is held
+        runs = self._tiered(runs, lambda r: r.live, lambda a, b: self._merge(xp, a, b, w))
         self._runs = runs
         self._fresh = set()
         self._compact_keys()

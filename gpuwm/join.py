@@ -27,6 +27,19 @@ rows with a null event time can match nothing and are dropped (counted in
 ``null_rows``), as are rows at or behind the last drain's watermark (``<``
 under a profile with ``late_inclusive=False``), counted in ``late_rows``.
 
+A batch's cost does not grow with the state. Each side's state is a list of
+*runs*: a batch's new rows sorted by (key codes, time) — one sort of the
+batch —, merged in size tiers (:mod:`gpuwm.runs`, as the dedup's runs), so a
+row is copied O(log state) times while held and there are few runs. The new
+rows find their matches in each run by binary search
+(:func:`kernels.join.run_ranges`); the rows that leave the state are a
+prefix of each run's time order (one more binary search), dropped with the
+run or when it is rewritten more than half gone. Each run is a part of the
+state store written once; an outer side's rows of a saved run that match
+later go to small *hit* parts (their first match only), so a batch writes
+its new rows, its merges and its hits — not the state. The window join
+keeps its runs in window order: a closing window is a prefix of each run.
+
 The inputs' schema is one :class:`pyarrow.Schema` with one struct field per
 named input (:func:`inputs_schema`); the output has the left input's columns
 and then the right's (names must differ; the other side's columns are
@@ -42,9 +55,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from kernels.join import interval_pairs, known_keys
+from kernels import sort_rows
+from kernels.order import merge_order
+from kernels.join import expand, interval_pairs, known_keys, run_ranges
 
 from .backend import Backend, get_backend
 from .drained import Drained
@@ -53,6 +70,7 @@ from .frame import Frame
 from .keys import KeyCodec
 from .operator import Operator, OperatorSpec
 from .profiles import Profile, resolve
+from .runs import Tiers
 from .timecol import TimeDomain, event_time_domain, parse_interval
 from .watermark import same_schema, schema_from_text, schema_to_text
 
@@ -281,11 +299,54 @@ class _Side:
     def keep(self, mask: Any) -> "_Side":
         return _Side(self.frame.filter(mask), [c[mask] for c in self.codes], self.ts[mask], self.matched[mask])
 
+    def take(self, idx: Any) -> "_Side":
+        return _Side(self.frame.take(idx), [c[idx] for c in self.codes], self.ts[idx], self.matched[idx])
 
-class _Join(Operator, Drained):
+
+class _Run(_Side):
+    """A side's rows in state as one run: the interval join's sorted by key
+    codes, then time (the window join's in arrival order: it is searched
+    only by time), ``lo`` and ``hi`` their least and greatest time, and
+    ``cut`` the last time at or below which rows left the state (None:
+    none did), ``live`` the rows above it. ``saved``: the run's part holds
+    it (its rows, and its matched flags as of then; later first matches are
+    in hit parts)."""
+
+    __slots__ = ("id", "cut", "live", "lo", "hi", "saved")
+
+    def __init__(self, side: _Side, rid: int, cut: int | None = None, saved: bool = False, xp: Any = None):
+        super().__init__(side.frame, side.codes, side.ts, side.matched)
+        self.id, self.cut, self.saved = rid, cut, saved
+        n = self.rows
+        # one sync each, once per run
+        self.lo, self.hi = (int(self.ts.min()), int(self.ts.max())) if n else (0, 0)
+        self.live = n if cut is None or self.lo > cut else int(xp.count_nonzero(self.ts > cut))
+
+    def held(self) -> _Side:
+        """The rows still held, in run order."""
+        return self if self.cut is None or self.lo > self.cut else self.keep(self.ts > self.cut)
+
+
+class _Hits:
+    """Rows of saved runs that matched after their part was written: a
+    part ``hits.<seq>`` of (run, row) pairs, kept while one of its runs is."""
+
+    __slots__ = ("seq", "table", "rids", "saved")
+
+    def __init__(self, seq: int, table: pa.Table, saved: bool = False):
+        self.seq, self.table, self.saved = seq, table, saved
+        self.rids = set(pc.unique(table.column("run")).to_pylist())
+
+
+class _Join(Operator, Drained, Tiers):
     """What both joins share: two named inputs bound and encoded, rows
-    pushed per input, a side of rows in state per input, the joined rows'
-    columns, and the state as one part per side."""
+    pushed per input, each input's rows in state as sorted runs (size tiers
+    of :mod:`gpuwm.runs`; a part each, written once, so a batch writes its
+    new rows and what merges rewrote, not the state), the joined rows'
+    columns."""
+
+    #: runs are sorted by (key codes, time) (the interval join's: probed by binary search)
+    _sorted_runs = True
 
     late_reason = "join late"
 
@@ -295,9 +356,11 @@ class _Join(Operator, Drained):
         self._backend: Backend = get_backend(backend)
         self._schema: pa.Schema | None = None
         self._domain: TimeDomain | None = None
-        self._sides: dict[str, _Side] = {}
+        self._runs: dict[str, list[_Run]] = {spec.left: [], spec.right: []}
         self._new: dict[str, list[_Side]] = {spec.left: [], spec.right: []}
-        self._saved = {spec.left: False, spec.right: False}
+        self._hits: list[_Hits] = []
+        self._fresh_hits: list[tuple[int, Any]] = []
+        self._next_run = self._next_hit = 0
         self.matches = 0
         self._init_drained()
 
@@ -318,8 +381,6 @@ class _Join(Operator, Drained):
         self._outer = {n for n, keep in ((self.spec.left, how in ("left", "full")),
                                          (self.spec.right, how in ("right", "full"))) if keep}
         self._schema = schema
-        for name in (self.spec.left, self.spec.right):
-            self._sides[name] = self._side(name, Frame.empty(self._in[name], self._backend))
         self._bind_pending_drain()
         return self
 
@@ -333,6 +394,87 @@ class _Join(Operator, Drained):
         if matched is None:
             matched = xp.zeros(frame.num_rows, dtype=bool)
         return _Side(frame, codes, ts, matched)
+
+    def _run(self, side: _Side, sorted_: bool = False, rid: int | None = None, cut: int | None = None,
+             saved: bool = False) -> _Run:
+        """``side``'s rows as a run, put in probe order first unless
+        ``sorted_`` (one sort, of these rows only)."""
+        xp = self._backend.xp
+        if self._sorted_runs and not sorted_ and side.rows > 1:
+            side = side.take(sort_rows(xp, [*side.codes, side.ts])[0])
+        if rid is None:
+            rid, self._next_run = self._next_run, self._next_run + 1
+        return _Run(side, rid, cut, saved, xp)
+
+    def _merge(self, a: _Run, b: _Run) -> _Run:
+        """Two runs' held rows as one run (sorted runs: merged in order by
+        binary searches, not sorted again)."""
+        xp = self._backend.xp
+        a, b = a.held(), b.held()
+        both = _Side.concat([a, b], xp)
+        if self._sorted_runs and a.rows and b.rows:
+            both = both.take(merge_order(xp, [*a.codes, a.ts], [*b.codes, b.ts]))
+        return self._run(both, sorted_=True)
+
+    def _cut(self, runs: list[_Run], t: int) -> tuple[list[_Run], list[tuple[_Run, Any]]]:
+        """Rows with time ``<= t`` leave the state: the runs still holding
+        rows, and the rows that left now as ``(run, row positions)``. A run
+        wholly above ``t`` is not read, one wholly at or below it goes, one
+        across it is scanned (its times only) and rewritten with the rows it
+        holds once more than half of it left."""
+        xp = self._backend.xp
+        kept, gone = [], []
+        for run in runs:
+            if run.lo > t or (run.cut is not None and run.cut >= t):
+                kept.append(run)
+                continue
+            out = run.ts <= t
+            fresh = out if run.cut is None else out & (run.ts > run.cut)
+            gone.append((run, xp.flatnonzero(fresh)))
+            if run.hi <= t:
+                continue
+            run.cut = t
+            run.live = run.rows - int(xp.count_nonzero(out))
+            if 2 * run.live < run.rows:
+                run = self._run(run.held(), sorted_=True)
+            kept.append(run)
+        return kept, gone
+
+    def _matched(self, name: str, run: _Side, rows: Any) -> None:
+        """Flag ``rows`` of ``run`` matched (an outer side's: the others'
+        flags are never read); a saved run's new flags go to a hit part."""
+        if name not in self._outer or not rows.shape[0]:
+            return
+        if isinstance(run, _Run) and run.saved:
+            rows = rows[~run.matched[rows]]  # a hit part holds each row's first match only
+            if rows.shape[0]:
+                self._fresh_hits.append((run.id, rows))
+        run.matched[rows] = True
+
+    def _end_drain(self) -> None:
+        """Merge runs in size tiers; keep this drain's hits as a part, and
+        the hit parts of saved runs still held, in size tiers too."""
+        for n in self._runs:
+            self._runs[n] = self._tiered(self._runs[n], lambda r: r.live, self._merge)
+        saved = {r.id for runs in self._runs.values() for r in runs if r.saved}
+        to_np = self._backend.to_numpy
+        fresh = [(rid, to_np(rows)) for rid, rows in self._fresh_hits if rid in saved]
+        self._fresh_hits = []
+        if fresh:
+            self._hits.append(self._hit_part(pa.table({
+                "run": np.concatenate([np.full(len(r), rid, dtype=np.int64) for rid, r in fresh]),
+                "row": np.concatenate([r.astype(np.int64) for _, r in fresh])})))
+        held = pa.array(sorted(saved), pa.int64())
+
+        def merge(a: _Hits, b: _Hits) -> _Hits:
+            t = pa.concat_tables([a.table, b.table])
+            return self._hit_part(t.filter(pc.is_in(t.column("run"), held)))
+
+        self._hits = self._tiered([h for h in self._hits if h.rids & saved], lambda h: h.table.num_rows, merge)
+
+    def _hit_part(self, table: pa.Table) -> _Hits:
+        seq, self._next_hit = self._next_hit, self._next_hit + 1
+        return _Hits(seq, table)
 
     # -- push ------------------------------------------------------------------
     def push(self, rows: Mapping[str, Any]) -> None:
@@ -408,39 +550,44 @@ class _Join(Operator, Drained):
         return pa.Table.from_arrays(cols, schema=self._out)
 
     def _compact_keys(self) -> None:
+        """Forget dictionary keys no run references (monotone: runs stay sorted)."""
         b = self._backend
-        L, R = self.spec.left, self.spec.right
+        runs = [r for rs in self._runs.values() for r in rs]
         for i, c in enumerate(self._codecs):
-            new = c.compact_codes(b.xp, [self._sides[L].codes[i], self._sides[R].codes[i]], self.state_rows,
-                                  b.to_numpy)
-            if new is not None:
-                self._sides[L].codes[i], self._sides[R].codes[i] = new
+            new = c.compact_codes(b.xp, [r.codes[i] for r in runs], self.state_rows, b.to_numpy)
+            for r, codes in zip(runs, new or ()):
+                r.codes[i] = codes
 
     # -- state -----------------------------------------------------------------
     @property
     def state_rows(self) -> int:
         """Rows held, both sides."""
-        return sum(s.rows for s in self._sides.values())
+        return sum(self.side_rows(n) for n in self._runs)
 
     @property
     def state_bytes(self) -> int:
-        return sum(s.frame.nbytes() + s.matched.nbytes + s.ts.nbytes + sum(c.nbytes for c in s.codes)
-                   for s in self._sides.values())
+        return sum(r.frame.nbytes() + r.matched.nbytes + r.ts.nbytes + sum(c.nbytes for c in r.codes)
+                   for runs in self._runs.values() for r in runs)
 
     def side_rows(self, name: str) -> int:
         """Rows of input ``name`` held."""
-        return self._sides[name].rows if name in self._sides else 0
+        return sum(r.live for r in self._runs.get(name, ()))
 
     def counters(self) -> dict[str, int]:
         return {**super().counters(), "matches": self.matches,
                 **{f"state_rows_{n}": self.side_rows(n) for n in (self.spec.left, self.spec.right)}}
 
     def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
-        """``{"state": counters, and with ``rows`` "left.<input>" / "right.<input>"
-        parts}``; the key dictionaries are rebuilt from the rows on restore."""
+        """``{"state": counters and the runs of each input, and with ``rows``
+        its parts: "run.<id>" (a run's rows) and "hits.<seq>" (rows of saved
+        runs that matched since)}``. Key dictionaries are rebuilt from the
+        rows on restore."""
         if any(self._new.values()):
             raise StateError(f"{type(self).__name__}.snapshot between push and drain: drain the batch first")
-        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "matches": self.matches}
+        meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "matches": self.matches,
+                "next_run": self._next_run, "next_hit": self._next_hit,
+                "runs": {n: [[r.id, r.cut] for r in runs] for n, runs in self._runs.items()},
+                "hits": [h.seq for h in self._hits]}
         out = {"state": pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(
             {"gpuwm.join": json.dumps(meta)})}
         if rows:
@@ -448,22 +595,31 @@ class _Join(Operator, Drained):
         return out
 
     def state_parts(self) -> dict[str, bool]:
-        """One part per side, written again when the side changed."""
-        if self._schema is None:
-            return {}
-        return {f"side.{n}": not self._saved[n] for n in (self.spec.left, self.spec.right)}
+        """A part per run and per hit part, written once: ``{name: must_write}``."""
+        parts = {f"run.{r.id}": not r.saved for runs in self._runs.values() for r in runs}
+        parts.update({f"hits.{h.seq}": not h.saved for h in self._hits})
+        return parts
 
     def snapshot_part(self, name: str) -> pa.Table:
-        side = self._sides.get(name.removeprefix("side."))
-        if side is None:
-            raise StateError(f"the join state holds no part {name!r}")
-        t = side.frame.to_arrow()
-        t = t.append_column(MATCHED, pa.array(self._backend.to_numpy(side.matched), pa.bool_()))
-        return t.append_column(TIME, pa.array(self._backend.to_numpy(side.ts), pa.int64()))
+        kind, _, num = name.partition(".")
+        if kind == "hits":
+            for h in self._hits:
+                if str(h.seq) == num:
+                    return h.table
+        for runs in self._runs.values():
+            for r in runs:
+                if kind == "run" and str(r.id) == num:
+                    t = r.frame.to_arrow()
+                    t = t.append_column(MATCHED, pa.array(self._backend.to_numpy(r.matched), pa.bool_()))
+                    return t.append_column(TIME, pa.array(self._backend.to_numpy(r.ts), pa.int64()))
+        raise StateError(f"the join state holds no part {name!r}")
 
     def mark_saved(self, written: Sequence[str] = ()) -> None:
-        for n in self._saved:
-            self._saved[n] = True
+        for runs in self._runs.values():
+            for r in runs:
+                r.saved = True
+        for h in self._hits:
+            h.saved = True
 
     def restore(self, snapshot: dict[str, pa.Table], parts: dict[str, pa.Table] | None = None) -> "_Join":
         """Continue exactly where the snapshotted operator stopped."""
@@ -475,21 +631,41 @@ class _Join(Operator, Drained):
         meta = json.loads(md[b"gpuwm.join"])
         schema = schema_from_text(meta["schema"])
         parts = snapshot if parts is None else parts
-        if schema is not None:
-            self._schema = None
-            self.bind(schema)
-            for n in (self.spec.left, self.spec.right):
-                t = parts.get(f"side.{n}")
-                if t is None:
-                    raise StateError(f"join state is missing its part 'side.{n}'")
-                b = self._backend
-                matched = b.asarray(t.column(MATCHED).to_numpy(zero_copy_only=False).astype(bool))
-                ts = b.asarray(t.column(TIME).to_numpy().astype("int64"))
-                frame = Frame.from_arrow(t.drop_columns([MATCHED, TIME]), b)
-                self._sides[n] = self._side(n, frame, matched, ts)
-                self._saved[n] = True
         self._load_drained_meta(meta)
         self.matches = meta["matches"]
+        if schema is None:
+            return self
+        self._schema = None
+        self.bind(schema)
+        b = self._backend
+        # a snapshot of gpuwm 0.x before runs: one part "side.<input>" per input, rows unsorted
+        listed = meta.get("runs") or {n: [[f"side.{n}", None]] for n in self._runs}
+        self._next_run, self._next_hit = meta.get("next_run", 0), meta.get("next_hit", 0)
+        resort = "runs" not in meta or any(not c.ordered for c in self._codecs)
+        for n in self._runs:
+            for rid, cut in listed[n]:
+                name = rid if isinstance(rid, str) else f"run.{rid}"
+                t = parts.get(name)
+                if t is None:
+                    raise StateError(f"join state is missing its part {name!r}")
+                matched = b.asarray(t.column(MATCHED).to_numpy(zero_copy_only=False).astype(bool))
+                ts = b.asarray(t.column(TIME).to_numpy().astype("int64"))
+                side = self._side(n, Frame.from_arrow(t.drop_columns([MATCHED, TIME]), b), matched, ts)
+                self._runs[n].append(self._run(side, sorted_=True, rid=-1 if isinstance(rid, str) else rid,
+                                               cut=cut, saved=True))
+        by_id = {r.id: r for runs in self._runs.values() for r in runs}
+        for seq in meta.get("hits", []):
+            t = parts.get(f"hits.{seq}")
+            if t is None:
+                raise StateError(f"join state is missing its part 'hits.{seq}'")
+            self._hits.append(_Hits(seq, t, saved=True))
+        for h in self._hits:
+            runs_col, rows_col = h.table.column("run").to_numpy(), h.table.column("row").to_numpy()
+            for rid in h.rids & set(by_id):
+                by_id[rid].matched[b.asarray(rows_col[runs_col == rid])] = True
+        if resort:  # codes are given anew (dictionary keys) or the rows came unsorted: ordered again
+            self._runs = {n: [self._run(r.held()) for r in runs] for n, runs in self._runs.items()}
+            self._hits = []
         return self
 
 
@@ -546,46 +722,44 @@ class IntervalJoin(_Join):
             return pa.table({})
         xp = self._backend.xp
         L, R = self.spec.left, self.spec.right
-        left, right = self._sides[L], self._sides[R]
-        new_l = _Side.concat(self._new[L] or [self._side(L, Frame.empty(self._in[L], self._backend))], xp)
-        new_r = _Side.concat(self._new[R] or [self._side(R, Frame.empty(self._in[R], self._backend))], xp)
+        new = {n: self._run(_Side.concat(self._new[n], xp)) if self._new[n] else None for n in (L, R)}
         self._new = {L: [], R: []}
-        nl0, nr0 = left.rows, right.rows
-        all_r = _Side.concat([right, new_r], xp)
-        # new left rows x (right state + new right rows); left state x new right rows
-        pl, pr = interval_pairs(xp, all_r.codes, all_r.ts, new_l.codes, new_l.ts + self._lo, new_l.ts + self._hi)
-        qr, ql = interval_pairs(xp, left.codes, left.ts, new_r.codes, new_r.ts - self._hi, new_r.ts - self._lo)
-        all_l = _Side.concat([left, new_l], xp)
-        li = xp.concatenate([pl + nl0, ql])
-        ri = xp.concatenate([pr, qr + nr0])
-        if li.shape[0]:
-            all_l.matched = all_l.matched.copy()
-            all_r.matched = all_r.matched.copy()
-            all_l.matched[li] = True
-            all_r.matched[ri] = True
-        out = [self._pairs(all_l.frame.take(li), all_r.frame.take(ri))] if li.shape[0] else []
-        self.matches += int(li.shape[0])
-        changed_l, changed_r = new_l.rows > 0 or bool(li.shape[0]), new_r.rows > 0 or bool(li.shape[0])
+        nl, nr = new[L], new[R]
+        out: list[pa.Table] = []
+        # new left rows x (right runs + the new right run); left runs x new right rows:
+        # each a binary search of the batch's rows in a run
+        if nl is not None:
+            for run in self._runs[R] + ([nr] if nr is not None else []):
+                pl, pr = expand(xp, run_ranges(xp, run.codes, run.ts, nl.codes, nl.ts + self._lo, nl.ts + self._hi))
+                self._pair_up(out, nl, pl, run, pr)
+        if nr is not None:
+            for run in self._runs[L]:
+                pr, pl = expand(xp, run_ranges(xp, run.codes, run.ts, nr.codes, nr.ts - self._hi, nr.ts - self._lo))
+                self._pair_up(out, run, pl, nr, pr)
+        for n in (L, R):
+            if new[n] is not None:
+                self._runs[n].append(new[n])
         if w is not None:
-            gone_l = all_l.ts <= w - self._hi - self._margin
-            gone_r = all_r.ts <= w + self._lo - self._margin
-            if L in self._outer:
-                lone = gone_l & ~all_l.matched
-                if bool(xp.any(lone)):
-                    out.append(self._pairs(all_l.frame.filter(lone), None))
-            if R in self._outer:
-                lone = gone_r & ~all_r.matched
-                if bool(xp.any(lone)):
-                    out.append(self._pairs(None, all_r.frame.filter(lone)))
-            if bool(xp.any(gone_l)):
-                all_l, changed_l = all_l.keep(~gone_l), True
-            if bool(xp.any(gone_r)):
-                all_r, changed_r = all_r.keep(~gone_r), True
-        self._sides[L], self._sides[R] = all_l, all_r
-        self._saved[L] &= not changed_l
-        self._saved[R] &= not changed_r
+            for n, t in ((L, w - self._hi - self._margin), (R, w + self._lo - self._margin)):
+                self._runs[n], gone = self._cut(self._runs[n], t)
+                if n not in self._outer:
+                    continue
+                for run, rows in gone:
+                    lone = rows[~run.matched[rows]]
+                    if lone.shape[0]:
+                        f = run.frame.take(lone)
+                        out.append(self._pairs(f, None) if n == L else self._pairs(None, f))
+        self._end_drain()
         return self._emit(out)
 
+    def _pair_up(self, out: list[pa.Table], lrun: _Side, li: Any, rrun: _Side, ri: Any) -> None:
+        """Rows ``li`` of ``lrun`` joined with rows ``ri`` of ``rrun``: emitted and flagged matched."""
+        if not li.shape[0]:
+            return
+        out.append(self._pairs(lrun.frame.take(li), rrun.frame.take(ri)))
+        self.matches += int(li.shape[0])
+        self._matched(self.spec.left, lrun, li)
+        self._matched(self.spec.right, rrun, ri)
 
 
 class WindowJoin(_Join):
@@ -613,6 +787,8 @@ class WindowJoin(_Join):
     >>> j.drain(10).to_pydict()              # closed: id 1 opened an auction in it, id 2 in the next one
     {'window_start': [0], 'window_end': [10], 'id': [1], 'pt': [3], 'seller': [1], 'at': [8]}
     """
+
+    _sorted_runs = False  # its runs are read at close by window start only
 
     def _bind_times(self, dom: TimeDomain) -> None:
         self._size = dom.duration(self.spec.size, "window size", allow_zero=False)
@@ -649,18 +825,20 @@ class WindowJoin(_Join):
         L, R = self.spec.left, self.spec.right
         for n in (L, R):
             if self._new[n]:
-                self._sides[n] = _Side.concat([self._sides[n]] + self._new[n], xp)
-                self._saved[n] = False
+                self._runs[n].append(self._run(_Side.concat(self._new[n], xp)))
             self._new[n] = []
-        if w is None:
-            return self._out.empty_table()
-        left, right = self._sides[L], self._sides[R]
-        cl, cr = self._closed(left.ts, w), self._closed(right.ts, w)
-        if not (bool(xp.any(cl)) or bool(xp.any(cr))):
-            return self._out.empty_table()
-        lc, rc = left.keep(cl), right.keep(cr)
-        self._sides[L], self._sides[R] = left.keep(~cl), right.keep(~cr)
-        self._saved[L] = self._saved[R] = False
+        closed = {}
+        if w is not None:  # a window starting at or before t is closed
+            t = w - (self._size - self._cm)
+            for n in (L, R):
+                self._runs[n], gone = self._cut(self._runs[n], t)
+                if gone:
+                    closed[n] = _Side.concat([run.take(rows) for run, rows in gone], xp)
+        self._end_drain()
+        if not closed:
+            return self._emit([])
+        empty = {n: self._side(n, Frame.empty(self._in[n], self._backend)) for n in (L, R) if n not in closed}
+        lc, rc = closed.get(L) or empty[L], closed.get(R) or empty[R]
         pl, pr = interval_pairs(xp, rc.codes, rc.ts, lc.codes, lc.ts, lc.ts)
         out = []
         if pl.shape[0]:

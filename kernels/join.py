@@ -1,9 +1,15 @@
 """Interval-join kernels: the matches of probe rows in a build side, by
 equal keys and an event-time range, and their expansion into pairs.
 
+``run_ranges`` probes a *run*, build rows already sorted by ``(keys, ts)``
+(a join side's state): a ``searchsorted`` on the first key column, then a
+binary search within each probe row's block of equal first keys, all probe
+rows at once — the cost is the probe rows times the log of a block, not the
+run's size. ``interval_ranges`` takes unsorted build rows:
+
 A probe row ``i`` matches build row ``j`` when every key code is equal (and
 not null) and ``lo[i] <= ts[j] <= hi[i]``. The matches of each probe row are
-one contiguous range of the build side ordered by ``(keys, ts)``; the ranges
+one contiguous range of the build side ordered by ``(keys, ts)``; there the ranges
 come from one sort of the build rows together with two query rows per probe
 row, ``(keys, lo)`` ordered before equal build rows and ``(keys, hi)`` after
 them, and a running count of build rows: the count before a query is its
@@ -15,14 +21,37 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Sequence
 
-from .order import sort_rows
+from .order import key_blocks, lex_search, sort_rows
 from .xp import NONE
 
 
 class Ranges(NamedTuple):
     start: Any  #: int64 per probe row: the first match, as a position in ``order``
     count: Any  #: int64 per probe row: how many build rows match
-    order: Any  #: int64: build row indexes ordered by (keys, ts, arrival)
+    order: Any  #: int64: build row indexes ordered by (keys, ts, arrival); None: the build rows are in that order
+
+
+def run_ranges(xp: Any, run_keys: Sequence[Any], run_ts: Any, probe_keys: Sequence[Any], lo: Any, hi: Any) -> Ranges:
+    """:func:`interval_ranges` for a run: build rows already ordered by
+    ``(keys, ts)`` (ranges are positions in the run; ``order`` is None).
+
+    >>> import numpy as np
+    >>> r = run_ranges(np, [np.array([1, 1, 1, 2])], np.array([5, 7, 9, 6]),
+    ...                [np.array([1, 2, 3])], np.array([6, 0, 0]), np.array([9, 9, 9]))
+    >>> r.start.tolist(), r.count.tolist()
+    ([1, 3, 4], [2, 1, 0])
+    """
+    if not int(run_ts.shape[0]) or not int(lo.shape[0]):
+        z = xp.zeros(int(lo.shape[0]), dtype=xp.int64)
+        return Ranges(z, z.copy(), None)
+    cols = [*run_keys, run_ts]
+    block = key_blocks(xp, cols[0], probe_keys[0])  # one block of equal first keys for both bounds
+    start = lex_search(xp, cols, [*probe_keys, lo], block=block)
+    count = xp.maximum(lex_search(xp, cols, [*probe_keys, hi], right=True, block=block) - start, 0)
+    known = known_keys(xp, probe_keys)
+    if known is not None:
+        count = xp.where(known, count, 0)
+    return Ranges(start, count, None)
 
 
 def interval_ranges(xp: Any, build_keys: Sequence[Any], build_ts: Any, probe_keys: Sequence[Any],
@@ -94,8 +123,8 @@ def expand(xp: Any, ranges: Ranges) -> tuple[Any, Any]:
         return z, z.copy()
     k = xp.arange(total, dtype=xp.int64)
     probe = xp.searchsorted(ends, k, side="right")
-    within = k - (ends - ranges.count)[probe]
-    return probe, ranges.order[ranges.start[probe] + within]
+    at = ranges.start[probe] + (k - (ends - ranges.count)[probe])
+    return probe, at if ranges.order is None else ranges.order[at]
 
 
 def interval_pairs(xp: Any, build_keys: Sequence[Any], build_ts: Any, probe_keys: Sequence[Any],

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gpuwm
-from gpuwm.join import IntervalJoin, IntervalJoinSpec, WindowJoinSpec, inputs_schema
+from gpuwm.join import IntervalJoinSpec, WindowJoinSpec, inputs_schema
 from kernels import NONE
 from kernels.join import interval_pairs
 
@@ -51,21 +51,54 @@ def _tuples(t: pa.Table, skip: int = 0) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-def _through_store(j: IntervalJoin, backend: str, profile: str) -> IntervalJoin:
-    parts = {name: j.snapshot_part(name) for name in j.state_parts()}
-    tables = j.state_tables()
-    j.mark_saved(list(parts))
-    return j.spec.build(profile, backend).load_state(tables, parts)
+#: the run tiers' knobs (instance attributes): the default, every run (and
+#: hit part) merged into one at each drain, one per batch, two at most
+TIERS = {"default": {}, "one run": {"MERGE_RATIO": 10**9, "FREEZE_MIN": 10**9},
+         "run per batch": {"MERGE_RATIO": 0, "MAX_RUNS": 10**9},
+         "two runs": {"MERGE_RATIO": 0, "MAX_RUNS": 2}}
 
 
-def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0):
+def _tiers(j, tiers: str):
+    for k, v in TIERS[tiers].items():
+        setattr(j, k, v)
+    return j
+
+
+class _Store:
+    """The state store's way with parts (gpuwm.spark.store): after each
+    batch, a part the operator need not write again keeps the file of the
+    version before; a load gets the tables and those parts."""
+
+    def __init__(self):
+        self.tables, self.parts, self.rows_written = {}, {}, 0
+
+    def save(self, op) -> None:
+        parts, written = {}, []
+        for name, must in op.state_parts().items():
+            if not must and name in self.parts:
+                parts[name] = self.parts[name]
+            else:
+                parts[name] = op.snapshot_part(name)
+                written.append(name)
+                self.rows_written += parts[name].num_rows
+        self.tables, self.parts = op.state_tables(), parts
+        op.mark_saved(written)
+
+    def load(self, op):
+        return op.load_state(self.tables, self.parts)
+
+
+def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="default"):
     """Push each batch into the operator and the reference and drain both
     with the same watermark (None until the first step); the operator is
-    saved and reloaded through the store before batch ``stop``. Returns it."""
+    saved to a store after every batch, and reloaded from it before batch
+    ``stop``. Returns it."""
     w, nid = None, 0
+    store = _Store()
+    _tiers(j, tiers)
     for i, (lrows, rrows, step) in enumerate(batches):
-        if i == stop:
-            j = _through_store(j, backend, profile)
+        if i == stop and i:
+            j = store.load(_tiers(j.spec.build(profile, backend), tiers))
         lt, nid = _table(lrows, ls, nid), nid + len(lrows)
         rt, nid = _table(rrows, rs, nid), nid + len(rrows)
         j.push({"a": lt, "b": rt})
@@ -77,20 +110,21 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0):
         assert _tuples(j.drain(w), skip) == sorted(ref.drain(w), key=repr), (i, w)
         assert j.state_rows == ref.state_rows
         assert j.late_rows == ref.late and j.null_rows == ref.nulls
+        store.save(j)
     return j
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
 @pytest.mark.parametrize("keys", ["int", "str"])
 @given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8), profile=st.sampled_from(["spark", "risingwave"]),
-       bounds=st.sampled_from([(0, 20), (-5, 5), (3, 9), (-10, -2), (0, 0)]))
-def test_join_matches_reference(backend, how, keys, batches, stop, profile, bounds):
+       bounds=st.sampled_from([(0, 20), (-5, 5), (3, 9), (-10, -2), (0, 0)]), tiers=st.sampled_from(list(TIERS)))
+def test_join_matches_reference(backend, how, keys, batches, stop, profile, bounds, tiers):
     lo, hi = bounds
     ls, rs = (LEFT, RIGHT) if keys == "int" else (SLEFT, SRIGHT)
     spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", lo, hi, how)
     j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
     ref = RefIntervalJoin(lo, hi, how, inclusive=gpuwm.resolve_profile(profile).late_inclusive)
-    j = _drive(j, ref, batches, stop, backend, profile, ls, rs)
+    j = _drive(j, ref, batches, stop, backend, profile, ls, rs, tiers=tiers)
     # a snapshot() round trip continues identically
     again = spec.build(profile, backend).restore(j.snapshot())
     assert again.state_rows == j.state_rows and again.counters() == j.counters()
@@ -155,14 +189,14 @@ def test_time_bounds_and_types_are_checked():
 @pytest.mark.parametrize("keys", ["int", "str"])
 @given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8),
        profile=st.sampled_from(["spark", "flink", "risingwave"]),
-       window=st.sampled_from([(10, 10), (10, 5), (6, 2), (1, 1)]))
-def test_window_join_matches_reference(backend, how, keys, batches, stop, profile, window):
+       window=st.sampled_from([(10, 10), (10, 5), (6, 2), (1, 1)]), tiers=st.sampled_from(list(TIERS)))
+def test_window_join_matches_reference(backend, how, keys, batches, stop, profile, window, tiers):
     size, slide = window
     ls, rs = (LEFT, RIGHT) if keys == "int" else (SLEFT, SRIGHT)
     spec = WindowJoinSpec("a", "b", [("k", "rk")], "lt", "rt", size, slide, how)
     j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
     ref = RefWindowJoin(size, slide, how, close_minus_one=int(gpuwm.resolve_profile(profile).close_minus_one))
-    j = _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=2)
+    j = _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=2, tiers=tiers)
     again = spec.build(profile, backend).restore(j.snapshot())
     assert again.state_rows == j.state_rows and again.counters() == j.counters()
 
@@ -224,3 +258,74 @@ def test_filtered_join_matches_reference(backend, how, batches, delays, profile)
         j.push({"a": kept["a"], "b": kept["b"]})
         assert _tuples(j.drain(w)) == sorted(ref.drain(w), key=repr), (i, w)
         assert j.state_rows == ref.state_rows
+
+
+def _work_per_batch(upper: int, batches: int, how: str, monkeypatch) -> tuple[float, float, int]:
+    """Rows sorted or merged and rows written to the store per batch (averaged over
+    the last 100 batches) and the state rows then, for an interval join fed
+    batches of 100 rows per input, 100 time units apart, with bound ``upper``."""
+    import gpuwm.join as join_mod
+
+    sorted_rows = []  # rows put in order: sorted (a batch) or merged (two runs)
+    sort, merge = join_mod.sort_rows, join_mod.merge_order
+    monkeypatch.setattr(join_mod, "sort_rows", lambda xp, cols: sorted_rows.append(int(cols[0].shape[0])) or
+                        sort(xp, cols))
+    monkeypatch.setattr(join_mod, "merge_order", lambda xp, a, b: sorted_rows.append(
+        int(a[0].shape[0] + b[0].shape[0])) or merge(xp, a, b))
+    spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", 0, upper, how)
+    j = spec.build("spark", "cpu").bind(inputs_schema({"a": LEFT, "b": RIGHT}))
+    rng = np.random.default_rng(3)
+    store = _Store()
+    per_batch = []
+    for i in range(batches):
+        t0 = i * 100
+        lrows = list(zip(rng.integers(0, 50, 100).tolist(), (t0 + rng.integers(0, 100, 100)).tolist()))
+        rrows = list(zip(rng.integers(0, 50, 100).tolist(), (t0 + rng.integers(0, 100, 100)).tolist()))
+        j.push({"a": _table(lrows, LEFT, 2 * t0), "b": _table(rrows, RIGHT, 2 * t0 + 100)})
+        n0, w0 = sum(sorted_rows), store.rows_written
+        j.drain(t0 - 10)
+        store.save(j)
+        per_batch.append((sum(sorted_rows) - n0, store.rows_written - w0, j.state_rows))
+    assert j.counters()["matches"] > 0
+    steady = per_batch[-100:]
+    return (sum(s for s, _, _ in steady) / 100, sum(w for _, w, _ in steady) / 100, min(s for _, _, s in steady))
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_work_per_batch_does_not_grow_with_state(how, monkeypatch):
+    """Four times the state (bounds of 10,000 and 40,000 time units: about
+    10,000 and 40,000 rows held), the same batches: the rows a batch sorts
+    (or merges) and the rows its checkpoint writes grow by a tier at most,
+    not fourfold
+    — the state is probed by binary search, merged in size tiers and saved
+    as parts written once (counted, not timed)."""
+    s1, w1, n1 = _work_per_batch(10_000, 200, how, monkeypatch)
+    s4, w4, n4 = _work_per_batch(40_000, 500, how, monkeypatch)
+    assert n1 >= 9_500 and n4 >= 38_000
+    assert s4 <= 1.6 * s1 and s4 <= n4 / 10, (s1, s4, n4)
+    assert w4 <= 1.6 * w1 and w4 <= n4 / 20, (w1, w4, n4)
+
+
+@pytest.mark.parametrize("tiers", list(TIERS))
+def test_a_saved_outer_row_matched_later_survives_a_reload(backend, tiers):
+    """A left row saved in its run's part, matched by a right row two
+    batches later (a hit part, not a rewrite of its run), then a reload: it
+    must not come back as unmatched when it leaves the state."""
+    spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", 0, 20, "left")
+    j = _tiers(spec.build("spark", backend).bind(inputs_schema({"a": LEFT, "b": RIGHT})), tiers)
+    store = _Store()
+    empty = _table([], RIGHT, 0)
+    j.push({"a": _table([(1, 10), (2, 11)], LEFT, 0), "b": empty})
+    assert j.drain(5).num_rows == 0
+    store.save(j)
+    j.push({"a": _table([(3, 12)], LEFT, 2), "b": empty})
+    assert j.drain(6).num_rows == 0
+    store.save(j)
+    j.push({"a": _table([], LEFT, 0), "b": _table([(1, 25)], RIGHT, 3)})
+    assert _tuples(j.drain(7)) == [(1, 10, 0, 1, 25, 3)]
+    store.save(j)
+    assert any(n.startswith("hits.") for n in store.parts) or tiers == "one run"
+    j = store.load(_tiers(spec.build("spark", backend), tiers))
+    out = j.drain(100)  # every left row leaves: only 2 and 3 never matched
+    assert sorted(r["lid"] for r in out.to_pylist()) == [1, 2] and out.column("rid").null_count == 2
+    assert j.state_rows == 0
