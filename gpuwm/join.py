@@ -360,6 +360,7 @@ class _Join(Operator, Drained, Tiers):
         self._new: dict[str, list[_Side]] = {spec.left: [], spec.right: []}
         self._hits: list[_Hits] = []
         self._fresh_hits: list[tuple[int, Any]] = []
+        self._late_by: dict[str, list[pa.Table]] | None = None
         self._next_run = self._next_hit = 0
         self.matches = 0
         self._init_drained()
@@ -530,11 +531,29 @@ class _Join(Operator, Drained, Tiers):
         self.rows_out += res.num_rows
         return res
 
-    def take_late(self) -> pa.Table | None:
-        """None: the late rows of two inputs have two schemas, and a join
-        keeps none aside (a pipeline's watermark filters keep its inputs'
-        late rows, which are all the rows a join would find late there)."""
-        return None
+    def keep_late(self, on: bool = True) -> "_Join":
+        """Keep the rows :meth:`push` drops as late, per input, until :meth:`take_late`."""
+        self._late_by = {self.spec.left: [], self.spec.right: []} if on else None
+        return self
+
+    def take_late(self) -> dict[str, pa.Table] | None:
+        """The rows dropped as late since the last call, ``{input: rows}`` in
+        each input's schema (a window join's row once per closed window it
+        missed: as many as ``late_rows`` counted), or None."""
+        got = self._late_by
+        if got is None:
+            return None
+        self._late_by = {n: [] for n in got}
+        out = {n: t[0] if len(t) == 1 else pa.concat_tables(t) for n, t in got.items() if t}
+        return out or None
+
+    def _set_aside_input(self, name: str, frame: Frame, rows: Any) -> None:
+        """Keep input ``name``'s rows ``rows`` of ``frame`` (a mask or
+        indexes) as late, when asked to."""
+        if self._late_by is not None:
+            late = frame.filter(rows) if getattr(rows, "dtype", None) == bool else frame.take(rows)
+            if late.num_rows:
+                self._late_by[name].append(late.to_arrow())
 
     def _pairs(self, left: Frame | None, right: Frame | None, prefix: Sequence[pa.Array] = ()) -> pa.Table:
         """Joined rows: ``prefix`` columns, left columns, then right columns
@@ -709,6 +728,7 @@ class IntervalJoin(_Join):
             nlate = int(frame.num_rows - xp.count_nonzero(fresh))
             if nlate:
                 self.late_rows += nlate
+                self._set_aside_input(name, frame, ~fresh)
                 frame = frame.filter(fresh)
         return self._side(name, frame)
 
@@ -790,6 +810,8 @@ class WindowJoin(_Join):
 
     _sorted_runs = False  # its runs are read at close by window start only
 
+    late_reason = "window closed"
+
     def _bind_times(self, dom: TimeDomain) -> None:
         self._size = dom.duration(self.spec.size, "window size", allow_zero=False)
         self._slide = dom.duration(self.spec.slide, "window slide", allow_zero=False)
@@ -810,6 +832,7 @@ class WindowJoin(_Join):
             nlate = int(ws.shape[0] - xp.count_nonzero(open_))
             if nlate:
                 self.late_rows += nlate
+                self._set_aside_input(name, frame, rows[~open_])
                 rows, ws = rows[open_], ws[open_]
         if not rows.shape[0]:
             return None

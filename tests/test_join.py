@@ -95,10 +95,11 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="defau
     ``stop``. Returns it."""
     w, nid = None, 0
     store = _Store()
-    _tiers(j, tiers)
+    _tiers(j, tiers).keep_late()
     for i, (lrows, rrows, step) in enumerate(batches):
         if i == stop and i:
-            j = store.load(_tiers(j.spec.build(profile, backend), tiers))
+            j = store.load(_tiers(j.spec.build(profile, backend), tiers)).keep_late()
+        late0 = j.late_rows
         lt, nid = _table(lrows, ls, nid), nid + len(lrows)
         rt, nid = _table(rrows, rs, nid), nid + len(rrows)
         j.push({"a": lt, "b": rt})
@@ -110,6 +111,10 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="defau
         assert _tuples(j.drain(w), skip) == sorted(ref.drain(w), key=repr), (i, w)
         assert j.state_rows == ref.state_rows
         assert j.late_rows == ref.late and j.null_rows == ref.nulls
+        # the late rows kept aside, per input: as many as counted
+        late = j.take_late() or {}
+        assert sum(t.num_rows for t in late.values()) == j.late_rows - late0
+        assert set(late) <= {"a", "b"}
         store.save(j)
     return j
 

@@ -174,6 +174,7 @@ def test_spark_profile_window_join_equals_spark_native(spark, tmp_path):
     join = spec["stages"][0]["join"]
     del join["between"]
     join["window"] = {"tumble": "10 seconds"}
+    spec["late"] = {"parquet": f"{tmp_path}/late"}
     hist = []
     p = build_spec(spark, spec, verbose=False)
     p.on_batch = hist.append
@@ -186,6 +187,17 @@ def test_spark_profile_window_join_equals_spark_native(spark, tmp_path):
     assert _rows(out) == _rows(pa.Table.from_pylist([r for r, c in zip(native, closed) if c]))
     assert sorted(r["window_start"] for r in out.to_pylist()) == \
         sorted(r["window_start"].astimezone(timezone.utc) for r, c in zip(native, closed) if c)
+    # the late rows, kept aside per input in its own schema: the filters' and
+    # the window join's (a row whose window had closed), as many as counted
+    late = {n: read_out(f"{tmp_path}/late/{n}") for n in ("auctions", "bids")}
+    assert late["auctions"].column_names == ["a_id", "a_ts", "seller", "late_reason"]
+    assert late["bids"].column_names == ["b_aid", "b_ts", "price", "late_reason"]
+    reasons = [r for t in late.values() for r in t.column("late_reason").to_pylist()]
+    assert reasons.count("filter") == sum(m["late_rows"] for m in hist) > 0
+    assert reasons.count("window closed") == sum(m["stages"][0]["late_rows"] for m in hist)
+    assert len(reasons) == reasons.count("filter") + reasons.count("window closed")
+    ids = {i for t in auctions for i in t.column("a_id").to_pylist()}
+    assert late["auctions"].num_rows > 0 and set(late["auctions"].column("a_id").to_pylist()) <= ids
 
 
 def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):

@@ -105,8 +105,6 @@ class Plan:
         extra = [n for n in self.watermark.names if n not in used]
         if extra:
             raise ConfigError(f"input(s) {extra} are not used: a join takes two inputs; drop them")
-        if self.late is not None:
-            raise ConfigError("a late-row sink is not supported with several inputs yet: drop late_rows_to / 'late'")
 
     @property
     def multi(self) -> bool:

@@ -38,17 +38,24 @@ def _write_parquet(d: str, name: str, table: pa.Table) -> None:
 LATE_REASON = "late_reason"
 
 
-def write_late(plan, batch_id: int, stage: int | None, part: int, rows: pa.Table | None, reason: str) -> None:
+def write_late(plan, batch_id: int, stage: int | None, part: int, rows: pa.Table | dict | None, reason: str,
+               input: str | None = None) -> None:
     """Rows dropped as late, kept aside: ``<late>/batch_id=<N>/<name>.parquet``
     with their columns and ``late_reason`` — ``filter-<input partition>``
     for the watermark filter's, ``stage0-<vnode>`` for the first stage's
     (both in the input's schema) — and, for a later stage of a chain (whose
     input has other columns), ``<late>/_stage<i>/batch_id=<N>/vnode-<V>.parquet``
     (a folder Spark's and Arrow's dataset readers skip when reading ``<late>``).
-    Written under a temporary name and renamed: a replay rewrites it."""
+    Written under a temporary name and renamed: a replay rewrites it.
+    Several inputs' rows (``rows`` a dict by input, from a join; or
+    ``input`` named) go below ``<late>/<input>/``, each in its input's schema."""
+    if isinstance(rows, dict):
+        for name, t in rows.items():
+            write_late(plan, batch_id, stage, part, t, reason, input=name)
+        return
     if rows is None or not rows.num_rows:
         return
-    root = plan.late.path
+    root = plan.late.path if input is None else os.path.join(plan.late.path, input)
     if stage is None:
         d, name = os.path.join(root, f"batch_id={batch_id}"), f"filter-{part:05d}"
     elif stage == 0:

@@ -91,7 +91,11 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     if plan.multi:  # several inputs' rows: each input's, in its own schema, to its own filter
         data = {n: Frame.from_arrow(t, backend) if backend.is_gpu else t
                 for n, t in split_union(plan, table).items()}
-        kept, stats = filt.f.filter_local(data)  # (no late-row sink with several inputs)
+        late_by: dict | None = None if plan.late is None else {}
+        kept, stats = filt.f.filter_local(data, late_out=late_by)
+        for n, got in (late_by or {}).items():
+            if got:
+                write_late(plan, batch_id, None, part, got[0], "filter", input=n)
     else:
         data = Frame.from_arrow(table, backend) if backend.is_gpu else table
         late: list | None = None if plan.late is None else []
