@@ -32,13 +32,14 @@ A batch's cost does not grow with the state. Each side's state is a list of
 batch —, merged in size tiers (:mod:`gpuwm.runs`, as the dedup's runs), so a
 row is copied O(log state) times while held and there are few runs. The new
 rows find their matches in each run by binary search
-(:func:`kernels.join.run_ranges`); the rows that leave the state are a
-prefix of each run's time order (one more binary search), dropped with the
-run or when it is rewritten more than half gone. Each run is a part of the
+(:func:`kernels.join.run_ranges`); a run wholly above the cut is not read,
+one wholly below it goes, and the one or two across it have their times
+scanned, and are rewritten once more than half gone. Each run is a part of the
 state store written once; an outer side's rows of a saved run that match
 later go to small *hit* parts (their first match only), so a batch writes
 its new rows, its merges and its hits — not the state. The window join
-keeps its runs in window order: a closing window is a prefix of each run.
+keeps its runs in arrival order (only its closed rows are ever matched) and
+finds them with the same cut.
 
 The inputs' schema is one :class:`pyarrow.Schema` with one struct field per
 named input (:func:`inputs_schema`); the output has the left input's columns
@@ -548,12 +549,9 @@ class _Join(Operator, Drained, Tiers):
         return out or None
 
     def _set_aside_input(self, name: str, frame: Frame, rows: Any) -> None:
-        """Keep input ``name``'s rows ``rows`` of ``frame`` (a mask or
-        indexes) as late, when asked to."""
+        """Keep input ``name``'s rows ``rows`` of ``frame`` as late, when asked to."""
         if self._late_by is not None:
-            late = frame.filter(rows) if getattr(rows, "dtype", None) == bool else frame.take(rows)
-            if late.num_rows:
-                self._late_by[name].append(late.to_arrow())
+            self._set_aside(frame, rows, into=self._late_by[name])
 
     def _pairs(self, left: Frame | None, right: Frame | None, prefix: Sequence[pa.Array] = ()) -> pa.Table:
         """Joined rows: ``prefix`` columns, left columns, then right columns
@@ -860,8 +858,8 @@ class WindowJoin(_Join):
         self._end_drain()
         if not closed:
             return self._emit([])
-        empty = {n: self._side(n, Frame.empty(self._in[n], self._backend)) for n in (L, R) if n not in closed}
-        lc, rc = closed.get(L) or empty[L], closed.get(R) or empty[R]
+        lc, rc = (closed[n] if n in closed else self._side(n, Frame.empty(self._in[n], self._backend))
+                  for n in (L, R))
         pl, pr = interval_pairs(xp, rc.codes, rc.ts, lc.codes, lc.ts, lc.ts)
         out = []
         if pl.shape[0]:

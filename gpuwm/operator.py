@@ -169,13 +169,15 @@ class Operator:
             return None
         return got[0] if len(got) == 1 else pa.concat_tables(got)
 
-    def _set_aside(self, frame: Any, rows: Any) -> None:
+    def _set_aside(self, frame: Any, rows: Any, into: list | None = None) -> None:
         """Keep ``frame``'s rows at ``rows`` (a bool mask or indexes on the
-        backend) as late, when asked to."""
-        if self._late_kept is not None:
+        backend) as late, when asked to (``into``: the list that keeps them,
+        default the operator's)."""
+        into = self._late_kept if into is None else into
+        if into is not None:
             late = frame.filter(rows) if getattr(rows, "dtype", None) == bool else frame.take(rows)
             if late.num_rows:
-                self._late_kept.append(late.to_arrow())
+                into.append(late.to_arrow())
 
     def _chunk(self, table: Any) -> Any:
         """A pushed chunk (Arrow table or batch, or a device Frame) as a table
