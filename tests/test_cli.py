@@ -80,3 +80,48 @@ def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
     assert size.startswith("state of batch 2: ") and "bytes on disk" in size
     r = gpuwm("status", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("gpuwm: error: no committed gpuwm batch")
+
+
+def test_jars_the_kafka_spec_needs_and_a_bad_coordinate():
+    """``gpuwm run`` asks Spark for the Kafka connector only for Kafka
+    sources (``inputs`` included); the RAPIDS release ``gpuwm jars`` fetches
+    is the one ``spark_conf/rapids-explain.conf`` loads; a coordinate that
+    is not group:artifact:version is refused before Java runs."""
+    import os
+
+    from gpuwm.errors import ConfigError
+    from gpuwm.spark.jars import KAFKA, RAPIDS, resolve
+    from gpuwm.spark.spec import spec_conf
+
+    kafka = {"format": "kafka", "options": {"subscribe": "t"}}
+    assert spec_conf({"source": kafka}) == {"spark.jars.packages": KAFKA}
+    assert spec_conf({"inputs": {"a": {"source": {"format": "parquet"}}, "b": {"source": kafka}}}) == \
+        {"spark.jars.packages": KAFKA}
+    assert spec_conf({"source": {"format": "nexmark"}}) == {}
+    conf = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "spark_conf", "rapids-explain.conf")).read()
+    assert f"spark.jars.packages                            {RAPIDS}\n" in conf
+    with pytest.raises(ConfigError, match="group:artifact:version"):
+        resolve("org.apache.kafka:kafka_2.13")
+
+
+@pytest.mark.spark
+def test_select_steps_are_applied_in_turn_and_checked(tmp_path):
+    """A Kafka-style ``select``: parse, then name the fields."""
+    pyspark = pytest.importorskip("pyspark")  # noqa: F841
+    from gpuwm.errors import ConfigError
+    from gpuwm.spark import local_session
+    from gpuwm.spark.spec import _read_source
+
+    spark = local_session(app="gpuwm-select", cores=1)
+    try:
+        (tmp_path / "in").mkdir()
+        src = {"format": "json", "schema": "value string, partition int", "path": str(tmp_path / "in"),
+               "select": [["from_json(value, 'ts BIGINT, k BIGINT') AS e", "partition"],
+                          ["timestamp_millis(e.ts) AS ts", "e.k AS k", "partition"]]}
+        df = _read_source(spark, src, str(tmp_path / "ck"))
+        assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == \
+            [("ts", "timestamp"), ("k", "bigint"), ("partition", "int")]
+        with pytest.raises(ConfigError, match="list of SQL expressions"):
+            _read_source(spark, {**src, "select": [["e.k"], "k"]}, str(tmp_path / "ck"))
+    finally:
+        spark.stop()

@@ -9,6 +9,9 @@ prints a line per micro-batch and a summary, and exits by itself.
 ``gpuwm run SPEC.json`` runs a pipeline described in a file (see
 ``gpuwm.spark.spec``) in Spark local mode; on a cluster use
 ``spark-submit --properties-file spark_conf/rapids.conf gpuwm/spark/app.py SPEC.json``.
+
+``gpuwm jars`` fetches the JVM parts from Maven Central (see
+:mod:`gpuwm.spark.jars`).
 """
 
 from __future__ import annotations
@@ -145,10 +148,10 @@ def _demo_spark(args: argparse.Namespace) -> int:
 
 def _run_spec(args: argparse.Namespace) -> int:
     from . import local_session
-    from .spec import build, load_spec, run
+    from .spec import build, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
-    spark = local_session(app="gpuwm-run")
+    spark = local_session(app="gpuwm-run", conf=spec_conf(spec))
     if args.dry_run:
         print(build(spark, spec, verbose=False).explain(trigger=spec.get("trigger")))
     else:
@@ -208,6 +211,8 @@ def _main(argv: list[str]) -> int:
     r = sub.add_parser("run", help="run a pipeline described in a JSON spec (Spark local mode)")
     r.add_argument("spec")
     r.add_argument("--dry-run", action="store_true", help="check the spec and print the plan; run nothing")
+    j = sub.add_parser("jars", help="fetch the Kafka connector, a Kafka broker and the RAPIDS jar (Maven Central)")
+    j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
     st = sub.add_parser("status", help="the last batches' metrics and the state size of a checkpoint")
     st.add_argument("checkpoint")
     args = ap.parse_args(argv)
@@ -217,6 +222,11 @@ def _main(argv: list[str]) -> int:
         return _demo(args) if args.engine == "local" else _demo_spark(args)
     if args.cmd == "run":
         return _run_spec(args)
+    if args.cmd == "jars":
+        from .jars import fetch
+
+        fetch(rapids=not args.no_rapids)
+        return 0
     if args.cmd == "status":
         print(status(args.checkpoint))
         return 0

@@ -85,8 +85,10 @@ class Pipeline:
         lag behind the newest event time, rows emitted, state rows and bytes,
         seconds in operators and saving their state, backend, wall seconds,
         the batch's processing time, whether it ended the input
-        (``end_of_input``), the idle splits (``idle_splits``) and those ahead
-        of the others by more than ``max_drift`` (``held_back_splits``).
+        (``end_of_input``), how many splits the filter has seen (``splits``:
+        a Kafka partition added to the topic is a new one), the idle splits
+        (``idle_splits``) and those ahead of the others by more than
+        ``max_drift`` (``held_back_splits``).
     verbose : print one line per micro-batch.
     name : the query name (and the prefix of verbose lines).
     read : ``"auto"`` (default): the gpuwm task makes the batch's input
@@ -587,8 +589,8 @@ class Pipeline:
         fstate = [bytes(r["__filter_state"]) for r in res if r["__filter_state"]][0]
         filt = _driver_filter(plan.watermark, plan.input_schema, fstate)
         t_now = datetime.fromisoformat(now)
-        m.update(end_of_input=end, processing_time=now, idle_splits=filt.idle_splits(t_now),
-                 held_back_splits=filt.held_back(t_now))
+        m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
+                 idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now))
         store.commit_batch(ck, batch_id, fstate, m)
         due, ending = self._next_drain(plan, batch_id, filt, t_now)
         drain.write_request(ck, batch_id, due=due, end=ending)

@@ -13,12 +13,23 @@ Example (``gpuwm run q7.json`` or ``spark-submit ... gpuwm/spark/app.py q7.json`
       "vnodes": 4
     }
 
-``source``: ``format`` is ``nexmark``, ``kafka`` (add ``--packages
+``source``: ``format`` is ``nexmark``, ``kafka`` (``gpuwm run`` adds Spark's
+connector, ``spark-submit`` needs ``--packages
 org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1``; its ``partition``
 column is the natural split) or any file format with a ``schema`` and
 ``path``; ``options`` are passed to ``readStream``; ``select`` (optional)
-is a list of SQL expressions applied to the stream (e.g. to parse Kafka
-values). Operators: ``stages``, a list of stages, each one of
+is a list of SQL expressions applied to the stream, or a list of such
+lists applied in turn (e.g. to parse Kafka values, then name the fields)::
+
+    "source": {"format": "kafka",
+               "options": {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "bids",
+                           "startingOffsets": "earliest"},
+               "select": [["from_json(CAST(value AS STRING), 'ts BIGINT, k BIGINT, price BIGINT') AS e",
+                           "partition"],
+                          ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition"]]},
+    "watermark": {"column": "ts", "delay": "3 seconds", "split": "partition"}
+
+Operators: ``stages``, a list of stages, each one of
 
 - ``{"window": {"tumble": size | "hop": size, "slide": s | "session": gap,
   "by": [...], "aggs": {out: [column, fn]}, "emit": ..., "on": column}}``
@@ -59,6 +70,7 @@ Spark conf ``spark.gpuwm.read``, else ``auto``).
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from ..errors import ConfigError
@@ -225,8 +237,14 @@ def _read_source(spark, src: dict, checkpoint: str):
         df = r.load(src["path"]) if "path" in src else r.load()
     else:
         raise ConfigError("source needs a 'format'")
-    if src.get("select"):
-        df = df.selectExpr(*src["select"])
+    sel = src.get("select")
+    if sel:
+        steps = sel if all(isinstance(x, list) for x in sel) else [sel]
+        for step in steps:
+            if not (step and all(isinstance(x, str) for x in step)):
+                raise ConfigError(f"'select' is a list of SQL expressions, or a list of such lists "
+                                  f"applied in turn; got {sel!r}")
+            df = df.selectExpr(*step)
     return df
 
 
@@ -237,20 +255,69 @@ def _add_watermark(p, w: dict, **kw) -> None:
     p.watermark(w.pop("column"), w.pop("delay"), **w, **kw)
 
 
+def spec_conf(spec: dict) -> dict:
+    """Spark conf a spec needs in a session ``gpuwm run`` starts: the Kafka
+    connector for ``kafka`` sources (``spark.jars.packages``)."""
+    from .jars import spec_packages
+
+    pkgs = spec_packages(_sources(spec))
+    return {"spark.jars.packages": ",".join(pkgs)} if pkgs else {}
+
+
+def _sources(spec: dict) -> list:
+    inputs = spec.get("inputs")
+    if isinstance(inputs, dict):
+        return [i.get("source") for i in inputs.values() if isinstance(i, dict)]
+    return [spec.get("source")]
+
+
 def run(spark, spec: dict, verbose: bool = True):
     """Start the spec's query and wait: bounded sources run to the end."""
-    p = build(spark, spec, verbose)
-    q = p.start(trigger=spec.get("trigger"))
-    sources = [i["source"] for i in spec["inputs"].values()] if "inputs" in spec else [spec["source"]]
-    bounded = all(src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
-                  for src in sources)
-    if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once"):
-        q.awaitTermination()
-    elif bounded:
-        q.processAllAvailable()
-        q.stop()
-    else:
-        q.awaitTermination()
-    if q.exception() is not None:
-        raise q.exception()
-    return p
+    from pyspark.errors import StreamingQueryException
+
+    restarted = False
+    while True:
+        p = build(spark, spec, verbose)
+        q = p.start(trigger=spec.get("trigger"))
+        sources = _sources(spec)
+        bounded = all(src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
+                      for src in sources)
+        try:
+            if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once"):
+                q.awaitTermination()
+            elif bounded:
+                q.processAllAvailable()
+                q.stop()
+            else:
+                q.awaitTermination()
+        except StreamingQueryException:
+            pass  # q.exception() has it
+        e = q.exception()
+        if e is not None and not restarted and _kafka_replay_failure(e, sources, spec.get("checkpoint")):
+            import logging
+
+            logging.getLogger("gpuwm").warning(
+                "gpuwm: Spark 4.1.1's Kafka source failed in progress reporting after replaying the batch in "
+                "flight, which is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3): restarting the query "
+                "from its checkpoint")
+            restarted = True
+            continue
+        if e is not None:
+            raise e
+        return p
+
+
+def _kafka_replay_failure(e, sources: list, checkpoint: str | None) -> bool:
+    """Spark 4.1.1's Kafka source throws from its progress metrics
+    (``Some(null).get.map``) when a restarted query's first micro-batch is
+    the replay of the batch in flight at the crash, after that batch ran and
+    was committed; the next start reads on from the committed offsets. True
+    for that failure, with the newest logged batch committed."""
+    from .direct import newest_logged_batch
+
+    msg = str(e)
+    if not (checkpoint and "IterableOps.map" in msg and "Option.get()" in msg
+            and any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources)):
+        return False
+    last = newest_logged_batch(checkpoint)
+    return last is not None and os.path.exists(os.path.join(checkpoint, "commits", str(last)))

@@ -1,0 +1,105 @@
+"""The JVM parts gpuwm runs with, fetched from Maven Central: ``gpuwm jars``.
+
+* :data:`KAFKA` — Spark's Kafka connector, for ``"format": "kafka"`` sources
+  (``gpuwm run`` adds it to ``spark.jars.packages`` itself; with
+  ``spark-submit`` pass ``--packages`` with it);
+* :data:`RAPIDS` — the RAPIDS Accelerator (``spark_conf/rapids-explain.conf``
+  names the same release);
+* :data:`BROKER` — an Apache Kafka broker (KRaft), which the tests and
+  ``benchmarks/bench_kafka.py`` start on loopback.
+
+They are resolved with their dependencies by the Ivy that PySpark ships
+(``pyspark/jars/ivy-*.jar``; only Java is needed), with a resolver named as
+Spark's own (``central``) into Spark's Ivy cache (``~/.ivy2.5.2/cache``), so a
+later ``spark.jars.packages`` of the same coordinates finds them there and
+downloads nothing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from ..errors import ConfigError, GpuwmError
+
+KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+RAPIDS = "com.nvidia:rapids-4-spark_2.13:26.08.1"
+BROKER = "org.apache.kafka:kafka_2.13:4.1.1"
+CENTRAL = "https://repo1.maven.org/maven2/"
+
+_SETTINGS = f"""<ivysettings>
+  <settings defaultResolver="central"/>
+  <resolvers><ibiblio name="central" m2compatible="true" root="{CENTRAL}"/></resolvers>
+</ivysettings>
+"""
+
+
+def ivy_cache() -> str:
+    """Spark's Ivy cache (``spark.jars.ivy`` left at its default)."""
+    return os.path.join(os.path.expanduser("~"), ".ivy2.5.2", "cache")
+
+
+def _ivy_jar() -> str:
+    import pyspark
+
+    found = sorted(glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "ivy-*.jar")))
+    if not found:
+        raise ConfigError("PySpark's Ivy jar (pyspark/jars/ivy-*.jar) is missing: reinstall pyspark")
+    return found[-1]
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home and os.path.exists(os.path.join(home, "bin", "java")) \
+        else shutil.which("java")
+    if not java:
+        raise ConfigError("no java on PATH (and no JAVA_HOME): Java 17 is needed to fetch jars and run Spark")
+    return java
+
+
+def resolve(coordinate: str, timeout: float = 1800) -> list[str]:
+    """The local paths of ``group:artifact:version`` and its runtime
+    dependencies, fetched from Maven Central into :func:`ivy_cache` when not
+    there yet. Raises :class:`GpuwmError` with Ivy's reason when it cannot."""
+    parts = coordinate.split(":")
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(f"a Maven coordinate is group:artifact:version, got {coordinate!r}")
+    with tempfile.TemporaryDirectory(prefix="gpuwm-ivy-") as tmp:
+        settings, cp = os.path.join(tmp, "ivysettings.xml"), os.path.join(tmp, "classpath")
+        with open(settings, "w") as fh:
+            fh.write(_SETTINGS)
+        cmd = [_java(), "-jar", _ivy_jar(), "-settings", settings, "-cache", ivy_cache(),
+               "-dependency", *parts, "-confs", "default", "-cachepath", cp]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if p.returncode or not os.path.exists(cp):
+            why = [ln.strip() for ln in (p.stdout + p.stderr).splitlines()
+                   if "UNRESOLVED" in ln or "unresolved" in ln or "FAILED" in ln or "not found" in ln]
+            raise GpuwmError(f"could not fetch {coordinate} from {CENTRAL}: "
+                              f"{'; '.join(why[:3]) or (p.stdout + p.stderr).strip()[-300:]}")
+        with open(cp) as fh:
+            return [j for j in fh.read().strip().split(os.pathsep) if j]
+
+
+def spec_packages(sources: list[dict]) -> list[str]:
+    """The ``spark.jars.packages`` a spec's sources need."""
+    return [KAFKA] if any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources) else []
+
+
+def fetch(rapids: bool = True, broker: bool = True, out=print) -> dict[str, list[str]]:
+    """``gpuwm jars``: fetch the Kafka connector, the test broker and the
+    RAPIDS jar; a line each with its size and time."""
+    wanted = [("Kafka connector", KAFKA)] + ([("Kafka broker", BROKER)] if broker else []) \
+        + ([("RAPIDS Accelerator", RAPIDS)] if rapids else [])
+    got = {}
+    for what, coord in wanted:
+        t0 = time.perf_counter()
+        jars = resolve(coord)
+        size = sum(os.path.getsize(j) for j in jars)
+        out(f"{what:<19} {coord:<50} {len(jars):3d} jar(s) {size / 2**20:8.1f} MiB  {time.perf_counter() - t0:6.1f} s")
+        got[coord] = jars
+    out(f"cached under {ivy_cache()} (spark.jars.packages finds them there)")
+    return got

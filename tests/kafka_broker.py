@@ -1,0 +1,146 @@
+"""A real Apache Kafka broker (KRaft: broker and controller in one JVM) on
+loopback, from Maven Central jars (:data:`gpuwm.spark.jars.BROKER`, fetched by
+``gpuwm jars`` or on first use), for the Kafka tests and
+``benchmarks/bench_kafka.py``; events go in through ``confluent-kafka``."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import time
+import uuid
+
+import pyarrow as pa
+
+from gpuwm.spark.jars import BROKER, _java, resolve
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    """``with Broker(dir) as b:`` — a one-node cluster at ``b.bootstrap``,
+    its data and log under ``dir``; stopped (and its JVM killed if need be)
+    on exit."""
+
+    def __init__(self, workdir: str, heap: str = "512m"):
+        self.dir, self.heap = str(workdir), heap
+        self.port, self.controller = _free_port(), _free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> Broker:
+        os.makedirs(self.dir, exist_ok=True)
+        cp = os.pathsep.join(resolve(BROKER))
+        props = os.path.join(self.dir, "server.properties")
+        with open(props, "w") as fh:
+            fh.write("\n".join([
+                "process.roles=broker,controller", "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{self.controller}",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"log.dirs={os.path.join(self.dir, 'data')}",
+                "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false", ""]))
+        java = [_java(), f"-Xmx{self.heap}", "-cp", cp]
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", props],
+                       check=True, capture_output=True, timeout=120)
+        self._log = open(os.path.join(self.dir, "broker.log"), "w")
+        self.proc = subprocess.Popen([*java, "kafka.Kafka", props], stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the Kafka broker exited with {self.proc.returncode}: see {self._log.name}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                _admin(self.bootstrap).list_topics(timeout=5)
+                return self
+            except Exception:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+
+def _admin(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap)  # kept until the futures are done: a freed client cancels them
+    for f in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
+        f.result()
+
+
+def add_partitions(bootstrap: str, name: str, total: int) -> None:
+    """Grow topic ``name`` to ``total`` partitions."""
+    from confluent_kafka.admin import NewPartitions
+
+    admin = _admin(bootstrap)
+    for f in admin.create_partitions([NewPartitions(name, total)]).values():
+        f.result()
+
+
+def produce(bootstrap: str, topic: str, table: pa.Table, partition: str = "partition",
+            transaction: str | None = None) -> None:
+    """Every row of ``table`` as one JSON message (its columns but
+    ``partition``; timestamps as epoch milliseconds) to the partition its
+    ``partition`` column names; returns once the broker acknowledged all.
+    ``transaction`` (a transactional id): all in one transaction, so that a
+    ``read_committed`` consumer sees all of them at once or none."""
+    from confluent_kafka import Producer
+
+    cols = [c for c in table.column_names if c != partition]
+    values = []
+    for c in cols:
+        a = table.column(c)
+        if pa.types.is_timestamp(a.type):  # epoch ms, sub-ms digits cut
+            a = a.cast(pa.timestamp("ms", tz="UTC"), safe=False).cast(pa.int64())
+        values.append(a.to_pylist())
+    parts = table.column(partition).to_pylist()
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 2_000_000,
+            "acks": "all"}
+    p = Producer({**conf, "transactional.id": transaction} if transaction else conf)
+    if transaction:
+        p.init_transactions(60)
+        p.begin_transaction()
+    for i, part in enumerate(parts):
+        msg = "{" + ",".join(f'"{c}":{"null" if v[i] is None else v[i]}' for c, v in zip(cols, values)) + "}"
+        p.produce(topic, value=msg.encode(), partition=part)
+        if i % 100_000 == 99_999:
+            p.poll(0)
+    if transaction:
+        p.commit_transaction(120)
+    left = p.flush(120)
+    if left:
+        raise RuntimeError(f"{left} message(s) to {topic} not acknowledged")
