@@ -1,0 +1,191 @@
+"""Reading from Kafka: gpuwm and Spark's own query on the same topic, events/s.
+
+Run:  .venv/bin/python benchmarks/bench_kafka.py [--events 2000000] [--partitions 4] [--batches 8]
+
+A real broker (KRaft, one node on loopback: ``tests/kafka_broker.py``)
+holds Nexmark bids (``gpuwm.nexmark``: auction, bidder, price, date_time as
+epoch ms), one JSON message each, the generator's split as the Kafka
+partition. Three queries read the whole topic in ``--batches`` micro-batches
+(``maxOffsetsPerTrigger``), Spark local mode, each from the start of the
+topic with a fresh checkpoint, and parse the value with the same
+``from_json``:
+
+- **floor** (Spark's own cost of fetching and parsing the rows and handing
+  them to Python, which gpuwm cannot avoid): ``foreachBatch`` running a
+  ``mapInArrow`` that only counts them;
+- **gpuwm**: a Q7-like tumbling 10 s count and max price per auction,
+  watermark 4 s per partition (profile ``spark``), Parquet out, with one
+  vnode (one task reads every partition) and with one per core;
+- **Spark native**: the same query written with ``withWatermark`` and
+  ``groupBy(window, auction)``, append mode, Parquet out.
+
+events/s = rows / the query's wall time from start to the end of its last
+batch (start-up included; ``processingTime`` 0 until ``processAllAvailable``
+returns; gpuwm with ``availableNow``), in the last of ``--rounds`` rounds
+(the first warms the JVM up). Writes ``results/kafka/results.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench import write_results  # noqa: E402
+
+SCHEMA = "auction BIGINT, bidder BIGINT, price BIGINT, date_time BIGINT"
+SELECT = [[f"from_json(CAST(value AS STRING), '{SCHEMA}') AS e", "partition"],
+          ["e.auction AS auction", "e.bidder AS bidder", "e.price AS price",
+           "timestamp_millis(e.date_time) AS date_time", "partition"]]
+
+
+def fill(bootstrap: str, topic: str, events: int, partitions: int) -> float:
+    """Produce ``events`` Nexmark bids, split = partition; seconds taken."""
+    import pyarrow as pa
+
+    from gpuwm.nexmark import NexmarkConfig, bids
+    from tests.kafka_broker import create_topic, produce
+
+    create_topic(bootstrap, topic, partitions)
+    cfg = NexmarkConfig(events_per_second=20_000, splits=partitions, out_of_order_fraction=0.1, max_delay_ms=3_000)
+    t0 = time.perf_counter()
+    step = 500_000
+    for a in range(0, events, step):
+        t = pa.concat_tables([bids(cfg, a, min(a + step, events), s) for s in range(partitions)])
+        t = t.select(["auction", "bidder", "price", "date_time", "split"]).rename_columns(
+            ["auction", "bidder", "price", "date_time", "partition"])
+        produce(bootstrap, topic, t)
+    return time.perf_counter() - t0
+
+
+def _kafka(spark, bootstrap: str, topic: str, per_trigger: int):
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", per_trigger).load())
+    for step in SELECT:
+        df = df.selectExpr(*step)
+    return df
+
+
+def _timed(q) -> tuple[float, list[dict]]:
+    t = time.perf_counter()
+    q.processAllAvailable()
+    wall = time.perf_counter() - t
+    q.stop()
+    return wall, sorted({p["batchId"]: p for p in q.recentProgress}.values(), key=lambda p: p["batchId"])
+
+
+def run_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
+    import pyarrow as pa
+
+    def count_rows(batches):
+        n = 0
+        for b in batches:
+            n += b.num_rows
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    counted = []
+    t = time.perf_counter()
+    q = (_kafka(spark, bootstrap, topic, per_trigger).writeStream
+         .foreachBatch(lambda df, i: counted.append(sum(r["n"] for r in df.mapInArrow(count_rows, "n long").collect())))
+         .option("checkpointLocation", f"{work}/floor-ck").trigger(processingTime="0 seconds").start())
+    _timed(q)
+    return {"wall_s": time.perf_counter() - t, "rows": sum(counted), "batches": len([c for c in counted if c])}
+
+
+def run_gpuwm(spark, bootstrap, topic, per_trigger, work, vnodes: int = 1) -> dict:
+    from gpuwm.spark.spec import build
+
+    spec = {"source": {"format": "kafka", "select": SELECT,
+                       "options": {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                                   "startingOffsets": "earliest", "maxOffsetsPerTrigger": per_trigger}},
+            "checkpoint": f"{work}/gpuwm-ck",
+            "watermark": {"column": "date_time", "delay": "4 seconds", "split": "partition", "profile": "spark"},
+            "stages": [{"window": {"tumble": "10 seconds", "by": ["auction"],
+                                   "aggs": {"bids": ["*", "count"], "max_price": ["price", "max"]}}}],
+            "sink": {"parquet": f"{work}/gpuwm-out"}, "vnodes": vnodes}
+    p = build(spark, spec, verbose=False)
+    t = time.perf_counter()
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    wall = time.perf_counter() - t
+    h = [m for m in p.history if m["input_rows"]]
+    return {"wall_s": wall, "rows": sum(m["input_rows"] for m in h), "batches": len(h),
+            "emitted": sum(m["rows_emitted"] for m in p.history),
+            "batch_s": [m["wall_s"] for m in h], "job_s": [m["job_s"] for m in h],
+            "kernel_s": [m["kernel_s"] for m in h]}
+
+
+def run_native(spark, bootstrap, topic, per_trigger, work) -> dict:
+    from pyspark.sql import functions as F
+
+    df = (_kafka(spark, bootstrap, topic, per_trigger).withWatermark("date_time", "4 seconds")
+          .groupBy(F.window("date_time", "10 seconds"), "auction")
+          .agg(F.count("*").alias("bids"), F.max("price").alias("max_price")))
+    t = time.perf_counter()
+    q = (df.writeStream.format("parquet").option("path", f"{work}/native-out")
+         .option("checkpointLocation", f"{work}/native-ck").outputMode("append")
+         .trigger(processingTime="0 seconds").start())
+    _, prog = _timed(q)
+    data = [p for p in prog if p["numInputRows"]]
+    return {"wall_s": time.perf_counter() - t, "rows": sum(p["numInputRows"] for p in data), "batches": len(data),
+            "batch_s": [p["durationMs"].get("triggerExecution", 0) / 1000 for p in data]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="run every query this many times; report the last")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kafka"))
+    args = ap.parse_args()
+
+    from gpuwm.spark import local_session
+    from gpuwm.spark.jars import KAFKA
+    from tests.kafka_broker import Broker
+
+    root = tempfile.mkdtemp(prefix="gpuwm-kafka-")
+    runs = []
+    with Broker(f"{root}/broker", heap="1g") as broker:
+        produce_s = fill(broker.bootstrap, "bids", args.events, args.partitions)
+        print(f"produced {args.events:,} events in {produce_s:.1f} s", flush=True)
+        spark = local_session(app="gpuwm-kafka", cores=args.cores, conf={"spark.jars.packages": KAFKA})
+        per = -(-args.events // args.batches)
+        queries = [("floor: read + parse, mapInArrow count", run_floor),
+                   ("gpuwm, vnodes 1", run_gpuwm),
+                   (f"gpuwm, vnodes {args.cores}", partial(run_gpuwm, vnodes=args.cores)),
+                   ("Spark native", run_native)]
+        for rnd in range(args.rounds):  # the first round warms the JVM up; the last one is reported
+            runs = []
+            for name, fn in queries:
+                work = tempfile.mkdtemp(prefix="q-", dir=root)
+                r = fn(spark, broker.bootstrap, "bids", per, work)
+                r.update(query=name, events_per_s=r["rows"] / r["wall_s"], round=rnd)
+                print({k: v for k, v in r.items() if not isinstance(v, list)}, flush=True)
+                runs.append(r)
+        spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+    floor = runs[0]
+    md = [f"# Kafka source, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')}; {args.events:,} Nexmark events, "
+          f"{floor['rows']:,} bids, in {args.partitions} partitions, {args.batches} batches; produced in {produce_s:.1f} s; "
+          f"round {args.rounds} of {args.rounds})", "",
+          "| query | input rows | batches | wall s | events/s | of the floor's events/s |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        md.append(f"| {r['query']} | {r['rows']:,} | {r['batches']} | {r['wall_s']:.1f} | {r['events_per_s']:,.0f} | "
+                  f"{r['events_per_s'] / floor['events_per_s']:.2f} |")
+    write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
+                             "partitions": args.partitions, "batches": args.batches, "produce_s": produce_s,
+                             "runs": runs}, md)
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
