@@ -125,3 +125,20 @@ def test_select_steps_are_applied_in_turn_and_checked(tmp_path):
             _read_source(spark, {**src, "select": [["e.k"], "k"]}, str(tmp_path / "ck"))
     finally:
         spark.stop()
+
+
+def test_the_package_has_one_version_and_an_spdx_license():
+    """The version is written once (``gpuwm.__version__``; pyproject reads
+    it), the license is an SPDX expression with its text shipped."""
+    import os
+    from importlib.metadata import metadata, version
+
+    import gpuwm
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    toml = open(os.path.join(root, "pyproject.toml")).read()
+    assert 'dynamic = ["version"]' in toml and "\nversion =" not in toml.split("[tool.setuptools.dynamic]")[0]
+    assert version("gpuwm") == gpuwm.__version__
+    md = metadata("gpuwm")
+    assert md["License-Expression"] == "Apache-2.0" and md.get_all("License-File") == ["gpuwm/LICENSE"]
+    assert open(os.path.join(root, "gpuwm", "LICENSE")).read().lstrip().startswith("Apache License")
