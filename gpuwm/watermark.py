@@ -171,6 +171,16 @@ class WatermarkFilter:
         (a no-data batch re-combines at its own time).
     max_drift : alignment: splits ahead of the combined watermark by more than
         this are reported by :meth:`held_back` (refused under ``max``).
+    candidate : strategy "expression" (RisingWave's ``WATERMARK FOR col AS
+        expr``, a Flink ``WatermarkGenerator``): the name of a column, of the
+        event-time column's type, holding each row's watermark candidate; a
+        split's watermark is the largest candidate so far, taken as it is
+        (``delay`` and the profile's ``- 1`` do not apply); a null
+        candidate, or a null event time, leaves the watermark where it is.
+        Rows are still late by their event time.
+    punctuated : strategy "punctuated" (Flink's ``onEvent`` emitting on
+        marked events): the name of a boolean column; only rows where it is
+        true carry a candidate, ``ts - delay`` under the profile's rules.
     allowed_lateness : a row is late only when it is this far behind the
         watermark: ``ts + allowed_lateness < W`` (``<=`` under
         ``late_inclusive``); default 0. A session-window pipeline sets it to
@@ -201,10 +211,15 @@ class WatermarkFilter:
         idle_timeout: Any = None,
         max_drift: Any = None,
         allowed_lateness: Any = 0,
+        candidate: str | None = None,
+        punctuated: str | None = None,
         backend: str | None = None,
         **knobs: Any,
     ):
         self.column = column
+        if candidate is not None and punctuated is not None:
+            raise ConfigError("candidate and punctuated are two watermark strategies: give one")
+        self.candidate, self.punctuated = candidate, punctuated
         self.delay = _check_delay(delay)
         self.allowed_lateness = _check_delay(allowed_lateness or 0, "allowed_lateness")
         self.profile = resolve(profile, emit=emit, **knobs)
@@ -312,6 +327,15 @@ class WatermarkFilter:
             same_schema(self._schema, schema, "WatermarkFilter.process")
             return
         dom = event_time_domain(schema, self.column)
+        for name, want in ((self.candidate, schema.field(self.column).type), (self.punctuated, pa.bool_())):
+            if name is None:
+                continue
+            if name not in schema.names:
+                raise SchemaError(f"watermark {'candidate' if want != pa.bool_() else 'punctuation'} column "
+                                  f"{name!r} not found; the table has columns {schema.names}")
+            if schema.field(name).type != want:
+                raise SchemaError(f"watermark column {name!r} must be {want} (the event-time column's type for a "
+                                  f"candidate, bool for punctuation), got {schema.field(name).type}")
         delay = dom.duration(self.delay, "delay")
         self._eff_delay = delay + (dom.one_ms() if self.profile.minus_one else 0)
         self._grain = dom.one_ms() if self.profile.ms_watermark and dom.is_timestamp else 1
@@ -366,15 +390,7 @@ class WatermarkFilter:
         frame = table if isinstance(table, Frame) else None
         if frame is None and b.is_gpu:
             frame = Frame.from_arrow(table, b)
-        if frame is not None:
-            ts, valid = frame.values(self.column)
-        else:
-            col = table.column(self.column)
-            arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-            if isinstance(arr, pa.ChunkedArray):
-                arr = pa.array([], type=col.type)
-            ts, valid = arrow_to_numpy(arr, np.dtype(np.int64) if self._domain.is_timestamp else
-                                       np.dtype(arr.type.to_pandas_dtype()))
+        ts, valid = self._values(table, frame, self.column)
         n = table.num_rows
         nnull = 0 if valid is None else int(n - xp.count_nonzero(valid))
         if nnull and self.profile.nulls == "error":
@@ -389,6 +405,7 @@ class WatermarkFilter:
             delay=self._eff_delay, inclusive=self.profile.late_inclusive, lateness=self._lateness,
             on_event=self.profile.emit == "on-event",
             drop_nulls=self.profile.nulls == "drop", against=against, grain=self._grain,
+            cand=self._candidates(table, frame, ts, valid),
         )
         new_wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
         if not n:
@@ -416,6 +433,38 @@ class WatermarkFilter:
         else:
             kept = filter_table(table, res.keep)
         return kept, stats
+
+    def _values(self, table: pa.Table | Frame, frame: Frame | None, name: str) -> tuple[Any, Any | None]:
+        """(values, valid) of column ``name``: the Frame's, or host views of
+        the table's (int64 for event times)."""
+        if frame is not None:
+            return frame.values(name)
+        col = table.column(name)
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        if isinstance(arr, pa.ChunkedArray):
+            arr = pa.array([], type=col.type)
+        dtype = np.dtype(np.int64) if pa.types.is_timestamp(arr.type) else np.dtype(arr.type.to_pandas_dtype())
+        return arrow_to_numpy(arr, dtype)
+
+    def _candidates(self, table: pa.Table | Frame, frame: Frame | None, ts: Any, valid: Any | None) -> Any | None:
+        """Each row's watermark candidate under the ``candidate`` or
+        ``punctuated`` strategy (:data:`NONE`: none), or None for ``ts - delay``."""
+        if self.candidate is None and self.punctuated is None:
+            return None
+        xp = self._backend.xp if frame is not None else np
+        if self.candidate is not None:
+            c, cvalid = self._values(table, frame, self.candidate)
+            c = c.astype(xp.int64, copy=False)
+            ok = cvalid if valid is None else (valid if cvalid is None else cvalid & valid)
+            return c if ok is None else xp.where(ok, c, NONE)  # a row without an event time has none either
+        mark, mvalid = self._values(table, frame, self.punctuated)
+        mark = mark if mvalid is None else mark & mvalid
+        if valid is not None:
+            mark = mark & valid
+        t = ts.astype(xp.int64, copy=False)
+        if self._grain > 1:
+            t = t - t % self._grain
+        return xp.where(mark, t - self._eff_delay, NONE)
 
     def advance(self, stats: Sequence[dict], now: datetime | None = None) -> None:
         """Fold chunk statistics from :meth:`filter_local` into the state:

@@ -113,6 +113,7 @@ def watermark_filter(
     lateness: int = 0,
     against: int | None = None,
     grain: int = 1,
+    cand: Any | None = None,
 ) -> FilterResult:
     """Filter one chunk.
 
@@ -133,6 +134,9 @@ def watermark_filter(
         late).
     grain : the newest event time is truncated to a multiple of this before
         the delay is taken off (Spark's whole milliseconds; ``on-batch``).
+    cand : int64 per row, the row's watermark candidate (:data:`NONE`:
+        none) in place of ``ts - delay`` (a watermark expression, or
+        punctuation); ``delay`` and ``grain`` then do not apply.
 
     Examples
     --------
@@ -149,14 +153,19 @@ def watermark_filter(
     # never count); no per-row candidate array is materialised
     src = ts if valid is None else xp.where(valid, ts, NONE)
     top = per_split_max(xp, src, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
-    if grain > 1:
-        top = xp.where(top != NONE, top - top % grain, top)
-    new_wm = xp.where(top != NONE, xp.maximum(prev_wm, top - delay), prev_wm)
+    if cand is None:
+        if grain > 1:
+            top = xp.where(top != NONE, top - top % grain, top)
+        new_wm = xp.where(top != NONE, xp.maximum(prev_wm, top - delay), prev_wm)
+    else:  # the candidates as they are; ``top`` still says which splits had rows
+        best = per_split_max(xp, cand, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
+        new_wm = xp.maximum(prev_wm, best)
     if n == 0:
         return FilterResult(None, new_wm, 0, 0, 0, top)
 
     if on_event:
-        cand = xp.where(src != NONE, src - delay, NONE) if valid is not None else ts - delay
+        if cand is None:
+            cand = xp.where(src != NONE, src - delay, NONE) if valid is not None else ts - delay
         prefix = _segment_exclusive_cummax(xp, cand, codes, nsplits)
         base = test_wm if codes is None else test_wm[codes]
         w_row = xp.maximum(prefix, base)

@@ -33,6 +33,10 @@ class RefFilter:
     lateness: int = 0  # allowed lateness: a row is tested as ts + lateness
     end_of_input: str = "watermark"  # watermark | all
     ended_all: bool = False  # the input ended at +infinity: every split, new ones too, at INF
+    cand_of: Callable[[tuple], Any] | None = None  # a row's watermark candidate (None: none); default ts - delay
+
+    def _cand(self, r: tuple) -> Any:
+        return r[0] - self.delay if self.cand_of is None else self.cand_of(r)
 
     def _late(self, ts: int, w: Any) -> bool:
         if w is None:
@@ -66,16 +70,16 @@ class RefFilter:
             else:
                 kept.append(r)
             if self.on_event:
-                cand = ts - self.delay
-                if running[s] is None or cand > running[s]:
+                cand = self._cand(r)
+                if cand is not None and (running[s] is None or cand > running[s]):
                     running[s] = cand
         new = dict(self.wm)
         for r in rows:
             ts, s = r[0], split_of(r)
             if ts is None:
                 continue
-            cand = ts - self.delay
-            if new[s] is None or cand > new[s]:
+            cand = self._cand(r)
+            if cand is not None and (new[s] is None or cand > new[s]):
                 new[s] = cand
             self.active[s] = now
         self.wm_lag = dict(self.wm)

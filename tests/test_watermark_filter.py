@@ -112,6 +112,60 @@ def test_filter_matches_reference(backend, profile, emit, split, batches, delay,
         assert f.late_rows == ref.late
 
 
+strategy_st = st.lists(
+    st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 60)), st.integers(0, 3),
+                       st.one_of(st.none(), st.integers(-10, 60)), st.booleans()), max_size=25),
+    min_size=1, max_size=7,
+)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("emit", ["on-batch", "on-event"])
+@pytest.mark.parametrize("strategy", ["candidate", "punctuated"])
+@given(batches=strategy_st, delay=st.integers(0, 12), split=st.booleans())
+def test_watermark_strategies_match_reference(backend, profile, emit, strategy, batches, delay, split):
+    """A watermark candidate per row from a column (an expression's value:
+    None leaves the watermark where it is, a smaller one never moves it
+    back), or only from the rows a boolean column marks (punctuation),
+    against the row-at-a-time model, every profile."""
+    p = PROFILES[profile]
+    if p.lag and emit == "on-event":
+        pytest.skip("lag=1 needs on-batch")
+    nulls = "keep" if p.nulls == "error" else p.nulls
+    f = gpuwm.WatermarkFilter("t", delay=delay, profile=profile, emit=emit, split="s" if split else None,
+                              nulls=nulls, backend=backend, **{strategy: "c" if strategy == "candidate" else "m"})
+    eff = delay + (1 if p.minus_one else 0)
+    cand_of = (lambda r: r[3]) if strategy == "candidate" else (lambda r: r[0] - eff if r[4] else None)
+    ref = RefFilter(delay=eff, inclusive=p.late_inclusive, on_event=emit == "on-event", lag=p.lag,
+                    combine=p.combine, nulls=nulls, cand_of=cand_of)
+    ids = 0
+    for rows in batches:
+        rows = [(t, s, ids + i, c, m) for i, (t, s, c, m) in enumerate(rows)]
+        ids += len(rows)
+        table = pa.table({"t": pa.array([r[0] for r in rows], pa.int64()), "s": pa.array([r[1] for r in rows], pa.int64()),
+                          "id": pa.array([r[2] for r in rows], pa.int64()),
+                          "c": pa.array([r[3] for r in rows], pa.int64()),
+                          "m": pa.array([r[4] for r in rows], pa.bool_())})
+        out = f.process(table)
+        exp = ref.process([(r[0], r[1], r[2], r[3], r[4]) for r in rows], (lambda r: r[1]) if split else (lambda r: None))
+        assert out.column("id").to_pylist() == [r[2] for r in exp]
+        assert f.watermark == ref.combined
+        assert f.output_watermark == ref.output_watermark
+        assert f.late_rows == ref.late
+
+
+def test_watermark_strategy_columns_are_checked():
+    t = pa.table({"t": pa.array([1], pa.int64()), "c": pa.array([1.5]), "m": pa.array([1], pa.int64())})
+    with pytest.raises(gpuwm.errors.ConfigError, match="give one"):
+        gpuwm.WatermarkFilter("t", delay=0, candidate="c", punctuated="m")
+    with pytest.raises(gpuwm.errors.SchemaError, match="must be int64"):
+        gpuwm.WatermarkFilter("t", delay=0, candidate="c").process(t)
+    with pytest.raises(gpuwm.errors.SchemaError, match="must be bool"):
+        gpuwm.WatermarkFilter("t", delay=0, punctuated="m").process(t)
+    with pytest.raises(gpuwm.errors.SchemaError, match="'x' not found"):
+        gpuwm.WatermarkFilter("t", delay=0, candidate="x").process(t)
+
+
 @given(batches=batch_st, delay=st.integers(0, 12), stop=st.integers(0, 6))
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_snapshot_restore_continues_exactly(backend, profile, batches, delay, stop):
