@@ -125,8 +125,12 @@ class WatermarkSpec:
     max_drift: Any = None
     allowed_lateness: Any = 0
     knobs: tuple = ()
+    candidate: str | None = None
+    punctuated: str | None = None
 
     def __post_init__(self) -> None:
+        if self.candidate is not None and self.punctuated is not None:
+            raise ConfigError("candidate and punctuated are two watermark strategies: give one")
         knobs = tuple(sorted(dict(self.knobs).items()))
         object.__setattr__(self, "knobs", knobs)
         object.__setattr__(self, "delay", _check_delay(self.delay))
@@ -143,12 +147,16 @@ class WatermarkSpec:
     def build(self, backend: str | None = None) -> "WatermarkFilter":
         return WatermarkFilter(self.column, self.delay, profile=self.profile, emit=self.emit, split=self.split,
                                idle_timeout=self.idle_timeout, max_drift=self.max_drift,
-                               allowed_lateness=self.allowed_lateness, backend=backend, **dict(self.knobs))
+                               allowed_lateness=self.allowed_lateness, candidate=self.candidate,
+                               punctuated=self.punctuated, backend=backend, **dict(self.knobs))
 
     def describe(self) -> dict:
+        """The spec as JSON-able values; the strategies only when set, so a
+        checkpoint's recorded pipeline from before them still matches."""
         from .operator import _plain
 
-        return {k: _plain(getattr(self, k)) for k in self.__dataclass_fields__}
+        return {k: _plain(getattr(self, k)) for k in self.__dataclass_fields__
+                if k not in ("candidate", "punctuated") or getattr(self, k) is not None}
 
 
 class WatermarkFilter:

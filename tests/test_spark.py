@@ -807,3 +807,62 @@ def test_read_mode_comes_from_spark_conf_and_is_checked(spark, tmp_path):
     with pytest.raises(gpuwm.ConfigError, match="another checkpoint"):  # offsets would come from the wrong log
         (Pipeline(df, f"{tmp_path}/other", read="direct").watermark("date_time", delay="1 second")
          .sort().write_parquet(f"{tmp_path}/o").start())
+
+
+@pytest.mark.parametrize("strategy", ["candidate", "punctuated"])
+def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy):
+    """A spec's watermark ``candidate`` (a column computed by the source's
+    ``select``: only rows of source 'live' carry one) or ``punctuated`` (a
+    boolean column), files read by the tasks themselves: the output equals
+    the operators' over the same batches."""
+    from gpuwm.spark.spec import build
+
+    rng = np.random.default_rng(5)
+    batches = _random_batches(rng, 4, 300, 10, 6, 4)
+    d = f"{tmp_path}/in"
+    os.makedirs(d)
+    tables = []
+    for i, rows in enumerate(batches):
+        n = len(rows)
+        t = pa.table({"ts": pa.array([T0 + timedelta(seconds=s) for s, _, _ in rows], TS),
+                      "k": pa.array([k for _, k, _ in rows], pa.int64()),
+                      "price": pa.array([p for _, _, p in rows], pa.int64()),
+                      "src": pa.array(rng.choice(["live", "replay"], n).tolist()),
+                      "mark": pa.array([s % 10 < 3 for s, _, _ in rows])})  # punctuation early in each 10 s
+        tables.append(t)
+        pq.write_table(t, f"{d}/part-{i:04d}.parquet")
+        os.utime(f"{d}/part-{i:04d}.parquet", (time.time() - 1000 + i,) * 2)
+    select = ["*", "CASE WHEN src = 'live' THEN ts - INTERVAL 8 SECONDS END AS wm"]
+    wm = {"column": "ts", "delay": "3 seconds", "profile": "risingwave",
+          **({"candidate": "wm"} if strategy == "candidate" else {"punctuated": "mark"})}
+    spec = {"source": {"format": "parquet", "schema": "ts timestamp, k bigint, price bigint, src string, mark boolean",
+                       "path": d, "options": {"maxFilesPerTrigger": 1}, "select": select},
+            "checkpoint": f"{tmp_path}/ck", "watermark": wm,
+            "window": {"tumble": "5 seconds", "by": ["k"], "aggs": {"n": ["*", "count"], "mx": ["price", "max"]}},
+            "sink": {"parquet": f"{tmp_path}/out"}}
+    run_to_end(build(spark, spec, verbose=False))
+    f = gpuwm.WatermarkFilter("ts", delay=timedelta(seconds=3), profile="risingwave",
+                              **({"candidate": "wm"} if strategy == "candidate" else {"punctuated": "mark"}))
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "5 seconds"), by=["k"],
+                              aggs={"n": ("*", "count"), "mx": ("price", "max")}, profile="risingwave")
+    want = []
+    for t in tables:
+        t = t.append_column("wm", pa.array([s - timedelta(seconds=8) if src == "live" else None for s, src in
+                                            zip(t["ts"].to_pylist(), t["src"].to_pylist())], TS))
+        a.push(f.process(t))
+        want.append(a.drain(f.output_watermark))
+    cols = ["window_start", "k", "n", "mx"]
+    got = rows_of(read_out(f"{tmp_path}/out"), cols)
+    assert got == rows_of(pa.concat_tables([w for w in want if w is not None]), cols) and len(got) > 10
+    # and the strategy mattered: ts - delay over every row closes other windows
+    f0 = gpuwm.WatermarkFilter("ts", delay=timedelta(seconds=3), profile="risingwave")
+    a0 = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "5 seconds"), by=["k"],
+                               aggs={"n": ("*", "count"), "mx": ("price", "max")}, profile="risingwave")
+    plain = []
+    for t in tables:
+        a0.push(f0.process(t))
+        plain.append(a0.drain(f0.output_watermark))
+    assert got != rows_of(pa.concat_tables([w for w in plain if w is not None]), cols)
+    with pytest.raises(gpuwm.ConfigError, match="'expr' is not supported yet"):
+        build(spark, dict(spec, checkpoint=f"{tmp_path}/ck2",
+                          watermark={"column": "ts", "delay": "3 seconds", "expr": "ts - INTERVAL 3 SECONDS"}))

@@ -145,8 +145,11 @@ class Pipeline:
     # -- builder ---------------------------------------------------------------
     def watermark(self, column: str, delay: Any, *, split: str | None = None, profile: str = "risingwave",
                   emit: str | None = None, idle_timeout: Any = None, max_drift: Any = None,
-                  input: str | None = None, **knobs: Any) -> "Pipeline":
-        """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`).
+                  input: str | None = None, candidate: str | None = None, punctuated: str | None = None,
+                  **knobs: Any) -> "Pipeline":
+        """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`;
+        ``candidate`` / ``punctuated``: a column of the input with each row's
+        watermark candidate, or marking the rows that carry one).
         With several inputs, once per input (``input=name``): each input's
         watermark comes from its own column and delay, and their minimum is
         the one rows are late against and state is cleaned with (see
@@ -185,8 +188,12 @@ class Pipeline:
             _spark_field(schema, split, "split")
         self._lateness_given = "allowed_lateness" in knobs
         lateness = knobs.pop("allowed_lateness", 0)
+        if "expr" in knobs:
+            raise ConfigError("a watermark 'expr' is not supported yet: compute it as a column (a spec's source "
+                              "'select', or withColumn) and name that column as the watermark's 'candidate'")
         wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
-                           max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()))
+                           max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()),
+                           candidate=candidate, punctuated=punctuated)
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
         if self.inputs is not None:

@@ -29,6 +29,13 @@ lists applied in turn (e.g. to parse Kafka values, then name the fields)::
                           ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition"]]},
     "watermark": {"column": "ts", "delay": "3 seconds", "split": "partition"}
 
+``watermark``: ``column``, ``delay`` and the filter's options (``split``,
+``profile``, ``emit``, ``idle_timeout``, ``max_drift``, knobs), and a
+strategy: ``"candidate": col`` (each row's watermark candidate, e.g.
+computed by ``select``: ``"CASE WHEN src = 'live' THEN ts - INTERVAL 5
+SECONDS END AS wm"``) or ``"punctuated": flag`` (only rows whose boolean
+column is true advance it); see :class:`gpuwm.WatermarkFilter`.
+
 Operators: ``stages``, a list of stages, each one of
 
 - ``{"window": {"tumble": size | "hop": size, "slide": s | "session": gap,
