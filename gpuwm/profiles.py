@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-EMITS = ("on-batch", "on-event")
+EMITS = ("on-batch", "on-event", "on-periodic")
 COMBINES = ("min", "max", "min-non-idle")
 NULLS = ("drop", "keep", "error")
 ENDS = ("watermark", "all")
@@ -28,7 +28,8 @@ class Profile:
     minus_one : the watermark is ``max(ts) - delay - 1`` (1 in an integer
         column's unit, 1 ms for timestamps) instead of ``max(ts) - delay``.
     late_inclusive : a row is late when ``ts <= W`` (else ``ts < W``).
-    emit : default emit strategy, ``on-batch`` or ``on-event``.
+    emit : default emit strategy, ``on-batch`` or ``on-event`` (or, given
+        explicitly with ``every``, ``on-periodic``).
     lag : micro-batches the watermark lags the rows. 0: batch N filters with
         the watermark before it and drains with the one after it. 1 (Spark):
         batch N filters with the watermark of batch N-1's start (W_{N-2}) and

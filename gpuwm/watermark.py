@@ -93,6 +93,22 @@ def _check_idle(idle_timeout: Any) -> Any:
     return value
 
 
+def _check_every(every: Any, emit: str | None) -> Any:
+    if (every is None) != (emit != "on-periodic"):
+        raise ConfigError("emit='on-periodic' needs every= (rows of a split, or an interval of event time), and "
+                          f"every= needs emit='on-periodic'; got emit={emit!r}, every={every!r}")
+    if every is None:
+        return None
+    if isinstance(every, int) and not isinstance(every, bool):
+        if every < 1:
+            raise ConfigError(f"every (rows) must be >= 1, got {every}")
+        return every
+    value = parse_interval(every)
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ConfigError(f"every must be a number of rows or a positive interval of event time, got {every!r}")
+    return value
+
+
 def _check_splits_apply(profile: Profile, idle_timeout: Any, max_drift: Any) -> None:
     """Idleness and alignment act on split watermarks; one global maximum
     over all rows (``combine='max'``, the spark profile) has none."""
@@ -127,8 +143,10 @@ class WatermarkSpec:
     knobs: tuple = ()
     candidate: str | None = None
     punctuated: str | None = None
+    every: Any = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "every", _check_every(self.every, self.emit))
         if self.candidate is not None and self.punctuated is not None:
             raise ConfigError("candidate and punctuated are two watermark strategies: give one")
         knobs = tuple(sorted(dict(self.knobs).items()))
@@ -148,7 +166,7 @@ class WatermarkSpec:
         return WatermarkFilter(self.column, self.delay, profile=self.profile, emit=self.emit, split=self.split,
                                idle_timeout=self.idle_timeout, max_drift=self.max_drift,
                                allowed_lateness=self.allowed_lateness, candidate=self.candidate,
-                               punctuated=self.punctuated, backend=backend, **dict(self.knobs))
+                               punctuated=self.punctuated, every=self.every, backend=backend, **dict(self.knobs))
 
     def describe(self) -> dict:
         """The spec as JSON-able values; the strategies only when set, so a
@@ -156,7 +174,7 @@ class WatermarkSpec:
         from .operator import _plain
 
         return {k: _plain(getattr(self, k)) for k in self.__dataclass_fields__
-                if k not in ("candidate", "punctuated") or getattr(self, k) is not None}
+                if k not in ("candidate", "punctuated", "every") or getattr(self, k) is not None}
 
 
 class WatermarkFilter:
@@ -189,6 +207,13 @@ class WatermarkFilter:
     punctuated : strategy "punctuated" (Flink's ``onEvent`` emitting on
         marked events): the name of a boolean column; only rows where it is
         true carry a candidate, ``ts - delay`` under the profile's rules.
+    every : with ``emit="on-periodic"`` (Flink's periodic emission): the
+        split's watermark advances only after every ``every``-th row of the
+        split that has an event time (an ``int``, counted across batches),
+        or in steps of ``every`` of event time (a ``timedelta`` or
+        ``"10 seconds"``: the watermark is held at a multiple of it); rows
+        are tested, as under ``on-event``, against the watermark emitted
+        last before them.
     allowed_lateness : a row is late only when it is this far behind the
         watermark: ``ts + allowed_lateness < W`` (``<=`` under
         ``late_inclusive``); default 0. A session-window pipeline sets it to
@@ -221,10 +246,12 @@ class WatermarkFilter:
         allowed_lateness: Any = 0,
         candidate: str | None = None,
         punctuated: str | None = None,
+        every: Any = None,
         backend: str | None = None,
         **knobs: Any,
     ):
         self.column = column
+        self.every = _check_every(every, emit if emit is not None else knobs.get("emit"))
         if candidate is not None and punctuated is not None:
             raise ConfigError("candidate and punctuated are two watermark strategies: give one")
         self.candidate, self.punctuated = candidate, punctuated
@@ -249,6 +276,8 @@ class WatermarkFilter:
         self._wm = np.zeros(0, dtype=np.int64)
         self._wm_lag = np.zeros(0, dtype=np.int64)
         self._active_at: list[datetime | None] = []
+        self._seen = np.zeros(0, dtype=np.int64)  # on-periodic in rows: the largest candidate so far
+        self._count = np.zeros(0, dtype=np.int64)  # ... and the rows so far, modulo every
         self._combined: int | None = None
         self._combined_prev: int | None = None
         self.late_rows = 0
@@ -273,6 +302,8 @@ class WatermarkFilter:
         self._wm = np.append(self._wm, np.int64(start))  # after an end at +infinity a new split is late too
         self._wm_lag = np.append(self._wm_lag, np.int64(start))
         self._active_at.append(None)
+        self._seen = np.append(self._seen, np.int64(NONE))
+        self._count = np.append(self._count, np.int64(0))
         return code
 
     def _split_codes(self, data: pa.Table | Frame) -> tuple[Any, np.ndarray] | None:
@@ -350,6 +381,7 @@ class WatermarkFilter:
         self._lateness = 0 if not self.allowed_lateness else dom.duration(self.allowed_lateness, "allowed_lateness")
         if self.max_drift is not None:
             self._drift_raw = dom.duration(self.max_drift, "max_drift")
+        self._every_raw = None if not isinstance(self.every, timedelta) else dom.duration(self.every, "every")
         self._domain = dom
         self._schema = schema
 
@@ -408,12 +440,14 @@ class WatermarkFilter:
             )
         test = self._wm_lag if self.profile.lag else self._wm
         codes = None if codes is None else b.asarray(codes)
+        rows_every = self.every if isinstance(self.every, int) else None
         res = watermark_filter(
             xp, ts, valid, codes, len(self._keys), b.asarray(test), b.asarray(self._wm),
             delay=self._eff_delay, inclusive=self.profile.late_inclusive, lateness=self._lateness,
-            on_event=self.profile.emit == "on-event",
+            on_event=self.profile.emit != "on-batch",
             drop_nulls=self.profile.nulls == "drop", against=against, grain=self._grain,
             cand=self._candidates(table, frame, ts, valid),
+            periodic=None if rows_every is None else (b.asarray(self._seen), b.asarray(self._count), rows_every),
         )
         new_wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
         if not n:
@@ -429,6 +463,9 @@ class WatermarkFilter:
             "splits": [[self._keys[c], None if new_wm[c] == NONE else int(new_wm[c])] for c in seen.tolist()],
             "late": res.late, "nulls": nnull, "nulls_dropped": res.nulls_dropped, "rows": n,
         }
+        if res.seen is not None:  # on-periodic in rows: where each split's count and largest candidate are
+            top, count = b.to_numpy(res.seen), b.to_numpy(res.count)
+            stats["periodic"] = [[self._keys[c], int(top[c]), int(count[c])] for c in seen.tolist()]
         if late_out is not None and res.late:  # the late rows themselves (not dropped nulls), for a side output
             late = ~res.keep if valid is None else ~res.keep & valid
             late_out.append(frame.filter(late).to_arrow() if frame is not None else filter_table(table, late))
@@ -456,7 +493,21 @@ class WatermarkFilter:
 
     def _candidates(self, table: pa.Table | Frame, frame: Frame | None, ts: Any, valid: Any | None) -> Any | None:
         """Each row's watermark candidate under the ``candidate`` or
-        ``punctuated`` strategy (:data:`NONE`: none), or None for ``ts - delay``."""
+        ``punctuated`` strategy (:data:`NONE`: none), or None for ``ts - delay``;
+        held at multiples of ``every`` when that is an interval."""
+        cand = self._strategy_candidates(table, frame, ts, valid)
+        if self._every_raw is None:
+            return cand
+        xp = self._backend.xp if frame is not None else np
+        if cand is None:
+            t = ts.astype(xp.int64, copy=False)
+            if self._grain > 1:
+                t = t - t % self._grain
+            cand = t - self._eff_delay if valid is None else xp.where(valid, t - self._eff_delay, NONE)
+        return xp.where(cand != NONE, cand - cand % self._every_raw, NONE)
+
+    def _strategy_candidates(self, table: pa.Table | Frame, frame: Frame | None, ts: Any,
+                             valid: Any | None) -> Any | None:
         if self.candidate is None and self.punctuated is None:
             return None
         xp = self._backend.xp if frame is not None else np
@@ -486,6 +537,9 @@ class WatermarkFilter:
                 self._active_at[code] = now
                 if wm is not None and wm > self._wm[code]:
                     self._wm[code] = wm
+            for key, top, count in st.get("periodic", ()):
+                code = self._code[split_key(key)]
+                self._seen[code], self._count[code] = max(int(self._seen[code]), top), count
             self.late_rows += st["late"]
             self.null_rows += st["nulls"]
             self.null_rows_dropped += st["nulls_dropped"]
@@ -618,6 +672,8 @@ class WatermarkFilter:
                 "watermark": pa.array([None if w == NONE else int(w) for w in self._wm.tolist()], pa.int64()),
                 "watermark_lag": pa.array([None if w == NONE else int(w) for w in self._wm_lag.tolist()], pa.int64()),
                 "active_at": pa.array(self._active_at, pa.timestamp("us", tz="UTC")),
+                "periodic_seen": pa.array([None if w == NONE else int(w) for w in self._seen.tolist()], pa.int64()),
+                "periodic_count": pa.array(self._count.tolist(), pa.int64()),
             }
         ).replace_schema_metadata({"gpuwm.filter": json.dumps(meta)})
 
@@ -651,6 +707,9 @@ class WatermarkFilter:
                 act = row["active_at"]
                 if act is not None and (self._active_at[code] is None or act > self._active_at[code]):
                     self._active_at[code] = act
+                if row.get("periodic_seen") is not None and row["periodic_seen"] > self._seen[code]:
+                    self._seen[code] = row["periodic_seen"]
+                self._count[code] = max(int(self._count[code]), row.get("periodic_count") or 0)
         self._combined, self._combined_prev = combined, combined_prev
         return self
 

@@ -35,6 +35,8 @@ class FilterResult:
     nulls_dropped: int  #: null rows dropped
     kept: int  #: rows kept
     top: Any = None  #: int64 per split: the chunk's largest non-null event time (NONE: no such row)
+    seen: Any = None  #: periodic: int64 per split, the largest candidate so far, emitted or not
+    count: Any = None  #: periodic: int64 per split, rows with an event time so far, modulo ``every``
 
 
 def per_split_max(xp: Any, v: Any, codes: Any | None, nsplits: int, init: Any) -> Any:
@@ -97,6 +99,47 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     return out
 
 
+def periodic_points(xp: Any, cand: Any, counted: Any | None, codes: Any | None, nsplits: int, seen: Any,
+                    count: Any, every: int) -> tuple[Any, Any, Any]:
+    """Periodic emission every ``every`` rows of a split (Flink's
+    ``on-periodic``, counted in rows): the watermark a split emits after its
+    ``every``-th, ``2 * every``-th, ... row with an event time (the count
+    going on across chunks from ``count``), the largest candidate so far —
+    ``seen`` before this chunk, then this chunk's rows up to that one.
+
+    Returns (per row: the watermark emitted after it, :data:`NONE` where it
+    emits none; per split: the new ``seen``; the new ``count``).
+
+    >>> import numpy as np
+    >>> e, seen, count = periodic_points(np, np.array([5, 9, 3, 7, 8]), None, None, 1,
+    ...                                  np.array([NONE]), np.array([1]), 2)
+    >>> [int(x) if x != NONE else None for x in e], seen.tolist(), count.tolist()
+    ([5, None, 9, None, 9], [9], [0])
+    """
+    n = int(cand.shape[0])
+    ones = xp.ones(n, dtype=xp.int64) if counted is None else counted.astype(xp.int64)
+    if codes is None or nsplits == 1:
+        c = codes if codes is not None else xp.zeros(n, dtype=xp.int64)
+        k = xp.cumsum(ones)
+    else:
+        c = codes
+        order = stable_argsort(xp, codes.astype(xp.int16) if nsplits < (1 << 15) else codes)
+        so = ones[order]
+        first = group_starts(xp, [codes[order]])
+        cs = xp.cumsum(so)
+        before = xp.where(first, cs - so, 0)  # the running count where each split's segment starts
+        k_sorted = cs - cummax(xp, before)
+        k = xp.empty(n, dtype=xp.int64)
+        k[order] = k_sorted
+    incl = xp.maximum(_segment_exclusive_cummax(xp, cand, codes, nsplits), cand)
+    incl = xp.maximum(incl, seen[c])
+    emits = ((count[c] + k) % every == 0) & (ones > 0)
+    e = xp.where(emits, incl, NONE)
+    new_seen = per_split_max(xp, cand, codes, nsplits, seen)
+    per = xp.bincount(c, weights=ones, minlength=nsplits).astype(xp.int64) if n else xp.zeros(nsplits, xp.int64)
+    return e, new_seen, (count + per) % every
+
+
 def watermark_filter(
     xp: Any,
     ts: Any,
@@ -114,6 +157,7 @@ def watermark_filter(
     against: int | None = None,
     grain: int = 1,
     cand: Any | None = None,
+    periodic: tuple[Any, Any, int] | None = None,
 ) -> FilterResult:
     """Filter one chunk.
 
@@ -137,6 +181,9 @@ def watermark_filter(
     cand : int64 per row, the row's watermark candidate (:data:`NONE`:
         none) in place of ``ts - delay`` (a watermark expression, or
         punctuation); ``delay`` and ``grain`` then do not apply.
+    periodic : ``(seen, count, every)``: the watermark advances only every
+        ``every`` rows of a split (:func:`periodic_points`); rows are tested
+        against the one emitted last before them (with ``on_event``).
 
     Examples
     --------
@@ -160,8 +207,17 @@ def watermark_filter(
     else:  # the candidates as they are; ``top`` still says which splits had rows
         best = per_split_max(xp, cand, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
         new_wm = xp.maximum(prev_wm, best)
+    seen = count = None
+    if periodic is not None:
+        if cand is None:  # ts - delay, ts in whole grains as above
+            t = src if grain == 1 else xp.where(src != NONE, src - src % grain, NONE)
+            cand = xp.where(t != NONE, t - delay, NONE) if valid is not None else t - delay
+        emitted, seen, count = periodic_points(xp, cand, valid, codes, nsplits, periodic[0], periodic[1],
+                                               periodic[2])
+        new_wm = per_split_max(xp, emitted, codes, nsplits, prev_wm)
+        cand = emitted  # what rows are tested against: the emission points
     if n == 0:
-        return FilterResult(None, new_wm, 0, 0, 0, top)
+        return FilterResult(None, new_wm, 0, 0, 0, top, seen, count)
 
     if on_event:
         if cand is None:
@@ -179,8 +235,8 @@ def watermark_filter(
     if valid is None:
         nlate = n - int(xp.count_nonzero(keep))
         if nlate == 0:
-            return FilterResult(None, new_wm, 0, 0, n, top)
-        return FilterResult(keep, new_wm, nlate, 0, n - nlate, top)
+            return FilterResult(None, new_wm, 0, 0, n, top, seen, count)
+        return FilterResult(keep, new_wm, nlate, 0, n - nlate, top, seen, count)
     late = valid & ~keep
     nlate = int(xp.count_nonzero(late))
     if drop_nulls:
@@ -189,6 +245,6 @@ def watermark_filter(
     else:
         null_drop, ndrop = None, 0
     if nlate == 0 and ndrop == 0:
-        return FilterResult(None, new_wm, 0, 0, n, top)
+        return FilterResult(None, new_wm, 0, 0, n, top, seen, count)
     drop = late if null_drop is None else late | null_drop
-    return FilterResult(~drop, new_wm, nlate, ndrop, n - nlate - ndrop, top)
+    return FilterResult(~drop, new_wm, nlate, ndrop, n - nlate - ndrop, top, seen, count)

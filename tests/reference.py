@@ -34,9 +34,16 @@ class RefFilter:
     end_of_input: str = "watermark"  # watermark | all
     ended_all: bool = False  # the input ended at +infinity: every split, new ones too, at INF
     cand_of: Callable[[tuple], Any] | None = None  # a row's watermark candidate (None: none); default ts - delay
+    every: int | None = None  # on-periodic: a split's watermark advances after every `every`-th row with a ts
+    every_time: int | None = None  # on-periodic: ... in steps of this much event time
+    seen: dict = field(default_factory=dict)  # on-periodic rows: the largest candidate so far
+    count: dict = field(default_factory=dict)  # ... and the rows with an event time so far
 
     def _cand(self, r: tuple) -> Any:
-        return r[0] - self.delay if self.cand_of is None else self.cand_of(r)
+        c = r[0] - self.delay if self.cand_of is None else self.cand_of(r)
+        if c is not None and self.every_time:
+            c -= c % self.every_time  # held at a multiple of the interval
+        return c
 
     def _late(self, ts: int, w: Any) -> bool:
         if w is None:
@@ -57,6 +64,8 @@ class RefFilter:
         test = dict(self.wm_lag if self.lag else self.wm)
         kept = []
         running = dict(test)
+        if self.every:
+            return self._periodic(rows, split_of, now, running)
         for r in rows:
             ts, s = r[0], split_of(r)
             w = running[s] if self.on_event else test[s]
@@ -86,6 +95,38 @@ class RefFilter:
         self.wm = new
         for r in rows:  # null rows are activity too
             self.active[split_of(r)] = now
+        self.combined_prev = self.combined
+        cand = self._combine(now)
+        if cand is not None and (self.combined is None or cand > self.combined):
+            self.combined = cand
+        return kept
+
+    def _periodic(self, rows: list[tuple], split_of: Callable[[tuple], Any], now: int, running: dict) -> list[tuple]:
+        """on-periodic in rows: each row is tested against the watermark its
+        split emitted last; after every ``every``-th row with an event time
+        the split emits the largest candidate so far."""
+        kept = []
+        for r in rows:
+            ts, s = r[0], split_of(r)
+            w = running[s]
+            self.active[s] = now
+            if ts is None:
+                if not (self.nulls == "drop" and w is not None):
+                    kept.append(r)
+                continue
+            if self._late(ts, w):
+                self.late += 1
+            else:
+                kept.append(r)
+            cand = self._cand(r)
+            if cand is not None and (self.seen.get(s) is None or cand > self.seen[s]):
+                self.seen[s] = cand
+            self.count[s] = self.count.get(s, 0) + 1
+            if self.count[s] % self.every == 0 and self.seen.get(s) is not None:
+                if running[s] is None or self.seen[s] > running[s]:
+                    running[s] = self.seen[s]
+        self.wm_lag = dict(self.wm)
+        self.wm = dict(running)
         self.combined_prev = self.combined
         cand = self._combine(now)
         if cand is not None and (self.combined is None or cand > self.combined):

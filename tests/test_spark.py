@@ -809,11 +809,15 @@ def test_read_mode_comes_from_spark_conf_and_is_checked(spark, tmp_path):
          .sort().write_parquet(f"{tmp_path}/o").start())
 
 
-@pytest.mark.parametrize("strategy", ["candidate", "punctuated"])
+STRATEGIES = {"candidate": {"candidate": "wm"}, "punctuated": {"punctuated": "mark"},
+              "periodic": {"emit": "on-periodic", "every": 250}}
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy):
     """A spec's watermark ``candidate`` (a column computed by the source's
-    ``select``: only rows of source 'live' carry one) or ``punctuated`` (a
-    boolean column), files read by the tasks themselves: the output equals
+    ``select``: only rows of source 'live' carry one), ``punctuated`` (a
+    boolean column) or periodic emission (every 250 rows): the output equals
     the operators' over the same batches."""
     from gpuwm.spark.spec import build
 
@@ -833,16 +837,14 @@ def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy
         pq.write_table(t, f"{d}/part-{i:04d}.parquet")
         os.utime(f"{d}/part-{i:04d}.parquet", (time.time() - 1000 + i,) * 2)
     select = ["*", "CASE WHEN src = 'live' THEN ts - INTERVAL 8 SECONDS END AS wm"]
-    wm = {"column": "ts", "delay": "3 seconds", "profile": "risingwave",
-          **({"candidate": "wm"} if strategy == "candidate" else {"punctuated": "mark"})}
+    wm = {"column": "ts", "delay": "3 seconds", "profile": "risingwave", **STRATEGIES[strategy]}
     spec = {"source": {"format": "parquet", "schema": "ts timestamp, k bigint, price bigint, src string, mark boolean",
                        "path": d, "options": {"maxFilesPerTrigger": 1}, "select": select},
             "checkpoint": f"{tmp_path}/ck", "watermark": wm,
             "window": {"tumble": "5 seconds", "by": ["k"], "aggs": {"n": ["*", "count"], "mx": ["price", "max"]}},
             "sink": {"parquet": f"{tmp_path}/out"}}
     run_to_end(build(spark, spec, verbose=False))
-    f = gpuwm.WatermarkFilter("ts", delay=timedelta(seconds=3), profile="risingwave",
-                              **({"candidate": "wm"} if strategy == "candidate" else {"punctuated": "mark"}))
+    f = gpuwm.WatermarkFilter("ts", delay=timedelta(seconds=3), profile="risingwave", **STRATEGIES[strategy])
     a = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "5 seconds"), by=["k"],
                               aggs={"n": ("*", "count"), "mx": ("price", "max")}, profile="risingwave")
     want = []

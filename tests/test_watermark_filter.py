@@ -154,6 +154,81 @@ def test_watermark_strategies_match_reference(backend, profile, emit, strategy, 
         assert f.late_rows == ref.late
 
 
+@pytest.mark.parametrize("profile", ["risingwave", "flink"])
+@pytest.mark.parametrize("strategy", [None, "candidate", "punctuated"])
+@given(batches=strategy_st, delay=st.integers(0, 12), split=st.booleans(), every=st.sampled_from([1, 2, 3, 5]))
+def test_periodic_emission_every_n_rows_matches_reference(backend, profile, strategy, batches, delay, split, every):
+    """emit='on-periodic', every=N: a split's watermark moves only after its
+    N-th, 2N-th, ... row (across batches), to the largest candidate so far;
+    rows are tested against the last one emitted. Through a snapshot and
+    restore after every batch, so the count and the candidate carry over."""
+    p = PROFILES[profile]
+    kw = {} if strategy is None else {strategy: "c" if strategy == "candidate" else "m"}
+    eff = delay + (1 if p.minus_one else 0)
+    cand_of = {None: None, "candidate": lambda r: r[3], "punctuated": lambda r: r[0] - eff if r[4] else None}
+    nulls = "keep" if p.nulls == "error" else p.nulls
+    make = lambda: gpuwm.WatermarkFilter("t", delay=delay, profile=profile, emit="on-periodic",  # noqa: E731
+                                         every=every, split="s" if split else None, nulls=nulls, backend=backend,
+                                         **kw)
+    f = make()
+    ref = RefFilter(delay=eff, inclusive=p.late_inclusive, on_event=True, lag=0, combine=p.combine, nulls=nulls,
+                    cand_of=cand_of[strategy], every=every)
+    ids = 0
+    for rows in batches:
+        rows = [(t, s, ids + i, c, m) for i, (t, s, c, m) in enumerate(rows)]
+        ids += len(rows)
+        table = pa.table({"t": pa.array([r[0] for r in rows], pa.int64()),
+                          "s": pa.array([r[1] for r in rows], pa.int64()),
+                          "id": pa.array([r[2] for r in rows], pa.int64()),
+                          "c": pa.array([r[3] for r in rows], pa.int64()),
+                          "m": pa.array([r[4] for r in rows], pa.bool_())})
+        out = f.process(table)
+        exp = ref.process(rows, (lambda r: r[1]) if split else (lambda r: None))
+        assert out.column("id").to_pylist() == [r[2] for r in exp]
+        assert f.watermark == ref.combined
+        assert f.late_rows == ref.late
+        f = make().restore(f.snapshot())
+
+
+@pytest.mark.parametrize("profile", ["risingwave", "flink"])
+@given(batches=batch_st, delay=st.integers(0, 12), split=st.booleans(), every=st.sampled_from([1, 4, 10]))
+def test_periodic_emission_every_interval_matches_reference(backend, profile, batches, delay, split, every):
+    """emit='on-periodic', every=<interval>: the watermark is held at a
+    multiple of the interval (timestamps, in seconds here)."""
+    p = PROFILES[profile]
+    nulls = "keep" if p.nulls == "error" else p.nulls
+    sec = 1_000_000
+    f = gpuwm.WatermarkFilter("t", delay=timedelta(seconds=delay), profile=profile, emit="on-periodic",
+                              every=timedelta(seconds=every), split="s" if split else None, nulls=nulls,
+                              backend=backend)
+    ref = RefFilter(delay=delay * sec + (1000 if p.minus_one else 0), inclusive=p.late_inclusive, on_event=True,
+                    lag=0, combine=p.combine, nulls=nulls, every_time=every * sec)
+    ids = 0
+    for rows in batches:
+        rows = [(None if t is None else t * sec, s, ids + i) for i, (t, s) in enumerate(rows)]
+        ids += len(rows)
+        table = pa.table({"t": pa.array([r[0] for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                          "s": pa.array([r[1] for r in rows], pa.int64()),
+                          "id": pa.array([r[2] for r in rows], pa.int64())})
+        out = f.process(table)
+        exp = ref.process(rows, (lambda r: r[1]) if split else (lambda r: None))
+        assert out.column("id").to_pylist() == [r[2] for r in exp]
+        raw = None if f.watermark is None else int(pa.scalar(f.watermark, pa.timestamp("us", tz="UTC")).value)
+        assert raw == ref.combined
+        assert f.late_rows == ref.late
+
+
+def test_periodic_emission_is_checked():
+    with pytest.raises(gpuwm.errors.ConfigError, match="needs every="):
+        gpuwm.WatermarkFilter("t", delay=0, emit="on-periodic")
+    with pytest.raises(gpuwm.errors.ConfigError, match="every= needs emit='on-periodic'"):
+        gpuwm.WatermarkFilter("t", delay=0, every=3)
+    with pytest.raises(gpuwm.errors.ConfigError, match=">= 1"):
+        gpuwm.WatermarkFilter("t", delay=0, emit="on-periodic", every=0)
+    with pytest.raises(gpuwm.errors.ConfigError, match="needs emit='on-batch'"):
+        gpuwm.WatermarkFilter("t", delay=0, profile="spark", emit="on-periodic", every=3)
+
+
 def test_watermark_strategy_columns_are_checked():
     t = pa.table({"t": pa.array([1], pa.int64()), "c": pa.array([1.5]), "m": pa.array([1], pa.int64())})
     with pytest.raises(gpuwm.errors.ConfigError, match="give one"):

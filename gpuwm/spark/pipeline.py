@@ -146,7 +146,7 @@ class Pipeline:
     def watermark(self, column: str, delay: Any, *, split: str | None = None, profile: str = "risingwave",
                   emit: str | None = None, idle_timeout: Any = None, max_drift: Any = None,
                   input: str | None = None, candidate: str | None = None, punctuated: str | None = None,
-                  **knobs: Any) -> "Pipeline":
+                  every: Any = None, **knobs: Any) -> "Pipeline":
         """Drop late rows and derive the watermark (see :class:`gpuwm.WatermarkFilter`;
         ``candidate`` / ``punctuated``: a column of the input with each row's
         watermark candidate, or marking the rows that carry one).
@@ -193,7 +193,7 @@ class Pipeline:
                               "'select', or withColumn) and name that column as the watermark's 'candidate'")
         wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
                            max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()),
-                           candidate=candidate, punctuated=punctuated)
+                           candidate=candidate, punctuated=punctuated, every=every)
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
         if self.inputs is not None:

@@ -65,7 +65,7 @@ class _Filter:
     def advance(self, stats: list[dict], now_iso: str, end: bool = False) -> Any:
         """Fold every input partition's statistics: this batch's watermark
         (``end``: the end-of-input drain, :meth:`~gpuwm.WatermarkFilter.end_input`)."""
-        if self.f.profile.emit == "on-event":
+        if self.f.profile.emit != "on-batch":  # on-event, on-periodic: arrival order within a split
             _check_split_locality(stats)
         self.f.advance(stats, datetime.fromisoformat(now_iso))
         if end:
