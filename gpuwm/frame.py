@@ -243,6 +243,12 @@ class Frame:
             rows = xp.flatnonzero(mask)  # cuDF gathers by position; a mask is not one of its take inputs
         return self._map(lambda a: a[mask], lambda a: a.filter(host_mask), n, obj=lambda a: a.take(rows))
 
+    def drop(self, names: Sequence[str]) -> "Frame":
+        """The Frame without columns ``names`` (no copy)."""
+        keep = [f for f in self.schema if f.name not in names]
+        return Frame(self.backend, pa.schema(keep, metadata=self.schema.metadata),
+                     {f.name: self.columns[f.name] for f in keep}, self.num_rows)
+
     def slice(self, start: int, stop: int) -> "Frame":
         stop = min(stop, self.num_rows)
         start = min(start, stop)

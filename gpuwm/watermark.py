@@ -93,6 +93,10 @@ def _check_idle(idle_timeout: Any) -> Any:
     return value
 
 
+#: the column a Pipeline's watermark ``expr`` is evaluated into (the filter leaves it out of its output)
+EXPR_COLUMN = "__gpuwm_watermark"
+
+
 def _check_every(every: Any, emit: str | None) -> Any:
     if (every is None) != (emit != "on-periodic"):
         raise ConfigError("emit='on-periodic' needs every= (rows of a split, or an interval of event time), and "
@@ -144,8 +148,15 @@ class WatermarkSpec:
     candidate: str | None = None
     punctuated: str | None = None
     every: Any = None
+    #: a Spark SQL expression the Pipeline evaluated into column :data:`EXPR_COLUMN` (the candidate), left out
+    #: of the filter's output
+    expr: str | None = None
 
     def __post_init__(self) -> None:
+        if self.expr is not None:
+            if self.candidate is not None or self.punctuated is not None:
+                raise ConfigError("a watermark 'expr' is a strategy of its own: not with candidate or punctuated")
+            object.__setattr__(self, "candidate", EXPR_COLUMN)
         object.__setattr__(self, "every", _check_every(self.every, self.emit))
         if self.candidate is not None and self.punctuated is not None:
             raise ConfigError("candidate and punctuated are two watermark strategies: give one")
@@ -166,7 +177,8 @@ class WatermarkSpec:
         return WatermarkFilter(self.column, self.delay, profile=self.profile, emit=self.emit, split=self.split,
                                idle_timeout=self.idle_timeout, max_drift=self.max_drift,
                                allowed_lateness=self.allowed_lateness, candidate=self.candidate,
-                               punctuated=self.punctuated, every=self.every, backend=backend, **dict(self.knobs))
+                               punctuated=self.punctuated, every=self.every, keep_candidate=self.expr is None,
+                               backend=backend, **dict(self.knobs))
 
     def describe(self) -> dict:
         """The spec as JSON-able values; the strategies only when set, so a
@@ -174,7 +186,7 @@ class WatermarkSpec:
         from .operator import _plain
 
         return {k: _plain(getattr(self, k)) for k in self.__dataclass_fields__
-                if k not in ("candidate", "punctuated", "every") or getattr(self, k) is not None}
+                if k not in ("candidate", "punctuated", "every", "expr") or getattr(self, k) is not None}
 
 
 class WatermarkFilter:
@@ -203,7 +215,9 @@ class WatermarkFilter:
         split's watermark is the largest candidate so far, taken as it is
         (``delay`` and the profile's ``- 1`` do not apply); a null
         candidate, or a null event time, leaves the watermark where it is.
-        Rows are still late by their event time.
+        Rows are still late by their event time. ``keep_candidate=False``:
+        the output (and the late rows) leave that column out (a column
+        made only for the watermark, as a Pipeline's ``expr`` makes).
     punctuated : strategy "punctuated" (Flink's ``onEvent`` emitting on
         marked events): the name of a boolean column; only rows where it is
         true carry a candidate, ``ts - delay`` under the profile's rules.
@@ -247,10 +261,12 @@ class WatermarkFilter:
         candidate: str | None = None,
         punctuated: str | None = None,
         every: Any = None,
+        keep_candidate: bool = True,
         backend: str | None = None,
         **knobs: Any,
     ):
         self.column = column
+        self.keep_candidate = keep_candidate
         self.every = _check_every(every, emit if emit is not None else knobs.get("emit"))
         if candidate is not None and punctuated is not None:
             raise ConfigError("candidate and punctuated are two watermark strategies: give one")
@@ -466,9 +482,11 @@ class WatermarkFilter:
         if res.seen is not None:  # on-periodic in rows: where each split's count and largest candidate are
             top, count = b.to_numpy(res.seen), b.to_numpy(res.count)
             stats["periodic"] = [[self._keys[c], int(top[c]), int(count[c])] for c in seen.tolist()]
+        hide = [] if self.keep_candidate or self.candidate is None else [self.candidate]
         if late_out is not None and res.late:  # the late rows themselves (not dropped nulls), for a side output
             late = ~res.keep if valid is None else ~res.keep & valid
-            late_out.append(frame.filter(late).to_arrow() if frame is not None else filter_table(table, late))
+            rows = frame.filter(late).to_arrow() if frame is not None else filter_table(table, late)
+            late_out.append(rows.drop_columns(hide) if hide else rows)
         if res.keep is None:
             kept = table
         elif isinstance(table, Frame):
@@ -477,6 +495,8 @@ class WatermarkFilter:
             kept = frame.filter(res.keep).to_arrow()
         else:
             kept = filter_table(table, res.keep)
+        if hide:
+            kept = kept.drop(hide) if isinstance(kept, Frame) else kept.drop_columns(hide)
         return kept, stats
 
     def _values(self, table: pa.Table | Frame, frame: Frame | None, name: str) -> tuple[Any, Any | None]:

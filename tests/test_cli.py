@@ -142,3 +142,20 @@ def test_the_package_has_one_version_and_an_spdx_license():
     md = metadata("gpuwm")
     assert md["License-Expression"] == "Apache-2.0" and md.get_all("License-File") == ["gpuwm/LICENSE"]
     assert open(os.path.join(root, "gpuwm", "LICENSE")).read().lstrip().startswith("Apache License")
+
+
+@pytest.mark.spark
+def test_a_bad_watermark_expr_is_one_line_before_the_first_batch(tmp_path):
+    pytest.importorskip("pyspark")
+    (tmp_path / "in").mkdir()
+    spec = {"source": {"format": "parquet", "schema": "ts timestamp, k bigint", "path": str(tmp_path / "in")},
+            "checkpoint": str(tmp_path / "ck"), "trigger": {"availableNow": True},
+            "watermark": {"column": "ts", "delay": "5 seconds", "expr": "ts - INTERVAL 5 BANANAS"},
+            "sink": {"parquet": str(tmp_path / "out")}}
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(spec))
+    r = gpuwm("run", str(path))
+    err = [line for line in r.stderr.splitlines() if line.startswith("gpuwm:")]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert len(err) == 1 and "BANANAS" in err[0] and err[0].startswith("gpuwm: error: [PARSE_SYNTAX_ERROR]")
+    assert not (tmp_path / "ck" / "offsets").exists()  # no micro-batch was planned

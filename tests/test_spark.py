@@ -810,15 +810,17 @@ def test_read_mode_comes_from_spark_conf_and_is_checked(spark, tmp_path):
 
 
 STRATEGIES = {"candidate": {"candidate": "wm"}, "punctuated": {"punctuated": "mark"},
-              "periodic": {"emit": "on-periodic", "every": 250}}
+              "periodic": {"emit": "on-periodic", "every": 250},
+              "expr": {"expr": "CASE WHEN src = 'live' THEN ts - INTERVAL 8 SECONDS END"}}
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy):
     """A spec's watermark ``candidate`` (a column computed by the source's
-    ``select``: only rows of source 'live' carry one), ``punctuated`` (a
-    boolean column) or periodic emission (every 250 rows): the output equals
-    the operators' over the same batches."""
+    ``select``: only rows of source 'live' carry one), ``expr`` (the same as
+    a Spark SQL expression in the watermark), ``punctuated`` (a boolean
+    column) or periodic emission (every 250 rows): the output equals the
+    operators' over the same batches."""
     from gpuwm.spark.spec import build
 
     rng = np.random.default_rng(5)
@@ -844,7 +846,8 @@ def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy
             "window": {"tumble": "5 seconds", "by": ["k"], "aggs": {"n": ["*", "count"], "mx": ["price", "max"]}},
             "sink": {"parquet": f"{tmp_path}/out"}}
     run_to_end(build(spark, spec, verbose=False))
-    f = gpuwm.WatermarkFilter("ts", delay=timedelta(seconds=3), profile="risingwave", **STRATEGIES[strategy])
+    f = gpuwm.WatermarkFilter("ts", delay=timedelta(seconds=3), profile="risingwave",
+                              **(STRATEGIES["candidate"] if strategy == "expr" else STRATEGIES[strategy]))
     a = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "5 seconds"), by=["k"],
                               aggs={"n": ("*", "count"), "mx": ("price", "max")}, profile="risingwave")
     want = []
@@ -865,6 +868,15 @@ def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy
         a0.push(f0.process(t))
         plain.append(a0.drain(f0.output_watermark))
     assert got != rows_of(pa.concat_tables([w for w in plain if w is not None]), cols)
-    with pytest.raises(gpuwm.ConfigError, match="'expr' is not supported yet"):
-        build(spark, dict(spec, checkpoint=f"{tmp_path}/ck2",
-                          watermark={"column": "ts", "delay": "3 seconds", "expr": "ts - INTERVAL 3 SECONDS"}))
+    if strategy == "expr":  # the column the expression went into stays out of the output and the late rows
+        s2 = dict(spec, checkpoint=f"{tmp_path}/ck2", sink={"parquet": f"{tmp_path}/out2"},
+                  late={"parquet": f"{tmp_path}/late2"}, stages=[{"sort": {"key": ["k"]}}],
+                  watermark={"column": "ts", "delay": "0 seconds", "expr": "ts - INTERVAL 1 SECOND"})
+        del s2["window"]
+        run_to_end(build(spark, s2, verbose=False))
+        sorted_rows, late = read_out(f"{tmp_path}/out2"), read_out(f"{tmp_path}/late2")
+        assert sorted_rows.column_names == ["ts", "k", "price", "src", "mark", "wm"]
+        assert late is not None and "__gpuwm_watermark" not in late.column_names
+        with pytest.raises(gpuwm.ConfigError, match="strategy of its own"):
+            build(spark, dict(spec, checkpoint=f"{tmp_path}/ck3",
+                              watermark={"column": "ts", "delay": "3 seconds", "expr": "ts", "candidate": "wm"}))

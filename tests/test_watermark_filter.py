@@ -229,6 +229,17 @@ def test_periodic_emission_is_checked():
         gpuwm.WatermarkFilter("t", delay=0, profile="spark", emit="on-periodic", every=3)
 
 
+def test_a_candidate_made_for_the_watermark_stays_out_of_the_output(backend):
+    """keep_candidate=False (a Pipeline's ``expr`` column): kept and late rows
+    leave it out, on every backend (device Frames too)."""
+    f = gpuwm.WatermarkFilter("t", delay=0, candidate="c", keep_candidate=False, backend=backend)
+    t = lambda ts, c: pa.table({"t": pa.array(ts, pa.int64()), "c": pa.array(c, pa.int64())})  # noqa: E731
+    assert f.process(t([5, 9], [4, None])).column_names == ["t"] and f.watermark == 4
+    late: list = []
+    kept, _ = f.filter_local(gpuwm.frame.Frame.of(t([3, 7], [1, 2]), f._backend), late_out=late)
+    assert kept.schema.names == ["t"] and late[0].column_names == ["t"] and late[0]["t"].to_pylist() == [3]
+
+
 def test_watermark_strategy_columns_are_checked():
     t = pa.table({"t": pa.array([1], pa.int64()), "c": pa.array([1.5]), "m": pa.array([1], pa.int64())})
     with pytest.raises(gpuwm.errors.ConfigError, match="give one"):

@@ -34,7 +34,7 @@ from ..inputs import InputsSpec
 from ..join import input_schemas, inputs_schema
 from ..operator import OperatorSpec
 from ..sort import SortSpec
-from ..watermark import WatermarkSpec
+from ..watermark import EXPR_COLUMN, WatermarkSpec
 from ..session import Session, SessionSpec
 from ..window import WindowSpec
 from . import store, tasks
@@ -188,12 +188,15 @@ class Pipeline:
             _spark_field(schema, split, "split")
         self._lateness_given = "allowed_lateness" in knobs
         lateness = knobs.pop("allowed_lateness", 0)
-        if "expr" in knobs:
-            raise ConfigError("a watermark 'expr' is not supported yet: compute it as a column (a spec's source "
-                              "'select', or withColumn) and name that column as the watermark's 'candidate'")
+        expr = knobs.pop("expr", None)
+        if expr is not None:
+            if self.inputs is not None:
+                raise ConfigError("a watermark 'expr' takes one input for now: with several, compute it as a "
+                                  "column of that input and name it as the watermark's 'candidate'")
+            schema = self._with_watermark_expr(column, expr)
         wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
                            max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()),
-                           candidate=candidate, punctuated=punctuated, every=every)
+                           candidate=candidate, punctuated=punctuated, every=every, expr=expr)
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
         if self.inputs is not None:
@@ -203,6 +206,20 @@ class Pipeline:
             _driver_filter(wm, self._input_arrow_schema())
             self._wm = wm
         return self
+
+    def _with_watermark_expr(self, column: str, expr: str):
+        """Evaluate a watermark ``expr`` (Spark SQL, each row's watermark
+        candidate) into :data:`~gpuwm.watermark.EXPR_COLUMN`, of the event-time
+        column's type; the filter leaves that column out of its output. The
+        input's new schema."""
+        from pyspark.sql import functions as F
+
+        if not isinstance(expr, str) or not expr.strip():
+            raise ConfigError(f"a watermark 'expr' is a Spark SQL expression, got {expr!r}")
+        f = _spark_field(self.df.schema, column, "event-time")
+        self.df = self.df.withColumn(EXPR_COLUMN, F.expr(expr).cast(f.dataType))
+        self._arrow_schema = None
+        return self.df.schema
 
     def join(self, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any] | None = None,
              how: str = "inner", window: Mapping[str, Any] | None = None) -> "Pipeline":

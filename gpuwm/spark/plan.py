@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..inputs import InputsSpec
 from ..join import input_schemas
 from ..operator import OperatorSpec
-from ..watermark import WatermarkSpec
+from ..watermark import EXPR_COLUMN, WatermarkSpec
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Plan:
                 raise ConfigError(f"stage {i - 1} ({stages[i - 1].kind}) must be the last stage or be followed by "
                                   f"an over-window: its output is one ordered stream across the vnodes, which a "
                                   f"following {s.kind} would not keep")
-        schemas = [self.input_schema]
+        schemas = [self.filtered_schema]
         for s in stages:
             schemas.append(s.output_schema(schemas[-1]))
         object.__setattr__(self, "stages", stages)
@@ -105,6 +105,14 @@ class Plan:
         extra = [n for n in self.watermark.names if n not in used]
         if extra:
             raise ConfigError(f"input(s) {extra} are not used: a join takes two inputs; drop them")
+
+    @property
+    def filtered_schema(self) -> pa.Schema:
+        """The rows the filter lets through: the input's, without the column
+        a watermark ``expr`` was evaluated into."""
+        if self.multi or self.watermark.expr is None:
+            return self.input_schema
+        return self.input_schema.remove(self.input_schema.get_field_index(EXPR_COLUMN))
 
     @property
     def multi(self) -> bool:
@@ -235,5 +243,5 @@ def shuffled_schema(plan: Plan) -> pa.Schema:
     if plan.pre_aggregates:
         return partial_schema(plan)
     if plan.arrival_order:
-        return plan.input_schema.append(pa.field(SEQ, pa.int64()))
-    return plan.input_schema
+        return plan.filtered_schema.append(pa.field(SEQ, pa.int64()))
+    return plan.filtered_schema

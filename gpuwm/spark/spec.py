@@ -31,10 +31,12 @@ lists applied in turn (e.g. to parse Kafka values, then name the fields)::
 
 ``watermark``: ``column``, ``delay`` and the filter's options (``split``,
 ``profile``, ``emit``, ``idle_timeout``, ``max_drift``, knobs), and a
-strategy: ``"candidate": col`` (each row's watermark candidate, e.g.
-computed by ``select``: ``"CASE WHEN src = 'live' THEN ts - INTERVAL 5
-SECONDS END AS wm"``) or ``"punctuated": flag`` (only rows whose boolean
-column is true advance it); see :class:`gpuwm.WatermarkFilter`.
+strategy: ``"expr": sql`` (each row's watermark candidate as a Spark SQL
+expression: ``"CASE WHEN source = 'batch' THEN NULL ELSE ts - INTERVAL 5
+SECONDS END"``; one input), ``"candidate": col`` (the same from a column,
+e.g. one ``select`` computed) or ``"punctuated": flag`` (only rows whose
+boolean column is true advance it); ``"emit": "on-periodic", "every": N |
+"10 seconds"`` for periodic emission; see :class:`gpuwm.WatermarkFilter`.
 
 Operators: ``stages``, a list of stages, each one of
 
