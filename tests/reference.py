@@ -39,6 +39,20 @@ class RefFilter:
     seen: dict = field(default_factory=dict)  # on-periodic rows: the largest candidate so far
     count: dict = field(default_factory=dict)  # ... and the rows with an event time so far
 
+    def _test(self, r: tuple, w: Any, kept: list) -> bool:
+        """Keep row ``r`` unless it is late against ``w`` (a null event time:
+        kept, or dropped once a watermark exists under nulls='drop'); False
+        for a null event time."""
+        if r[0] is None:
+            if not (self.nulls == "drop" and w is not None):
+                kept.append(r)
+            return False
+        if self._late(r[0], w):
+            self.late += 1
+        else:
+            kept.append(r)
+        return True
+
     def _cand(self, r: tuple) -> Any:
         c = r[0] - self.delay if self.cand_of is None else self.cand_of(r)
         if c is not None and self.every_time:
@@ -67,17 +81,9 @@ class RefFilter:
         if self.every:
             return self._periodic(rows, split_of, now, running)
         for r in rows:
-            ts, s = r[0], split_of(r)
-            w = running[s] if self.on_event else test[s]
-            if ts is None:
-                if self.nulls == "drop" and w is not None:
-                    continue
-                kept.append(r)
+            s = split_of(r)
+            if not self._test(r, running[s] if self.on_event else test[s], kept):
                 continue
-            if self._late(ts, w):
-                self.late += 1
-            else:
-                kept.append(r)
             if self.on_event:
                 cand = self._cand(r)
                 if cand is not None and (running[s] is None or cand > running[s]):
@@ -107,17 +113,10 @@ class RefFilter:
         the split emits the largest candidate so far."""
         kept = []
         for r in rows:
-            ts, s = r[0], split_of(r)
-            w = running[s]
+            s = split_of(r)
             self.active[s] = now
-            if ts is None:
-                if not (self.nulls == "drop" and w is not None):
-                    kept.append(r)
+            if not self._test(r, running[s], kept):
                 continue
-            if self._late(ts, w):
-                self.late += 1
-            else:
-                kept.append(r)
             cand = self._cand(r)
             if cand is not None and (self.seen.get(s) is None or cand > self.seen[s]):
                 self.seen[s] = cand
