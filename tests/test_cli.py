@@ -153,6 +153,13 @@ def test_a_bad_watermark_expr_is_one_line_before_the_first_batch(tmp_path):
             "watermark": {"column": "ts", "delay": "5 seconds", "expr": "ts - INTERVAL 5 BANANAS"},
             "sink": {"parquet": str(tmp_path / "out")}}
     path = tmp_path / "q.json"
+    good = dict(spec, watermark=dict(spec["watermark"], expr="ts - INTERVAL 5 SECONDS", emit="on-periodic",
+                                     every=100))
+    path.write_text(json.dumps(good))
+    r = gpuwm("run", "--dry-run", str(path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "watermark    expr 'ts - INTERVAL 5 SECONDS' per row, emitted every 100 rows (profile risingwave: " \
+           "emit on-periodic" in r.stdout, r.stdout
     path.write_text(json.dumps(spec))
     r = gpuwm("run", str(path))
     err = [line for line in r.stderr.splitlines() if line.startswith("gpuwm:")]

@@ -836,7 +836,12 @@ def _arrow_schema(spark_schema) -> pa.Schema:
 
 def _describe_wm(wm: WatermarkSpec) -> str:
     prof = wm.resolved_profile
-    return (f"{wm.column} - {wm.delay} (profile {prof.name}: combine {prof.combine}, lag {prof.lag}, "
+    how = (f"expr {wm.expr!r} per row" if wm.expr is not None else f"column {wm.candidate!r} per row"
+           if wm.candidate is not None else f"{wm.column} - {wm.delay} on rows marked by {wm.punctuated!r}"
+           if wm.punctuated is not None else f"{wm.column} - {wm.delay}")
+    if wm.every is not None:
+        how += f", emitted every {wm.every}{' rows' if isinstance(wm.every, int) else ' of event time'}"
+    return (f"{how} (profile {prof.name}: emit {prof.emit}, combine {prof.combine}, lag {prof.lag}, "
             f"end of input {prof.end_of_input}; split {wm.split}, idle_timeout {wm.idle_timeout}, "
             f"allowed_lateness {wm.allowed_lateness})")
 
