@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kernels import NONE, watermark_filter
+from kernels import NONE, ts_candidates, watermark_filter
 from kernels.xp import to_numpy
 
 from .backend import Backend, get_backend
@@ -267,13 +267,13 @@ class WatermarkFilter:
     ):
         self.column = column
         self.keep_candidate = keep_candidate
-        self.every = _check_every(every, emit if emit is not None else knobs.get("emit"))
         if candidate is not None and punctuated is not None:
             raise ConfigError("candidate and punctuated are two watermark strategies: give one")
         self.candidate, self.punctuated = candidate, punctuated
         self.delay = _check_delay(delay)
         self.allowed_lateness = _check_delay(allowed_lateness or 0, "allowed_lateness")
         self.profile = resolve(profile, emit=emit, **knobs)
+        self.every = _check_every(every, self.profile.emit)
         self.split = split if self.profile.combine != "max" else None
         self.split_column = split
         self.idle_timeout = _check_idle(idle_timeout)
@@ -515,35 +515,25 @@ class WatermarkFilter:
         """Each row's watermark candidate under the ``candidate`` or
         ``punctuated`` strategy (:data:`NONE`: none), or None for ``ts - delay``;
         held at multiples of ``every`` when that is an interval."""
-        cand = self._strategy_candidates(table, frame, ts, valid)
-        if self._every_raw is None:
-            return cand
-        xp = self._backend.xp if frame is not None else np
-        if cand is None:
-            t = ts.astype(xp.int64, copy=False)
-            if self._grain > 1:
-                t = t - t % self._grain
-            cand = t - self._eff_delay if valid is None else xp.where(valid, t - self._eff_delay, NONE)
-        return xp.where(cand != NONE, cand - cand % self._every_raw, NONE)
-
-    def _strategy_candidates(self, table: pa.Table | Frame, frame: Frame | None, ts: Any,
-                             valid: Any | None) -> Any | None:
-        if self.candidate is None and self.punctuated is None:
+        if self.candidate is None and self.punctuated is None and self._every_raw is None:
             return None
         xp = self._backend.xp if frame is not None else np
+        src = ts.astype(xp.int64, copy=False)
+        if valid is not None:
+            src = xp.where(valid, src, NONE)
         if self.candidate is not None:
             c, cvalid = self._values(table, frame, self.candidate)
             c = c.astype(xp.int64, copy=False)
-            ok = cvalid if valid is None else (valid if cvalid is None else cvalid & valid)
-            return c if ok is None else xp.where(ok, c, NONE)  # a row without an event time has none either
-        mark, mvalid = self._values(table, frame, self.punctuated)
-        mark = mark if mvalid is None else mark & mvalid
-        if valid is not None:
-            mark = mark & valid
-        t = ts.astype(xp.int64, copy=False)
-        if self._grain > 1:
-            t = t - t % self._grain
-        return xp.where(mark, t - self._eff_delay, NONE)
+            cand = xp.where(src != NONE, c, NONE) if cvalid is None else \
+                xp.where(cvalid & (src != NONE), c, NONE)  # a row without an event time has none either
+        else:
+            cand = ts_candidates(xp, src, self._eff_delay, self._grain)
+            if self.punctuated is not None:
+                mark, mvalid = self._values(table, frame, self.punctuated)
+                cand = xp.where(mark if mvalid is None else mark & mvalid, cand, NONE)
+        if self._every_raw is None:
+            return cand
+        return xp.where(cand != NONE, cand - cand % self._every_raw, NONE)
 
     def advance(self, stats: Sequence[dict], now: datetime | None = None) -> None:
         """Fold chunk statistics from :meth:`filter_local` into the state:

@@ -7,7 +7,7 @@ runs the same steps on ``numpy`` and on ``cupy``.
 from .dedup import lookup
 from .order import KeyFilter, group_starts, key_filter, key_filter_probe, order_indices, sort_rows
 from .sort import cut, merge_released, range_parts
-from .watermark import FilterResult, per_split_max, watermark_filter
+from .watermark import FilterResult, per_split_max, ts_candidates, watermark_filter
 from .window import (assign_windows, derive_watermarks, group_reduce, in_intervals, reduce_runs, segmented_cummax,
                      sessionize,
                      tumble_start)
@@ -35,5 +35,6 @@ __all__ = [
     "in_intervals",
     "sort_rows",
     "tumble_start",
+    "ts_candidates",
     "watermark_filter",
 ]

@@ -99,6 +99,14 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     return out
 
 
+def ts_candidates(xp: Any, src: Any, delay: int, grain: int = 1) -> Any:
+    """Each row's watermark candidate of the bounded out-of-orderness
+    strategy: ``ts - delay``, ``ts`` first truncated to a multiple of
+    ``grain``; :data:`NONE` where ``src`` is (a null event time)."""
+    t = src if grain == 1 else xp.where(src != NONE, src - src % grain, NONE)
+    return xp.where(t != NONE, t - delay, NONE)
+
+
 def periodic_points(xp: Any, cand: Any, counted: Any | None, codes: Any | None, nsplits: int, seen: Any,
                     count: Any, every: int) -> tuple[Any, Any, Any]:
     """Periodic emission every ``every`` rows of a split (Flink's
@@ -200,22 +208,20 @@ def watermark_filter(
     # never count); no per-row candidate array is materialised
     src = ts if valid is None else xp.where(valid, ts, NONE)
     top = per_split_max(xp, src, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
-    if cand is None:
-        if grain > 1:
-            top = xp.where(top != NONE, top - top % grain, top)
-        new_wm = xp.where(top != NONE, xp.maximum(prev_wm, top - delay), prev_wm)
-    else:  # the candidates as they are; ``top`` still says which splits had rows
-        best = per_split_max(xp, cand, codes, nsplits, xp.full(nsplits, NONE, dtype=xp.int64))
-        new_wm = xp.maximum(prev_wm, best)
     seen = count = None
     if periodic is not None:
-        if cand is None:  # ts - delay, ts in whole grains as above
-            t = src if grain == 1 else xp.where(src != NONE, src - src % grain, NONE)
-            cand = xp.where(t != NONE, t - delay, NONE) if valid is not None else t - delay
+        if cand is None:
+            cand = ts_candidates(xp, src, delay, grain)
         emitted, seen, count = periodic_points(xp, cand, valid, codes, nsplits, periodic[0], periodic[1],
                                                periodic[2])
         new_wm = per_split_max(xp, emitted, codes, nsplits, prev_wm)
         cand = emitted  # what rows are tested against: the emission points
+    elif cand is None:
+        if grain > 1:
+            top = xp.where(top != NONE, top - top % grain, top)
+        new_wm = xp.where(top != NONE, xp.maximum(prev_wm, top - delay), prev_wm)
+    else:  # the candidates as they are; ``top`` still says which splits had rows
+        new_wm = per_split_max(xp, cand, codes, nsplits, prev_wm)
     if n == 0:
         return FilterResult(None, new_wm, 0, 0, 0, top, seen, count)
 

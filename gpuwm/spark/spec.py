@@ -284,13 +284,13 @@ def run(spark, spec: dict, verbose: bool = True):
     """Start the spec's query and wait: bounded sources run to the end."""
     from pyspark.errors import StreamingQueryException
 
+    sources = _sources(spec)
+    bounded = all(src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
+                  for src in sources)
     restarted = False
     while True:
         p = build(spark, spec, verbose)
         q = p.start(trigger=spec.get("trigger"))
-        sources = _sources(spec)
-        bounded = all(src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
-                      for src in sources)
         try:
             if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once"):
                 q.awaitTermination()
