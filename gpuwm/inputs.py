@@ -129,28 +129,77 @@ class InputFilters:
         return next((f._domain for f in self.filters.values() if f._domain is not None), None)
 
     # -- the work --------------------------------------------------------------
-    def filter_local(self, tables: Mapping[str, Any], late_out: dict | None = None) -> tuple[dict, dict]:
+    def filter_local(self, tables: Mapping[str, Any], late_out: dict | None = None, *,
+                     held_out: dict | None = None, queued: str = "prepend", align: bool = True,
+                     now: datetime | None = None) -> tuple[dict, dict]:
         """Filter each input's rows against the combined watermark (changes
         no state): the kept rows per input, and the statistics (totals, and
         each input's under ``inputs``). ``late_out``: ``{input: list}`` that
-        gets each input's late rows."""
+        gets each input's late rows.
+
+        Alignment: the inputs with a ``max_drift`` are one alignment group
+        (FLIP-182's group): the bound of each is the slowest non-idle split
+        over the group plus its own drift. ``held_out``: ``{input: list}``
+        that gets each input's held rows; ``queued``, ``align``, ``now``:
+        as :meth:`WatermarkFilter.filter_local`."""
         w = self.output_watermark_raw
         w = NONE if w is None else w
+        low = self._group_low(_now(now)) if align else None
         kept, per = {}, {}
         for n, f in self.filters.items():
             t = tables.get(n)
             if t is None:
-                continue
+                if queued != "prepend" or not f.held_rows:
+                    continue
+                t = f._schema.empty_table()
             out = None if late_out is None else late_out.setdefault(n, [])
-            kept[n], per[n] = f.filter_local(t, late_out=out, against=w)
+            kw = {}
+            if f.max_drift is not None:
+                f.bind(t.schema)
+                kw = {"held_out": (held_out if held_out is not None else {}).setdefault(n, []), "queued": queued,
+                      "align": False if low is None else low + f._drift_raw, "now": now}
+            kept[n], per[n] = f.filter_local(t, late_out=out, against=w, **kw)
         stats = {k: sum(s[k] for s in per.values()) for k in ("rows", "late", "nulls", "nulls_dropped")}
         stats["inputs"] = per
         return kept, stats
 
-    def advance(self, stats: Sequence[dict], now: datetime | None = None) -> None:
+    def _group_low(self, now: datetime) -> int | None:
+        """The slowest non-idle split's watermark over the alignment group."""
+        lows = []
+        for f in self.filters.values():
+            if f._drift_raw is not None:
+                b = f._align_bound(now)
+                if b is not None:
+                    lows.append(b - f._drift_raw)
+        return min(lows) if lows else None
+
+    @property
+    def held_rows(self) -> int:
+        return sum(f.held_rows for f in self.filters.values())
+
+    def held_table(self) -> dict:
+        """Each input's held rows (inputs with none left out)."""
+        return {n: f.held_table() for n, f in self.filters.items() if f.held_rows}
+
+    def releasable(self, now: datetime | None = None) -> bool:
+        now = _now(now)
+        low = self._group_low(now)
+        return any(f.held_rows and (low is None or f._held_releasable(low + f._drift_raw))
+                   for f in self.filters.values())
+
+    def flush(self, now: datetime | None = None) -> dict:
+        """Read every held row (the end of the inputs); the kept rows per input."""
+        held: dict = {}
+        kept, stats = self.filter_local({}, held_out=held, align=False, now=now)
+        self.advance([stats], now, held=held)
+        return kept
+
+    def advance(self, stats: Sequence[dict], now: datetime | None = None, held: dict | None = None) -> None:
+        """``held``: ``{input: [tables]}`` (see :meth:`WatermarkFilter.advance`)."""
         now = _now(now)
         for n, f in self.filters.items():
-            f.advance([s["inputs"][n] for s in stats if n in s.get("inputs", {})], now)
+            f.advance([s["inputs"][n] for s in stats if n in s.get("inputs", {})], now,
+                      held=None if held is None or f.max_drift is None else held.get(n, []))
         self._combined_prev = self._combined
         cand = self._candidate(now)
         if cand is not None and (self._combined is None or cand > self._combined):
@@ -173,8 +222,9 @@ class InputFilters:
 
     def process(self, tables: Mapping[str, pa.Table], now: datetime | None = None) -> dict:
         """One batch: the kept rows of each input given."""
-        kept, stats = self.filter_local(tables)
-        self.advance([stats], now)
+        held: dict = {}
+        kept, stats = self.filter_local(tables, held_out=held, now=now)
+        self.advance([stats], now, held=held)
         return kept
 
     def end_input(self) -> Any:
@@ -237,8 +287,12 @@ class InputFilters:
         return out
 
     def held_back(self, now: datetime | None = None) -> list[str]:
-        now = _now(now)
-        return [f"{n}:{k}" for n, f in self.filters.items() for k in f.held_back(now)]
+        """Splits ahead of the alignment group's bound, as ``input:split``."""
+        low = self._group_low(_now(now))
+        if low is None:
+            return []
+        return [f"{n}:{k}" for n, f in self.filters.items() if f.max_drift is not None
+                for k, w in zip(f._keys, f._wm.tolist()) if w != NONE and w > low + f._drift_raw]
 
     def next_idle(self, now: datetime | None = None) -> datetime | None:
         at = [t for t in (f.next_idle(now) for f in self.filters.values()) if t is not None]

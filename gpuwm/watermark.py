@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kernels import NONE, ts_candidates, watermark_filter
+from kernels import NONE, align_admit, ts_candidates, watermark_filter
+from kernels.watermark import periodic_points
 from kernels.xp import to_numpy
 
 from .backend import Backend, get_backend
@@ -207,8 +208,16 @@ class WatermarkFilter:
         holding the combined watermark back (``min`` and ``min-non-idle``;
         refused under ``max``); it counts while no batch has rows too
         (a no-data batch re-combines at its own time).
-    max_drift : alignment: splits ahead of the combined watermark by more than
-        this are reported by :meth:`held_back` (refused under ``max``).
+    max_drift : alignment (Flink's ``watermark.alignment.max-drift``,
+        FLIP-182's pause and resume; refused under ``max``): a split whose
+        watermark is more than this ahead of the slowest non-idle split's
+        is paused — its rows are held in this filter's state (not emitted,
+        not moving its watermark) and read, in arrival order, in a later
+        batch once the others have caught up. The bound (slowest + drift)
+        is the one before the batch; under ``on-event`` a split reads its
+        rows until one moves it past the bound, under ``on-batch`` all or
+        none. Held rows are in :attr:`held_rows`; :meth:`flush` releases
+        them all (the end of a bounded input).
     candidate : strategy "expression" (RisingWave's ``WATERMARK FOR col AS
         expr``, a Flink ``WatermarkGenerator``): the name of a column, of the
         event-time column's type, holding each row's watermark candidate; a
@@ -296,6 +305,7 @@ class WatermarkFilter:
         self._count = np.zeros(0, dtype=np.int64)  # ... and the rows so far, modulo every
         self._combined: int | None = None
         self._combined_prev: int | None = None
+        self._held: pa.Table | None = None  # alignment: rows of splits that ran ahead, in arrival order
         self.late_rows = 0
         self.null_rows = 0
         self.null_rows_dropped = 0
@@ -402,18 +412,102 @@ class WatermarkFilter:
         self._schema = schema
 
     # -- the work --------------------------------------------------------------
-    def process(self, table: pa.Table, now: datetime | None = None) -> pa.Table:
+    def process(self, table: pa.Table, now: datetime | None = None, *, align: bool = True) -> pa.Table:
         """Filter one chunk / micro-batch; returns the kept rows, same schema.
 
         An empty table is a no-data batch: it advances Spark-style lagged
-        watermarks and idleness, nothing else.
+        watermarks and idleness (and, with ``max_drift``, reads the held
+        rows of splits the others have caught up with), nothing else.
+        ``align=False``: no split is held back this batch (every held row is
+        read first).
         """
-        kept, stats = self.filter_local(table)
-        self.advance([stats], now)
+        held: list = []
+        kept, stats = self.filter_local(table, now=now, align=align, held_out=held)
+        self.advance([stats], now, held=held)
         return kept
 
+    def flush(self, now: datetime | None = None) -> pa.Table:
+        """A no-data batch that reads every held row (alignment: the input
+        ended, so no split has anyone to wait for); returns what it kept.
+        Call it before :meth:`finish` / :meth:`end_input` at the end of a
+        bounded input."""
+        return self.process(self._schema.empty_table() if self._schema is not None else pa.table({}), now,
+                            align=False)
+
+    @property
+    def held_rows(self) -> int:
+        """Rows held back by alignment, waiting in this filter's state."""
+        return 0 if self._held is None else self._held.num_rows
+
+    def held_table(self) -> pa.Table | None:
+        """The held rows (input schema, arrival order), or None."""
+        return self._held
+
+    def _align_bound(self, now: datetime) -> int | None:
+        """Alignment's bound: the slowest non-idle split's watermark plus the
+        drift (None: no drift, or no such split yet)."""
+        if self._drift_raw is None:
+            return None
+        act = self._activity(now)
+        live = [int(w) for w, a in zip(self._wm.tolist(), act) if a and w != NONE]
+        return min(live) + self._drift_raw if live else None
+
+    def _align(self, table: pa.Table | Frame, queued: str, align: Any, now: datetime | None
+               ) -> tuple[pa.Table | Frame, pa.Table | None, dict]:
+        """Alignment before the filter: the held rows first (``queued``:
+        ``prepend`` — from this filter's state; ``only`` — ``table`` is
+        them; ``skip`` — another task reads them), then which rows each
+        split reads under the bound. Returns (rows read, rows held, counts
+        and the splits of the held rows)."""
+        b = self._backend
+        is_frame = isinstance(table, Frame)
+        queue = table.num_rows if queued == "only" else 0
+        if queued == "prepend" and self._held is not None and self._held.num_rows:
+            queue = self._held.num_rows
+            if is_frame:
+                table = Frame.concat([Frame.from_arrow(self._held, b), table])
+            else:
+                table = pa.concat_tables([self._held.cast(table.schema), table])
+        info = {"queue": queue, "released": queue, "held": 0, "held_codes": []}
+        bound = None if align is False or self.ended else self._align_bound(_now(now)) if align is True else align
+        n = table.num_rows
+        if bound is None or not n:
+            return table, None, info
+        split = self._split_codes(table)
+        codes = None if split is None else b.asarray(split[0])
+        xp = b.xp
+        frame = table if is_frame else Frame.from_arrow(table, b) if b.is_gpu else None
+        if frame is None:
+            xp = np
+        contrib = None
+        if self.profile.emit != "on-batch":  # what each row moves its split's watermark to
+            ts, valid = self._values(table, frame, self.column)
+            contrib = self._candidates(table, frame, ts, valid)
+            if contrib is None:
+                src = ts.astype(xp.int64, copy=False)
+                contrib = ts_candidates(xp, src if valid is None else xp.where(valid, src, NONE),
+                                        self._eff_delay, self._grain)
+            if isinstance(self.every, int):  # on-periodic in rows: the emission points
+                contrib = periodic_points(xp, contrib, valid, codes, len(self._keys), xp.asarray(self._seen),
+                                          xp.asarray(self._count), self.every)[0]
+        mask = align_admit(xp, n, contrib, codes, len(self._keys), xp.asarray(self._wm), bound)
+        if mask is None:
+            return table, None, info
+        keep = to_numpy(xp, mask) if frame is None else mask
+        if frame is not None:
+            held = frame.filter(~mask).to_arrow()
+            read = frame.filter(mask)
+            read = read if is_frame else read.to_arrow()
+        else:
+            held, read = filter_table(table, ~keep), filter_table(table, keep)
+        info["held"] = held.num_rows
+        info["released"] = int(xp.count_nonzero(mask[:queue])) if queue else 0
+        info["held_codes"] = [] if codes is None else np.unique(to_numpy(xp, codes[~mask])).tolist()
+        return read, held, info
+
     def filter_local(self, table: pa.Table | Frame, late_out: list | None = None,
-                     against: int | None = None) -> tuple[pa.Table | Frame, dict]:
+                     against: int | None = None, *, held_out: list | None = None, queued: str = "prepend",
+                     align: Any = True, now: datetime | None = None) -> tuple[pa.Table | Frame, dict]:
         """The first half of :meth:`process`; it changes no state (new split keys are
         registered, with no watermark):
         the kept rows and this chunk's statistics (per-split watermark
@@ -435,10 +529,27 @@ class WatermarkFilter:
         ``table`` may be a :class:`~gpuwm.frame.Frame` already on this
         filter's backend; the kept rows then stay a Frame, on the device, for
         the next operator (the Spark runtime moves a batch to the GPU once).
+
+        Alignment (``max_drift``): ``held_out`` (required then) is a list
+        that gets the rows held back (an Arrow table), for :meth:`advance`'s
+        ``held``. ``queued``: where the rows already held come from —
+        ``prepend``: this filter's state, read before ``table``; ``only``:
+        ``table`` is them (a task of their own); ``skip``: another task
+        reads them. ``align``: True — the bound from this filter's state at
+        processing time ``now``; an int — this bound (an alignment group of
+        several inputs); False — hold nothing back.
         """
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         self._bind(table.schema)
+        aligned = None
+        if self._drift_raw is not None:
+            if held_out is None:
+                raise WatermarkError("with max_drift, filter_local() needs held_out= (a list that gets the rows "
+                                     "held back) for advance(held=...)")
+            table, held, aligned = self._align(table, queued, align, now)
+            if held is not None:
+                held_out.append(held)
         split = self._split_codes(table)
         codes, present = (None, None) if split is None else split
         b = self._backend
@@ -479,6 +590,11 @@ class WatermarkFilter:
             "splits": [[self._keys[c], None if new_wm[c] == NONE else int(new_wm[c])] for c in seen.tolist()],
             "late": res.late, "nulls": nnull, "nulls_dropped": res.nulls_dropped, "rows": n,
         }
+        if aligned is not None:  # held rows are input when they arrive, not when read; their splits are active
+            stats["rows"] += aligned["held"] - aligned["queue"]
+            stats["held"], stats["released"] = aligned["held"], aligned["released"]
+            got = set(seen.tolist())
+            stats["splits"] += [[self._keys[c], None] for c in aligned["held_codes"] if c not in got]
         if res.seen is not None:  # on-periodic in rows: where each split's count and largest candidate are
             top, count = b.to_numpy(res.seen), b.to_numpy(res.count)
             stats["periodic"] = [[self._keys[c], int(top[c]), int(count[c])] for c in seen.tolist()]
@@ -535,10 +651,18 @@ class WatermarkFilter:
             return cand
         return xp.where(cand != NONE, cand - cand % self._every_raw, NONE)
 
-    def advance(self, stats: Sequence[dict], now: datetime | None = None) -> None:
+    def advance(self, stats: Sequence[dict], now: datetime | None = None,
+                held: Sequence[pa.Table] | None = None) -> None:
         """Fold chunk statistics from :meth:`filter_local` into the state:
-        split watermarks, idleness, the combined watermark, counters."""
+        split watermarks, idleness, the combined watermark, counters.
+        ``held``: every task's held rows of this batch, in arrival order
+        (the held rows before it, then each task's), which replace the held
+        rows in the state (None: leave them as they are)."""
         now = _now(now)
+        if held is not None:
+            held = [t for t in held if t is not None and t.num_rows]
+            self._held = None if not held else held[0] if len(held) == 1 else pa.concat_tables(
+                [t.cast(held[0].schema) for t in held])
         self._wm_lag = self._wm.copy()
         for st in stats:
             for key, wm in st["splits"]:
@@ -597,7 +721,11 @@ class WatermarkFilter:
     def finish(self, now: datetime | None = None) -> Any:
         """The end of the input as one call: a no-data batch at ``now`` (the
         final watermark: Spark's last micro-batch), then :meth:`end_input`.
-        Returns the watermark to drain every operator with a last time."""
+        Returns the watermark to drain every operator with a last time.
+        Rows held back by alignment must be read first (:meth:`flush`)."""
+        if self.held_rows:
+            raise WatermarkError(f"{self.held_rows} row(s) are held back by alignment: read them with flush() "
+                                 "before finish()")
         self.advance([], now)
         return self.end_input()
 
@@ -656,15 +784,28 @@ class WatermarkFilter:
 
     def held_back(self, now: datetime | None = None) -> list[Any]:
         """Splits whose watermark is ahead of the slowest non-idle split by
-        more than ``max_drift`` (alignment): their source should pause."""
-        if self._drift_raw is None:
+        more than ``max_drift`` (alignment): paused, the next batch holds
+        their rows back."""
+        bound = self._align_bound(_now(now))
+        if bound is None:
             return []
-        act = self._activity(_now(now))
-        live = [int(w) for w, a in zip(self._wm.tolist(), act) if a and w != NONE]
-        if not live:
-            return []
-        bound = min(live) + self._drift_raw
-        return [k for k, w, a in zip(self._keys, self._wm.tolist(), act) if a and w != NONE and w > bound]
+        return [k for k, w in zip(self._keys, self._wm.tolist()) if w != NONE and w > bound]
+
+    def releasable(self, now: datetime | None = None) -> bool:
+        """Some held row would be read by a batch at ``now`` (its split is
+        no longer ahead): a no-data batch then makes progress."""
+        if self._held is None:
+            return False
+        bound = self._align_bound(_now(now))
+        return bound is None or self.ended or self._held_releasable(bound)
+
+    def _held_releasable(self, bound: int) -> bool:
+        """Some split with held rows is within ``bound``."""
+        if self._held is None:
+            return False
+        split = self._split_codes(self._held)  # a host table: host codes
+        codes = np.zeros(1, dtype=np.int64) if split is None else np.unique(np.asarray(split[0]))
+        return bool((self._wm[codes] <= bound).any())
 
     # -- state -----------------------------------------------------------------
     def snapshot(self) -> pa.Table:
@@ -685,7 +826,12 @@ class WatermarkFilter:
                 "periodic_seen": pa.array([None if w == NONE else int(w) for w in self._seen.tolist()], pa.int64()),
                 "periodic_count": pa.array(self._count.tolist(), pa.int64()),
             }
-        ).replace_schema_metadata({"gpuwm.filter": json.dumps(meta)})
+        ).replace_schema_metadata({"gpuwm.filter": json.dumps(meta), **self._held_meta()})
+
+    def _held_meta(self) -> dict:
+        from .frame import table_to_bytes
+
+        return {} if self._held is None else {"gpuwm.held": table_to_bytes(self._held)}
 
     def restore(self, snapshots: pa.Table | Sequence[pa.Table]) -> "WatermarkFilter":
         """Restore from one snapshot (exact continuation) or several (rescale:
@@ -696,9 +842,14 @@ class WatermarkFilter:
             snapshots = [snapshots]
         if self.batches:
             raise WatermarkError("restore() must be called on a fresh WatermarkFilter")
+        from .frame import bytes_to_table
+
         combined = combined_prev = None
+        held = []
         for snap in snapshots:
             meta = json.loads(snap.schema.metadata[b"gpuwm.filter"])
+            if b"gpuwm.held" in snap.schema.metadata:
+                held.append(bytes_to_table(snap.schema.metadata[b"gpuwm.held"]))
             schema = schema_from_text(meta.get("schema"))
             if schema is not None:
                 self._bind(schema)
@@ -721,6 +872,7 @@ class WatermarkFilter:
                     self._seen[code] = row["periodic_seen"]
                 self._count[code] = max(int(self._count[code]), row.get("periodic_count") or 0)
         self._combined, self._combined_prev = combined, combined_prev
+        self._held = None if not held else pa.concat_tables(held)
         return self
 
 

@@ -148,6 +148,34 @@ def periodic_points(xp: Any, cand: Any, counted: Any | None, codes: Any | None, 
     return e, new_seen, (count + per) % every
 
 
+def align_admit(xp: Any, n: int, contrib: Any | None, codes: Any | None, nsplits: int, wm: Any,
+                bound: int) -> Any | None:
+    """Watermark alignment (FLIP-182 pause/resume): the rows each split reads
+    in this chunk while the group's bound is ``bound`` (the slowest split's
+    watermark plus the drift). A split reads its rows in arrival order while
+    its watermark is at most the bound; once a row moves it past the bound
+    the split pauses and its later rows are not read (held).
+
+    ``n``: rows in the chunk. ``wm``: int64 per split, its watermark before the chunk. ``contrib``:
+    int64 per row, what the row moves its split's watermark to
+    (:data:`NONE`: nothing) — its candidate under ``on-event``, its emission
+    point under ``on-periodic``; None under ``on-batch`` (the watermark moves
+    only after the chunk, so a split reads all its rows or none).
+
+    Returns the bool mask of rows read, or None when every row is.
+
+    >>> import numpy as np
+    >>> wm = np.array([0, 0], dtype=np.int64)
+    >>> align_admit(np, 4, np.array([5, 20, 3, 9]), np.array([0, 1, 1, 0]), 2, wm, 10).tolist()
+    [True, True, False, True]
+    """
+    w = xp.full(n, wm[0], dtype=xp.int64) if codes is None else wm[codes]
+    if contrib is not None:
+        w = xp.maximum(_segment_exclusive_cummax(xp, contrib, codes, nsplits), w)
+    ok = w <= bound
+    return None if bool(ok.all()) else ok
+
+
 def watermark_filter(
     xp: Any,
     ts: Any,

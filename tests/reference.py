@@ -163,6 +163,63 @@ class RefFilter:
 
 
 @dataclass
+class RefAligned:
+    """Watermark alignment (FLIP-182's pause and resume) in front of a
+    :class:`RefFilter`: each split is a reader with a queue (its held rows,
+    then its new rows, in arrival order). Before the batch the bound is the
+    slowest non-idle split's watermark plus the drift; a reader whose
+    watermark is above it is paused. A running reader reads its rows one by
+    one, its watermark moving as it emits (row by row under on-event, at
+    every N-th row under on-periodic, not before the batch ends under
+    on-batch), and pauses once it is above the bound; what it does not read
+    stays queued. Splits with rows (read or queued) are active."""
+
+    f: RefFilter
+    drift: int
+    held: list = field(default_factory=list)
+
+    def bound(self, now: int) -> Any:
+        f = self.f
+        live = [f.wm[s] for s in f.splits if f.wm[s] is not None
+                and (f.idle_timeout is None or (f.active[s] is not None and now - f.active[s] <= f.idle_timeout))]
+        return min(live) + self.drift if live else None
+
+    def process(self, rows: list[tuple], split_of: Callable[[tuple], Any], now: int = 0,
+                align: bool = True) -> list[tuple]:
+        f = self.f
+        queue = self.held + rows
+        bound = self.bound(now) if align and not f.ended_all else None
+        read, held = [], []
+        reader: dict = {}  # each split's watermark as its reader emits it
+        count, seen = dict(f.count), dict(f.seen)
+        for r in queue:
+            s = split_of(r)
+            w = reader.get(s, f.wm.get(s))
+            if bound is not None and w is not None and w > bound:
+                held.append(r)
+                continue
+            read.append(r)
+            if r[0] is None or not f.on_event:  # on-batch: the watermark moves after the batch
+                continue
+            c = f._cand(r)
+            if f.every:  # on-periodic in rows
+                if c is not None and (seen.get(s) is None or c > seen[s]):
+                    seen[s] = c
+                count[s] = count.get(s, 0) + 1
+                c = seen.get(s) if count[s] % f.every == 0 else None
+            if c is not None and (w is None or c > w):
+                reader[s] = c
+        self.held = held
+        for r in held:  # a split with rows queued is active (not idle): it is paused, not silent
+            s = split_of(r)
+            if s not in f.wm:
+                f.splits.append(s)
+                f.wm[s] = f.wm_lag[s] = None
+            f.active[s] = now
+        return f.process(read, split_of, now)
+
+
+@dataclass
 class RefSort:
     inclusive: bool
     key_of: Callable[[tuple], tuple]
