@@ -159,7 +159,8 @@ class InputFilters:
                 kw = {"held_out": (held_out if held_out is not None else {}).setdefault(n, []), "queued": queued,
                       "align": False if low is None else low + f._drift_raw, "now": now}
             kept[n], per[n] = f.filter_local(t, late_out=out, against=w, **kw)
-        stats = {k: sum(s[k] for s in per.values()) for k in ("rows", "late", "nulls", "nulls_dropped")}
+        stats = {k: sum(s.get(k, 0) for s in per.values())
+                 for k in ("rows", "late", "nulls", "nulls_dropped", "held", "released")}
         stats["inputs"] = per
         return kept, stats
 

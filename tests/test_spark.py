@@ -880,3 +880,67 @@ def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy
         with pytest.raises(gpuwm.ConfigError, match="strategy of its own"):
             build(spark, dict(spec, checkpoint=f"{tmp_path}/ck3",
                               watermark={"column": "ts", "delay": "3 seconds", "expr": "ts", "candidate": "wm"}))
+
+
+def _aligned_files(tmp_path, batches: int, rows: int, ahead: int) -> tuple[str, list[pa.Table]]:
+    """One file per batch: split 0 at event times 10 s per batch, split 1
+    ``ahead`` seconds in front of it (out of order within a few seconds)."""
+    rng = np.random.default_rng(11)
+    d = f"{tmp_path}/in"
+    os.makedirs(d)
+    tables = []
+    for i in range(batches):
+        p = rng.integers(0, 2, rows)
+        secs = i * 10 + rng.integers(-3, 10, rows) + p * ahead
+        t = pa.table({"ts": pa.array([T0 + timedelta(seconds=int(s)) for s in secs.clip(0)], TS),
+                      "p": pa.array(p, pa.int64()), "k": pa.array(rng.integers(0, 3, rows), pa.int64())})
+        tables.append(t)
+        pq.write_table(t, f"{d}/part-{i:04d}.parquet")
+        os.utime(f"{d}/part-{i:04d}.parquet", (time.time() - 1000 + i,) * 2)
+    return d, tables
+
+
+@pytest.mark.parametrize("vnodes,emit", [(1, "on-event"), (2, "on-batch")])
+def test_alignment_holds_a_split_ahead_equal_to_the_operators(spark, tmp_path, vnodes, emit):
+    """max_drift holds the split running ahead: its rows wait in the
+    filter's state (metrics ``held_rows``), are read when the other split
+    catches up (gpuwm asks for batches without new data for that), and at
+    the end of an availableNow run; the output equals the operators' over
+    the same micro-batches, and the rows held and read add up."""
+    d, tables = _aligned_files(tmp_path, 7, 200, 45)
+    df = spark.readStream.schema("ts timestamp, p bigint, k bigint").option("maxFilesPerTrigger", 1).parquet(d)
+    kw = dict(split="p", profile="risingwave", emit=emit, max_drift="20 seconds")
+    p = (Pipeline(df, f"{tmp_path}/ck", vnodes=vnodes, verbose=False).watermark("ts", "2 seconds", **kw)
+         .window(gpuwm.Tumble("ts", "5 seconds"), by=["p", "k"], aggs={"n": ("*", "count")})
+         .write_parquet(f"{tmp_path}/out"))
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    f = gpuwm.WatermarkFilter("ts", timedelta(seconds=2), **kw)
+    a = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "5 seconds"), by=["p", "k"], aggs={"n": ("*", "count")},
+                              profile="risingwave")
+    files, want = iter(tables), []
+    for m in p.history:  # the same micro-batches: a file, or none (a drain)
+        if m["end_of_input"]:
+            kept = f.flush()
+            f.end_input()
+        else:
+            kept = f.process(next(files) if m["input_rows"] else tables[0].schema.empty_table())
+        a.push(kept)
+        want.append(a.drain(f.output_watermark))
+        assert m["held_rows"] == f.held_rows
+    assert next(files, None) is None and f.held_rows == 0 and p.history[-1]["end_of_input"]
+    held = [m["held_rows"] for m in p.history]
+    assert max(held) > 100
+    assert sum(m["input_rows"] for m in p.history) == 7 * 200
+    assert sum(m["rows_released"] for m in p.history[:-1]) > 0  # read on before the end
+    cols = ["window_start", "p", "k", "n"]
+    got = rows_of(read_out(f"{tmp_path}/out"), cols)
+    assert got == rows_of(pa.concat_tables([w for w in want if w is not None]), cols) and len(got) > 25
+
+
+def test_alignment_with_vnodes_needs_on_batch(spark, tmp_path):
+    df = spark.readStream.schema("ts timestamp, p bigint").parquet(str(tmp_path))
+    p = (Pipeline(df, f"{tmp_path}/ck", vnodes=2).watermark("ts", "2 seconds", split="p", emit="on-event",
+                                                           max_drift="20 seconds")
+         .sort().write_parquet(f"{tmp_path}/out"))
+    with pytest.raises(gpuwm.ConfigError, match="max_drift.*on-batch"):
+        p.explain()

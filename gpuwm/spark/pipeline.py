@@ -87,8 +87,10 @@ class Pipeline:
         the batch's processing time, whether it ended the input
         (``end_of_input``), how many splits the filter has seen (``splits``:
         a Kafka partition added to the topic is a new one), the idle splits
-        (``idle_splits``) and those ahead of the others by more than
-        ``max_drift`` (``held_back_splits``).
+        (``idle_splits``), those ahead of the others by more than
+        ``max_drift`` (``held_back_splits``), the rows alignment holds back
+        after the batch (``held_rows``) and the held rows it read
+        (``rows_released``).
     verbose : print one line per micro-batch.
     name : the query name (and the prefix of verbose lines).
     read : ``"auto"`` (default): the gpuwm task makes the batch's input
@@ -593,8 +595,12 @@ class Pipeline:
                 partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct, end=end), flow)
         else:
             s1 = tasks.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id),
-                                   _spark_schema(s1))
+            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id,
+                                           now_iso=now, end=end), _spark_schema(s1))
+            if plan.aligned:  # one more task reads the rows alignment held back (before the new rows)
+                stage1 = stage1.unionByName(self.spark.range(0, 1, 1, 1).mapInArrow(
+                    partial(tasks.filter_task, plan, fstate, direct={"held": True}, partition=-1,
+                            batch_id=batch_id, now_iso=now, end=end), _spark_schema(s1)))
             ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
                                                              f"cast({tasks.KIND_TICK} as tinyint) as __kind")
             rows = stage1.unionByName(ticks, allowMissingColumns=True)
@@ -614,7 +620,8 @@ class Pipeline:
         filt = _driver_filter(plan.watermark, plan.input_schema, fstate)
         t_now = datetime.fromisoformat(now)
         m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
-                 idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now))
+                 idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
+                 held_rows=filt.held_rows if plan.aligned else 0)
         store.commit_batch(ck, batch_id, fstate, m)
         due, ending = self._next_drain(plan, batch_id, filt, t_now)
         drain.write_request(ck, batch_id, due=due, end=ending)
@@ -648,8 +655,11 @@ class Pipeline:
         w, drained = filt.watermark_raw, filt.output_watermark_raw
         if w is not None and w != drained:  # spark's lag: the next batch drains with a newer watermark
             due = now.timestamp()
-        ending = filt.profile.end_of_input == "all" and self._input_ended(batch_id)
+        ending = not filt.ended and (filt.profile.end_of_input == "all" or (plan.aligned and filt.held_rows > 0)) \
+            and self._input_ended(batch_id)
         if ending:
+            due = now.timestamp()
+        if plan.aligned and filt.releasable(now):  # alignment: a split held back may read on
             due = now.timestamp()
         idle_at = filt.next_idle(now)
         if idle_at is not None and due is None:  # a split goes idle then: the combined watermark may move
@@ -674,8 +684,6 @@ class Pipeline:
         final watermark and it has not run; True when asked."""
         from . import drain
 
-        if plan.watermark.resolved_profile.end_of_input != "all":
-            return False
         committed = store.committed_batches(self.checkpoint)
         if not committed:
             return False
@@ -683,6 +691,8 @@ class Pipeline:
         filt = _driver_filter(plan.watermark, plan.input_schema, store.load_filter_state(self.checkpoint, last))
         if filt.ended:
             return False
+        if plan.watermark.resolved_profile.end_of_input != "all" and not (plan.aligned and filt.held_rows):
+            return False  # (rows held back by alignment are read at the end, whatever the profile)
         drain.write_request(self.checkpoint, last, due=0.0, end=True)
         return True
 
@@ -716,6 +726,7 @@ class Pipeline:
             "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
             else head["max_event_time"] - head["watermark"],
             "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
+            "rows_released": head.get("rows_released", 0),
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
             "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
             "stages": [stages.get(str(i), {"kind": s.kind}) for i, s in enumerate(plan.stages)],
@@ -843,7 +854,8 @@ def _describe_wm(wm: WatermarkSpec) -> str:
         how += f", emitted every {wm.every}{' rows' if isinstance(wm.every, int) else ' of event time'}"
     return (f"{how} (profile {prof.name}: emit {prof.emit}, combine {prof.combine}, lag {prof.lag}, "
             f"end of input {prof.end_of_input}; split {wm.split}, idle_timeout {wm.idle_timeout}, "
-            f"allowed_lateness {wm.allowed_lateness})")
+            f"allowed_lateness {wm.allowed_lateness}"
+            + ("" if wm.max_drift is None else f"; splits more than {wm.max_drift} ahead held back") + ")")
 
 
 def _driver_filter(spec: Any, schema: pa.Schema, state: bytes | None = None) -> Any:

@@ -73,6 +73,9 @@ class Plan:
             raise ConfigError(f"vnodes must be >= 1, got {self.vnodes}")
         stages = tuple(self.stages)
         self._check_inputs(stages)
+        if self.aligned and self.vnodes > 1 and self.watermark.resolved_profile.emit != "on-batch":
+            raise ConfigError("alignment (max_drift) with vnodes > 1 needs emit='on-batch': under on-event a split's "
+                              "held rows and its new ones must be read in one task; use vnodes=1 or emit='on-batch'")
         for i, s in enumerate(stages):
             ordered = i > 0 and stages[i - 1].capabilities.range_exchange
             if s.capabilities.needs_order and not ordered:
@@ -113,6 +116,12 @@ class Plan:
         if self.multi or self.watermark.expr is None:
             return self.input_schema
         return self.input_schema.remove(self.input_schema.get_field_index(EXPR_COLUMN))
+
+    @property
+    def aligned(self) -> bool:
+        """Some input's watermark has a ``max_drift``: rows of splits ahead are held in the filter's state."""
+        wms = [w for _, w in self.watermark.inputs] if self.multi else [self.watermark]
+        return any(w.max_drift is not None for w in wms)
 
     @property
     def multi(self) -> bool:

@@ -48,7 +48,33 @@ KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
 
 def stage1_schema(plan: Plan) -> pa.Schema:
     fields = [f.with_nullable(True) for f in shuffled_schema(plan)]
-    return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string())])
+    return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string()),
+                               ("__held", pa.binary())])
+
+
+def _held_bytes(plan: Plan, held: list | dict) -> bytes | None:
+    """A filter task's rows held back by alignment (``held_out`` of
+    ``filter_local``: tables, or ``{input: tables}``) as Arrow IPC bytes."""
+    if plan.multi:
+        tables = {n: pa.concat_tables(ts) for n, ts in held.items() if ts}
+        t = to_union(plan, tables) if any(x.num_rows for x in tables.values()) else None
+    else:
+        ts = [t for t in held if t.num_rows]
+        t = None if not ts else pa.concat_tables(ts)
+    return None if t is None else store.table_to_bytes(t)
+
+
+def _held_parts(plan: Plan, blobs: list[bytes]) -> list | dict:
+    """The inverse of :func:`_held_bytes` over every task's bytes, in order:
+    ``advance``'s ``held``."""
+    tables = [store.bytes_to_table(b) for b in blobs]
+    if not plan.multi:
+        return tables
+    out: dict = {}
+    for t in tables:
+        for n, x in split_union(plan, t).items():
+            out.setdefault(n, []).append(x)
+    return out
 
 
 class _Filter:
@@ -62,22 +88,27 @@ class _Filter:
         if filter_state:
             self.f.restore(store.bytes_to_table(filter_state))
 
-    def advance(self, stats: list[dict], now_iso: str, end: bool = False) -> Any:
+    def advance(self, stats: list[dict], now_iso: str, end: bool = False, held: list | dict | None = None) -> Any:
         """Fold every input partition's statistics: this batch's watermark
-        (``end``: the end-of-input drain, :meth:`~gpuwm.WatermarkFilter.end_input`)."""
+        (``end``: the end-of-input drain, :meth:`~gpuwm.WatermarkFilter.end_input`;
+        ``held``: the rows alignment holds back after it, None: unknown here)."""
         if self.f.profile.emit != "on-batch":  # on-event, on-periodic: arrival order within a split
             _check_split_locality(stats)
-        self.f.advance(stats, datetime.fromisoformat(now_iso))
+        self.f.advance(stats, datetime.fromisoformat(now_iso), held=held)
         if end:
             self.f.end_input()
         return self.f.output_watermark
 
 
 def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatch], batch_id: int,
-                      part: int) -> tuple[Any, dict]:
+                      part: int, now_iso: str | None, queued: str = "prepend",
+                      end: bool = False) -> tuple[Any, dict, list | dict]:
     """Filter one input partition against the previous batch's filter state.
     On the GPU the Arrow batch moves to the device here, once, and the kept
-    rows come back as a device :class:`~gpuwm.frame.Frame`."""
+    rows come back as a device :class:`~gpuwm.frame.Frame`. Alignment:
+    ``queued`` says where the rows held before come from (see
+    ``filter_local``); none is held back at the end of the input. Returns
+    (kept rows, statistics, held rows)."""
     import gpuwm
     from gpuwm.frame import Frame
 
@@ -88,23 +119,27 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
     table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
     backend = gpuwm.get_backend(plan.backend)
+    held: list | dict = {} if plan.multi else []
+    align = {"held_out": held, "queued": queued, "align": not end,
+             "now": None if now_iso is None else datetime.fromisoformat(now_iso)} if plan.aligned else {}
     if plan.multi:  # several inputs' rows: each input's, in its own schema, to its own filter
         data = {n: Frame.from_arrow(t, backend) if backend.is_gpu else t
                 for n, t in split_union(plan, table).items()}
         late_by: dict | None = None if plan.late is None else {}
-        kept, stats = filt.f.filter_local(data, late_out=late_by)
+        kept, stats = filt.f.filter_local(data, late_out=late_by, **align)
         for n, got in (late_by or {}).items():
             if got:
                 write_late(plan, batch_id, None, part, got[0], "filter", input=n)
     else:
         data = Frame.from_arrow(table, backend) if backend.is_gpu else table
         late: list | None = None if plan.late is None else []
-        kept, stats = filt.f.filter_local(data, late_out=late)
+        kept, stats = filt.f.filter_local(data, late_out=late, **align)
         if late:
             write_late(plan, batch_id, None, part, late[0], "filter")
     stats["read_s"] = t_read - t_start
     stats["t_read"] = t_read
-    return kept, stats
+    stats["part"] = part
+    return kept, stats, held
 
 
 def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -> Iterator[pa.RecordBatch]:
@@ -125,18 +160,27 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -
 # -- task 1: filter each input partition ---------------------------------------------
 def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.RecordBatch],
                 direct: dict | None = None, partition: int | None = None,
-                batch_id: int = -1) -> Iterator[pa.RecordBatch]:
+                batch_id: int = -1, now_iso: str | None = None, end: bool = False) -> Iterator[pa.RecordBatch]:
     """``partition``: this input partition's index (default: Spark's task
     context), for stages whose output depends on arrival order and for the
-    name of its late rows' file."""
+    name of its late rows' file. ``direct={"held": True}``: the task that
+    reads the rows alignment held back before this batch (partition -1:
+    they come before the batch's new rows)."""
     from gpuwm.partition import vnode_of
 
-    if partition is None and (plan.arrival_order or plan.late is not None):
+    if partition is None and (plan.arrival_order or plan.late is not None or plan.aligned):
         from pyspark import TaskContext
 
         partition = TaskContext.get().partitionId()
     filt = _Filter(plan, filter_state)
-    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, partition or 0)
+    if direct is not None and direct.get("held"):
+        got = filt.f.held_table()
+        got = None if not filt.f.held_rows else to_union(plan, got) if plan.multi else got
+        kept, stats, held = _filter_partition(plan, filt, iter([] if got is None else got.to_batches()), batch_id,
+                                              partition, now_iso, "only", end)
+    else:
+        kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, partition or 0,
+                                              now_iso, "skip", end)
     vn = None
     if plan.multi:  # each input's rows to the vnodes of their join keys, as one union
         kept = {n: t if isinstance(t, pa.Table) else t.to_arrow() for n, t in kept.items()}
@@ -163,6 +207,7 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         data = kept.append_column("__vnode", pa.array(vn, pa.int32()))
         data = data.append_column("__kind", pa.array([KIND_DATA] * n, pa.int8()))
         data = data.append_column("__stats", pa.nulls(n, pa.string()))
+        data = data.append_column("__held", pa.nulls(n, pa.binary()))
         yield from data.cast(out_schema).to_batches()
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
     st = json.dumps(stats)
@@ -170,6 +215,7 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
     cols["__vnode"] = pa.array(range(v), pa.int32())
     cols["__kind"] = pa.array([KIND_STATS] * v, pa.int8())
     cols["__stats"] = pa.array([st] * v, pa.string())
+    cols["__held"] = pa.array([_held_bytes(plan, held) if plan.aligned else None] + [None] * (v - 1), pa.binary())
     yield from pa.table(cols, schema=out_schema).to_batches()
 
 
@@ -193,9 +239,13 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
     for v in np.unique(vn).tolist():  # a few vnodes per partition
         mine = vn == v
         if stats is None:  # every vnode got every partition's statistics: fold them once per task
-            stats = [json.loads(s) for s in table.filter(pa.array(mine & (kind == KIND_STATS)))
-                     .column("__stats").to_pylist()]
-            wm = filt.advance(stats, now_iso, end)
+            got = table.filter(pa.array(mine & (kind == KIND_STATS)))
+            stats = [json.loads(s) for s in got.column("__stats").to_pylist()]
+            held = None
+            if plan.aligned and v == 0:  # vnode 0 saves the filter's state: the rows held, in partition order
+                blobs = sorted(zip([s["part"] for s in stats], got.column("__held").to_pylist()))
+                held = _held_parts(plan, [b for _, b in blobs if b is not None])
+            wm = filt.advance(stats, now_iso, end, held)
         rows = table.filter(pa.array(mine & (kind == KIND_DATA))).select(schema.names).cast(schema)
         if plan.arrival_order:  # the shuffle mixed the input partitions: back in input order
             rows = rows.sort_by(SEQ).drop_columns([SEQ])
@@ -214,9 +264,9 @@ def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
     stages, with no shuffle and no Arrow round trip in between (on the GPU
     the rows stay on the device from the filter to the first drain)."""
     filt = _Filter(plan, filter_state)
-    kept, stats = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, 0)
+    kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, 0, now_iso, end=end)
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
-    wm = filt.advance([stats], now_iso, end)
+    wm = filt.advance([stats], now_iso, end, held if plan.aligned else None)
     yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev_batch, stats=[stats], filt=filt,
                            t_start=time.perf_counter()).to_batches()
 
@@ -313,6 +363,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
             "null_rows": sum(s["nulls"] for s in stats), "watermark": f.watermark_raw,
             "output_watermark": f.output_watermark_raw, "max_event_time": f.max_event_time_raw,
             "filter_task_s": sum(s.get("task_s", 0) for s in stats), "read_s": sum(s.get("read_s", 0) for s in stats),
+            "rows_released": sum(s.get("released", 0) for s in stats),
         })
         if vnode == 0:
             fstate = store.table_to_bytes(f.snapshot())
