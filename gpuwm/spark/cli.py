@@ -249,9 +249,13 @@ def status(checkpoint: str) -> str:
     cols = ("batch_id", "input_rows", "late_rows", "rows_emitted", "state_rows", "state_bytes", "watermark",
             "end_of_input", "idle_splits", "wall_s")
     rows = []
+    ms = []
     for b in batches:
         with open(os.path.join(batch_dir(checkpoint, b), "metrics.json")) as fh:
-            m = json.load(fh)
+            ms.append(json.load(fh))
+    if any(m.get("held_rows") or m.get("rows_released") for m in ms):  # alignment held rows back
+        cols = cols[:-1] + ("held_back_splits", "held_rows", "rows_released", "wall_s")
+    for m in ms:
         rows.append([f"{m.get(c):.3f}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols])
     last = batch_dir(checkpoint, batches[-1])
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(last) for f in fs)
