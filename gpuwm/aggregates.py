@@ -118,7 +118,7 @@ class AggregateSpec(OperatorSpec):
     emit: str = "on-window-close"
     window_time: bool = False
 
-    capabilities: ClassVar[Capabilities] = Capabilities(partials=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(partials=True, rescale=True)
     kind: ClassVar[str] = "window"
     #: the window descriptor types this spec takes
     windows: ClassVar[tuple[type, ...]] = ()

@@ -51,7 +51,7 @@ class DedupSpec(OperatorSpec):
     column: str
     delay: Any
 
-    capabilities: ClassVar[Capabilities] = Capabilities(arrival_order=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(arrival_order=True, rescale=True)
     kind: ClassVar[str] = "dedup"
 
     def __post_init__(self) -> None:
@@ -259,6 +259,36 @@ class Dedup(Operator, Drained, Tiers):
             pa.table({"run": pa.array([], pa.int64())})
         out["state"] = state.replace_schema_metadata({"gpuwm.dedup": json.dumps(meta)})
         return out
+
+    def rescale_rows(self) -> pa.Table | None:
+        """The keys held (by value) and when each expires (``__expires``),
+        for a rescale (:func:`gpuwm.partition.rescale`)."""
+        if self._schema is None or not self._runs:
+            return None
+        to_np = self._backend.to_numpy
+        w = self._drained
+        parts = []
+        for r in self._runs:
+            exp = to_np(r.expires)
+            held = np.ones(exp.shape[0], dtype=bool) if w is None or r.id in self._fresh else exp > w
+            cols = [c.decode(to_np(k)[held]) for c, k in zip(self._codecs, r.keys)]
+            parts.append(pa.Table.from_arrays(cols + [pa.array(exp[held], pa.int64())],
+                                              names=[*self.key, "__expires"]))
+        return pa.concat_tables(parts)
+
+    def rescale_absorb(self, rows: pa.Table) -> None:
+        """Hold the keys of :meth:`rescale_rows` (distinct: a key was held on one vnode) as one run."""
+        b = self._backend
+        xp = b.xp
+        frame = Frame.from_arrow(rows, b)
+        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        order, skeys = sort_rows(xp, codes)
+        self._runs.append(_Run(skeys, frame.values("__expires")[0][order], self._next_run))
+        self._next_run += 1
+
+    def rescale_meta(self, olds: list, first: bool) -> None:
+        Drained.rescale_meta(self, olds, first)
+        self.duplicate_rows = sum(o.duplicate_rows for o in olds) if first else 0
 
     def _run_table(self, run: _Run) -> pa.Table:
         to_np = self._backend.to_numpy

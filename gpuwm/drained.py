@@ -77,6 +77,19 @@ class Drained:
                 "late_rows": self.late_rows, "null_rows": self.null_rows,
                 "rows_in": self.rows_in, "rows_out": self.rows_out}
 
+    def rescale_meta(self, olds: list, first: bool) -> None:
+        """After :meth:`rescale_absorb`: the last drain of the operators the
+        state came from (every vnode drained with the same watermark; the
+        latest, should one be behind), and their counters summed on the
+        first new vnode (zero on the others, so the sums stay the same)."""
+        drained = [o._drained for o in olds if o._drained is not None]
+        self._drained = max(drained) if drained else None
+        pending = [o._pending_drain for o in olds if o._pending_drain is not None]
+        if self._schema is None and pending:
+            self._pending_drain = max(pending)
+        for k in ("late_rows", "null_rows", "rows_in", "rows_out"):
+            setattr(self, k, sum(getattr(o, k) for o in olds) if first else 0)
+
     def _load_drained_meta(self, meta: dict) -> None:
         self._drained = meta["drained"]
         if self._schema is None:

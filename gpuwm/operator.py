@@ -76,12 +76,18 @@ class Capabilities:
         with ``range_exchange`` just before it (an over-window after a sort);
         it orders each batch itself, so the sort's output reaches it through
         an ordinary exchange by its keys.
+    rescale : its state can be re-partitioned over another number of
+        vnodes (:func:`gpuwm.partition.rescale`): ``rescale_rows()`` gives
+        it as rows with the columns the vnodes are hashed on, by value, and
+        ``rescale_absorb(rows)`` / ``rescale_meta(olds, first)`` build a
+        fresh operator from some of them.
     """
 
     partials: bool = False
     range_exchange: bool = False
     arrival_order: bool = False
     needs_order: bool = False
+    rescale: bool = False
 
 
 @dataclass(frozen=True)

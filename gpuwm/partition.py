@@ -42,3 +42,21 @@ def vnode_of(table: pa.Table, columns: Sequence[str], vnodes: int) -> np.ndarray
             h = (h ^ _column_hash(table.column(c))) * _MULT
             h ^= h >> np.uint64(29)
     return (h % np.uint64(vnodes)).astype(np.int32)
+
+
+def rescale(olds: Sequence, fresh, keys: Sequence[str], vnodes: int, vnode: int):
+    """Online rescale (RisingWave: scan every state): ``fresh``, a new
+    operator for ``vnode`` of ``vnodes``, takes the state of ``olds`` — the
+    operators of every vnode of the layout before — whose rows hash to it on
+    ``keys`` (the columns rows reach its vnodes by), and their last drain
+    and counters. The operators must declare ``Capabilities(rescale=True)``.
+    A key's state was on one old vnode and goes to one new one whole, so
+    the rescaled operators continue exactly as the old ones would have."""
+    parts = [t for t in (o.rescale_rows() for o in olds) if t is not None and t.num_rows]
+    if parts:
+        rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        mine = vnode_of(rows, keys, vnodes) == vnode
+        if mine.any():
+            fresh.rescale_absorb(rows.filter(pa.array(mine)))
+    fresh.rescale_meta(list(olds), vnode == 0)
+    return fresh

@@ -440,6 +440,21 @@ class SessionAggregate(AggregateOperator):
             cols[f"acc.{acc.agg}.{acc.role}"] = to_np(v)
         return cols
 
+    def rescale_rows(self) -> pa.Table | None:
+        """The open sessions as partials (:meth:`push_partials`' input, keys
+        by value), for a rescale (:func:`gpuwm.partition.rescale`)."""
+        if self._schema is None:
+            return None
+        s = self._all()
+        to_np = self._backend.to_numpy
+        cols = [pa.array(to_np(s.start)), pa.array(to_np(s.end))]
+        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, s.keys)]
+        cols += [pa.array(to_np(v)) for v in s.vals]
+        return pa.Table.from_arrays(cols, schema=self.partial_schema())
+
+    def rescale_absorb(self, rows: pa.Table) -> None:
+        self.push_partials(rows)
+
     def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
         """``{"state": every open session, "dict.<col>": key dictionaries}``;
         with ``rows=False`` the sessions are left to the parts

@@ -65,7 +65,7 @@ class SortSpec(OperatorSpec):
     column: str
     key: tuple[str, ...] = ()
 
-    capabilities: ClassVar[Capabilities] = Capabilities(range_exchange=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(range_exchange=True, rescale=True)
     kind: ClassVar[str] = "sort"
 
     def __post_init__(self) -> None:
@@ -355,6 +355,15 @@ class StreamSort(Operator, Drained):
 
     def state_tables(self) -> dict[str, pa.Table]:
         return {"sort": self.snapshot(rows=False)}
+
+    def rescale_rows(self) -> pa.Table | None:
+        """The buffered rows, for a rescale (:func:`gpuwm.partition.rescale`)."""
+        if self._schema is None or not self._runs:
+            return None
+        return Frame.concat([r.frame for r in self._runs]).to_arrow()
+
+    def rescale_absorb(self, rows: pa.Table) -> None:
+        self.push(rows)
 
     def load_state(self, tables: dict[str, pa.Table], parts: dict[str, pa.Table]) -> "StreamSort":
         if "sort" not in tables:

@@ -417,6 +417,20 @@ class WindowAggregate(AggregateOperator):
         """The store saved every part (writing ``written``, linking the rest)."""
         self._dirty = set()
 
+    def rescale_rows(self) -> pa.Table | None:
+        """The open windows as partials (:meth:`push_partials`' input, keys
+        by value), for a rescale (:func:`gpuwm.partition.rescale`)."""
+        if self._schema is None:
+            return None
+        cols = self._state_columns(sorted(self._blocks))
+        arrays = [pa.array(np.asarray(cols["window_start"]) // self._slide, pa.int64())]
+        arrays += [c.decode(np.asarray(cols[f"key.{k}"])) for c, k in zip(self._codecs, self.by)]
+        arrays += [pa.array(np.asarray(cols[f"acc.{a.agg}.{a.role}"])) for a in self._accs]
+        return pa.Table.from_arrays(arrays, schema=self.partial_schema())
+
+    def rescale_absorb(self, rows: pa.Table) -> None:
+        self.push_partials(rows)
+
     def _state_columns(self, starts: list[int]) -> dict[str, Any]:
         b = self._backend
         xp = b.xp

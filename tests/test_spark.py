@@ -944,3 +944,83 @@ def test_alignment_with_vnodes_needs_on_batch(spark, tmp_path):
          .sort().write_parquet(f"{tmp_path}/out"))
     with pytest.raises(gpuwm.ConfigError, match="max_drift.*on-batch"):
         p.explain()
+
+
+RESCALED = {
+    "dedup-window": lambda p: p.dedup(["id"]).window(gpuwm.Tumble("ts", "5 seconds"), by=["k"],
+                                                      aggs={"n": ("*", "count"), "mx": ("price", "max")}),
+    "sort": lambda p: p.sort(key=["id"]),
+    "session": lambda p: p.window(gpuwm.Session("ts", "3 seconds"), by=["k"], aggs={"n": ("*", "count")}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages", sorted(RESCALED))
+def test_online_rescale_equals_a_run_that_never_rescaled(spark, tmp_path, stages):
+    """vnodes 2 for three files, 3 for the next three — the first of those
+    batches failing after gpuwm committed it, so Spark replays it — then 1
+    for the last two: each restart re-partitions every stage's state by key,
+    and the output equals one run at vnodes 2 over all eight files."""
+    rng = np.random.default_rng(21)
+    batches = _random_batches(rng, 8, 150, 6, 4, 40)
+    schema = "ts timestamp, k bigint, price bigint, id bigint"
+
+    def write(d, i):
+        rows = batches[i]
+        t = pa.table({"ts": pa.array([T0 + timedelta(seconds=s) for s, _, _ in rows], TS),
+                      "k": pa.array([k for _, k, _ in rows], pa.int64()), "price": pa.array([p for _, _, p in rows]),
+                      "id": pa.array([(i * 150 + j) % 400 for j in range(len(rows))], pa.int64())})  # some repeat
+        pq.write_table(t, f"{d}/part-{i:04d}.parquet")
+        os.utime(f"{d}/part-{i:04d}.parquet", (time.time() - 1000 + i,) * 2)
+
+    def run(name, vnodes, on_batch=None):
+        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{name}")
+        p = (Pipeline(df, f"{tmp_path}/ck-{name}", vnodes=vnodes, on_batch=on_batch)
+             .watermark("ts", "3 seconds", profile="risingwave"))
+        p = RESCALED[stages](p).write_parquet(f"{tmp_path}/out-{name}")
+        p.start(trigger={"availableNow": True}).awaitTermination()
+        return p
+
+    for name in ("clean", "rescaled"):
+        os.makedirs(f"{tmp_path}/{name}")
+    for i in range(8):
+        write(f"{tmp_path}/clean", i)
+    run("clean", 2)
+    d = f"{tmp_path}/rescaled"
+    for i in range(3):
+        write(d, i)
+    run("rescaled", 2)
+    for i in range(3, 6):
+        write(d, i)
+
+    def fail_once(m):
+        if m["batch_id"] == 3:
+            raise RuntimeError("simulated crash in the first rescaled batch, after gpuwm committed it")
+
+    with pytest.raises(Exception, match="simulated crash"):
+        run("rescaled", 3, on_batch=fail_once)
+    p = run("rescaled", 3)
+    assert p.history[0]["batch_id"] == 3 and p.history[0]["vnodes"] == 3  # replayed, over 3 vnodes
+    for i in range(6, 8):
+        write(d, i)
+    p = run("rescaled", 1)
+    assert [m["batch_id"] for m in p.history if m["input_rows"]] == [6, 7]
+    clean, got = read_out(f"{tmp_path}/out-clean"), read_out(f"{tmp_path}/out-rescaled")
+    cols = clean.column_names
+    assert got is not None and rows_of(got, cols) == rows_of(clean, cols) and clean.num_rows > 20
+    if stages == "sort":  # one ordered stream, batch by batch
+        ts = got.column("ts").cast(pa.int64()).to_numpy()
+        assert (np.diff(ts) >= 0).all()
+
+
+def test_rescale_is_refused_for_a_stage_that_cannot_repartition(spark, tmp_path):
+    df = spark.readStream.schema("ts timestamp, k bigint, id bigint").parquet(str(tmp_path))
+
+    def start(vnodes):
+        p = (Pipeline(df, f"{tmp_path}/ck", vnodes=vnodes).watermark("ts", "3 seconds")
+             .sort(key=["id"]).over(by=["k"], funcs={"rn": ["row_number"]}).write_parquet(f"{tmp_path}/out"))
+        p.start().stop()
+
+    start(1)
+    with pytest.raises(gpuwm.ConfigError, match=r"vnodes=1; rescaling to vnodes=2 .*stage 1 \(over\)"):
+        start(2)

@@ -40,6 +40,7 @@ from ..window import WindowSpec
 from . import store, tasks
 from .exchange import FLOW_SCHEMA, merge_task
 from .plan import INPUT, Plan, Sink, is_timestamp, union_column
+from .sinks import clear_batch
 
 _INT_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 
@@ -505,15 +506,34 @@ class Pipeline:
         if os.path.exists(p):
             with open(p) as fh:
                 old = fh.read()
-            if old != desc:
+            if old != desc and not self._rescales(plan, old, desc):
                 raise ConfigError(
                     f"the pipeline differs from the one that wrote checkpoint {self.checkpoint!r}; "
                     "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
                     f"checkpoint: {old}\nnow:        {desc}")
+            if old != desc:  # a rescale: the next batch re-partitions the state
+                with open(p + ".tmp", "w") as fh:
+                    fh.write(desc)
+                os.replace(p + ".tmp", p)
         else:
             with open(p + ".tmp", "w") as fh:
                 fh.write(desc)
             os.replace(p + ".tmp", p)
+
+    def _rescales(self, plan: Plan, old: str, new: str) -> bool:
+        """The pipelines differ only in ``vnodes`` (online rescale): True when
+        every stage's state can be re-partitioned, else a ConfigError."""
+        a, b = json.loads(old), json.loads(new)
+        if {k: v for k, v in a.items() if k != "vnodes"} != {k: v for k, v in b.items() if k != "vnodes"}:
+            return False
+        fixed = [f"stage {i} ({s.kind})" for i, s in enumerate(plan.stages) if not s.capabilities.rescale]
+        if fixed:
+            raise ConfigError(f"checkpoint {self.checkpoint!r} was written with vnodes={a.get('vnodes')}; rescaling to "
+                              f"vnodes={plan.vnodes} re-partitions every stage's state by key, which "
+                              f"{', '.join(fixed)} cannot do yet: keep vnodes={a.get('vnodes')}")
+        log.info("gpuwm: rescaling %s from vnodes=%s to %s: the next batch re-partitions the state by key",
+                 self.checkpoint, a.get("vnodes"), plan.vnodes)
+        return True
 
     # -- run -------------------------------------------------------------------
     def start(self, *, trigger: Mapping[str, Any] | None = None, query_name: str | None = None):
@@ -585,6 +605,7 @@ class Pipeline:
         end = drain.ends_input(ck, batch_id)
         flow = _spark_schema(FLOW_SCHEMA)
         t_job = time.perf_counter()
+        clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
         direct, parts = self._direct_input(plan, df, batch_id)
         if direct is not None:  # the tasks read / generate the input; Spark hands them part numbers
             df = self.spark.range(0, parts, 1, parts if plan.vnodes > 1 else 1)

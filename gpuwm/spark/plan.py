@@ -144,6 +144,10 @@ class Plan:
         return tuple(Segment(tuple(st), k, self.vnodes if (j == 0 or k) else 1)
                      for j, (st, k) in enumerate(zip(segs, seg_keys)))
 
+    def segment_of(self, stage: int) -> Segment:
+        """The segment stage ``stage`` runs in."""
+        return next(s for s in self.segments if stage in s.stages)
+
     # -- what the tasks ask ------------------------------------------------------
     @property
     def profile(self):

@@ -24,6 +24,24 @@ def write_output(sink: Sink, batch_id: int, part: int, out: pa.Table | None) -> 
     return b""
 
 
+def clear_batch(plan, batch_id: int) -> None:
+    """Before a batch runs: remove what an earlier attempt of it wrote to the
+    Parquet sink and the late rows. A replay rewrites every part it writes,
+    but one over another number of vnodes (a rescale between the attempts)
+    would leave some of the first attempt's parts beside them."""
+    import glob
+    import shutil
+
+    dirs = []
+    if plan.sink.kind == "parquet":
+        dirs.append(os.path.join(plan.sink.path, f"batch_id={batch_id}"))
+    if plan.late is not None:
+        for pattern in ("", "*", "_stage*"):
+            dirs += glob.glob(os.path.join(plan.late.path, pattern, f"batch_id={batch_id}"))
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _write_parquet(d: str, name: str, table: pa.Table) -> None:
     """``<d>/<name>.parquet``, written under a temporary name and renamed:
     a replay rewrites it whole."""

@@ -25,8 +25,8 @@ import pyarrow as pa
 from ..errors import StateError
 from ..frame import bytes_to_table, table_to_bytes  # noqa: F401  (the store's byte form of a table)
 
-# executor-side cache: (checkpoint, stage, vnode) -> (batch_id, operator)
-_CACHE: dict[tuple[str, int, int], tuple[int, Any]] = {}
+# executor-side cache: (checkpoint, stage, vnode, vnodes of the stage) -> (batch_id, operator)
+_CACHE: dict[tuple[str, int, int, int], tuple[int, Any]] = {}
 
 
 # -- Arrow IPC -----------------------------------------------------------------------
@@ -107,15 +107,44 @@ def save_operator(checkpoint: str, batch_id: int, vnode: int, stage: int, op: An
 def load_operator(plan: Any, stage: int, batch_id: int | None, vnode: int) -> Any:
     """Stage ``stage``'s operator on ``vnode`` as of ``batch_id`` (memory if
     cached there, else the store), or a fresh one when ``batch_id`` is None
-    (before the first batch); bound to the stage's input schema."""
+    (before the first batch); bound to the stage's input schema. When
+    ``batch_id`` was saved over another number of vnodes (the pipeline's
+    ``vnodes`` changed), the operator is built from the state of all of
+    them, re-partitioned by key (:func:`gpuwm.partition.rescale`)."""
     if batch_id is None:
         return plan.build(stage)
-    key = (plan.checkpoint, stage, vnode)
+    seg = plan.segment_of(stage)
+    key = (plan.checkpoint, stage, vnode, seg.tasks)
     # taken out of the cache while in use: a task that fails after changing
     # it must not leave it behind as the state of batch_id (the retry reloads)
     hit = _CACHE.pop(key, None)
     if hit is not None and hit[0] == batch_id:
         return hit[1]
+    saved = saved_vnodes(plan.checkpoint, batch_id, stage)
+    if saved != list(range(seg.tasks)):
+        from gpuwm.partition import rescale
+
+        if not plan.stages[stage].capabilities.rescale:
+            raise StateError(f"gpuwm: stage {stage} ({plan.stages[stage].kind}) was saved over {len(saved)} vnode(s) "
+                             f"and cannot be re-partitioned over {seg.tasks}")
+        olds = [_read_operator(plan, stage, batch_id, u) for u in saved]
+        return rescale(olds, plan.build(stage), seg.keys, seg.tasks, vnode)
+    return _read_operator(plan, stage, batch_id, vnode)
+
+
+def saved_vnodes(checkpoint: str, batch_id: int, stage: int) -> list[int]:
+    """The vnodes that saved stage ``stage`` in version ``batch_id``."""
+    d = batch_dir(checkpoint, batch_id)
+    name = f"stage-{stage:02d}"
+    try:
+        entries = os.listdir(d)
+    except FileNotFoundError:
+        raise StateError(f"gpuwm: the state of batch {batch_id} is missing under {d}") from None
+    return sorted(int(e.removeprefix("vnode-")) for e in entries
+                  if e.startswith("vnode-") and not e.count(".") and os.path.isdir(os.path.join(d, e, name)))
+
+
+def _read_operator(plan: Any, stage: int, batch_id: int, vnode: int) -> Any:
     d = stage_dir(plan.checkpoint, batch_id, vnode, stage)
     if not os.path.isdir(d):
         raise StateError(f"gpuwm: state of stage {stage}, vnode {vnode} for batch {batch_id} is missing under {d}")
@@ -129,7 +158,7 @@ def load_operator(plan: Any, stage: int, batch_id: int | None, vnode: int) -> An
 
 def keep_operator(plan: Any, stage: int, vnode: int, batch_id: int, op: Any) -> None:
     """The operator as of ``batch_id`` stays in this executor's memory."""
-    _CACHE[(plan.checkpoint, stage, vnode)] = (batch_id, op)
+    _CACHE[(plan.checkpoint, stage, vnode, plan.segment_of(stage).tasks)] = (batch_id, op)
 
 
 # -- the driver's side ---------------------------------------------------------------
