@@ -9,8 +9,8 @@ from pathlib import Path
 
 def data_progress(query, pipeline) -> list[dict]:
     """Spark's progress of the micro-batches that had input, as gpuwm's
-    metrics count it: a task that reads or generates its input itself
-    (``read="auto"``) leaves Spark's own ``numInputRows`` at 0."""
+    metrics count it (a batch read directly reports gpuwm's count to Spark's
+    progress too; gpuwm's own count is the one the benchmarks trust)."""
     ids = {m["batch_id"] for m in pipeline.history if m["input_rows"]}
     return [p for p in query.recentProgress if p["batchId"] in ids]
 

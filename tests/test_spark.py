@@ -1024,3 +1024,47 @@ def test_rescale_is_refused_for_a_stage_that_cannot_repartition(spark, tmp_path)
     start(1)
     with pytest.raises(gpuwm.ConfigError, match=r"vnodes=1; rescaling to vnodes=2 .*stage 1 \(over\)"):
         start(2)
+
+
+def test_spark_progress_counts_the_rows_gpuwm_reads_itself(spark, tmp_path):
+    """A batch gpuwm reads directly (files, the Nexmark generator, two
+    inputs' files) skips Spark's scan, yet Spark's progress — what
+    ``query.lastProgress`` and listeners get — counts its input rows, per
+    source, as gpuwm's metrics do; a batch through Spark's reader counts as
+    Spark counts it."""
+    d = f"{tmp_path}/in"
+    os.makedirs(d)
+    for i, n in enumerate((300, 500)):
+        pq.write_table(pa.table({"ts": pa.array([T0 + timedelta(seconds=s) for s in range(n)], TS),
+                                 "k": pa.array(range(n), pa.int64())}), f"{d}/part-{i}.parquet")
+        os.utime(f"{d}/part-{i}.parquet", (time.time() - 1000 + i,) * 2)
+
+    def run(df, ck, read="auto"):
+        p = (Pipeline(df, f"{tmp_path}/{ck}", read=read).watermark("ts", "2 seconds", profile="risingwave")
+             .sort().write_parquet(f"{tmp_path}/out-{ck}"))
+        q = p.start()
+        try:
+            q.processAllAvailable()
+            progress = {pr["batchId"]: pr for pr in q.recentProgress}
+        finally:
+            q.stop()
+        return p, progress
+
+    df = spark.readStream.schema("ts timestamp, k bigint").option("maxFilesPerTrigger", 1).parquet(d)
+    for read in ("auto", "spark"):
+        p, progress = run(df, f"ck-{read}", read)
+        got = [(m["read"], m["input_rows"], progress[m["batch_id"]]["numInputRows"]) for m in p.history
+               if m["input_rows"]]
+        assert got == [(read if read == "spark" else "direct", n, n) for n in (300, 500)]
+        assert progress[1]["sources"][0]["numInputRows"] == 500  # the file source's, not the drain source's
+    p = (Pipeline(read_nexmark(spark, f"{tmp_path}/ck-nex", **NEX), f"{tmp_path}/ck-nex")
+         .watermark("date_time", "2 seconds").sort().write_parquet(f"{tmp_path}/out-nex"))
+    q = p.start()
+    try:
+        q.processAllAvailable()
+        progress = {pr["batchId"]: pr["numInputRows"] for pr in q.recentProgress}
+    finally:
+        q.stop()
+    rows = [(m["batch_id"], m["input_rows"]) for m in p.history if m["input_rows"]]
+    assert len(rows) == 6 and all(m["read"] == "direct" for m in p.history if m["input_rows"])
+    assert [(b, progress[b]) for b, _ in rows] == rows

@@ -136,8 +136,14 @@ def test_spark_profile_join_equals_spark_native(spark, tmp_path, how, vnodes):
     spec["read"] = "spark" if vnodes else "auto"  # auto: the tasks read both inputs' files themselves
     p = build_spec(spark, spec, verbose=False)
     p.on_batch = hist.append
-    p.start(trigger={"availableNow": True}).awaitTermination()
+    q = p.start(trigger={"availableNow": True})
+    q.awaitTermination()
     got = _rows(read_out(f"{tmp_path}/out-{how}"))
+    if not vnodes:  # read directly, Spark's scans skipped: its progress still counts each input's rows
+        progress = {pr["batchId"]: [s["numInputRows"] for s in pr["sources"]] for pr in q.recentProgress}
+        by = [m["input_rows_by_input"] for m in hist if m["input_rows"]]
+        assert [progress[m["batch_id"]][:2] for m in hist if m["input_rows"]] == \
+            [[b["auctions"], b["bids"]] for b in by] and sum(b["bids"] for b in by) > 0
     assert len(want) > 100
     if how == "leftOuter":
         assert sum(r[3] is None for r in want) > 10  # unmatched auctions, emitted at the end too

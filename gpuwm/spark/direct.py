@@ -29,8 +29,11 @@ those events with the generator the source would have run
 (:func:`nexmark_range`, :func:`generate_nexmark`), split by split.
 
 Otherwise the batch goes through Spark's reader as before, decided per batch
-and logged once. Spark's own progress then reports 0 input rows for the batch
-(its scan did not run): gpuwm's metrics (``input_rows``) have the count.
+and logged once. Spark's scan of a batch read directly does not run, so its
+row count would stay 0 in Spark's progress: :func:`report_input_rows` adds
+gpuwm's count to the scan's ``numOutputRows`` metric, which Spark's
+``StreamingQueryProgress`` (``numInputRows``, per source) and listener
+events report.
 """
 
 from __future__ import annotations
@@ -177,6 +180,61 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
             name, schema = named[k]
             t = pq.read_table(path, columns=schema.names).cast(schema)
             yield from to_union(plan, {name: t}).to_batches()
+
+
+def report_input_rows(spark, checkpoint: str, rows: int | dict[str, int],
+                      dirs: dict[str, str] | None = None) -> bool:
+    """On the driver, during a batch gpuwm read directly: add the rows it
+    read to the ``numOutputRows`` metric of the batch's scan in the query's
+    last execution, where Spark's progress reporter counts a source's input
+    rows after the batch. ``rows``: the count, or ``{input: count}`` with
+    ``dirs`` (``{input: directory}``) saying which file scan is whose. The
+    drain source's scan (no partitions) is left alone. False (nothing added)
+    when the query or its scan cannot be found — the progress then shows 0,
+    as before; gpuwm's own metrics are unaffected."""
+    try:
+        root = os.path.abspath(checkpoint)
+        query = None
+        for q in spark.streams.active:
+            sq = q._jsq.streamingQuery()
+            got = _local_path(str(sq.resolvedCheckpointRoot()))
+            if got is not None and os.path.abspath(got) == root:
+                query = sq
+                break
+        if query is None or query.lastExecution() is None:
+            return False
+        scans = []
+        it = query.lastExecution().executedPlan().collectLeaves().iterator()
+        while it.hasNext():
+            node = it.next()
+            name = node.getClass().getSimpleName()
+            if name == "FileSourceScanExec":
+                paths = [_local_path(str(p)) or "" for p in _scala_iter(node.relation().location().rootPaths())]
+                scans.append((node, paths))
+            elif name == "MicroBatchScanExec" and node.inputPartitions().size() > 0:  # not the drain source
+                scans.append((node, []))
+        added = False
+        for node, paths in scans:
+            if isinstance(rows, dict):  # the scan of the input whose directory holds its files
+                name = next((n for n, d in (dirs or {}).items() if paths and all(p.startswith(d) for p in paths)), None)
+                n = rows.get(name, 0) if name is not None else 0
+            else:
+                n, rows = rows, 0  # one input: its first scan
+            metric = node.metrics().get("numOutputRows")
+            if n and metric.isDefined():
+                metric.get().add(int(n))
+                added = True
+        return added
+    except Exception as e:  # internal API: never fail a batch over progress reporting
+        import logging
+
+        logging.getLogger("gpuwm").debug("gpuwm: input rows not reported to Spark's progress: %s", e)
+        return False
+
+
+def _local_path(uri: str) -> str | None:
+    u = urlparse(uri)
+    return unquote(u.path) if u.scheme in ("file", "") else None
 
 
 def logged_offsets(checkpoint: str, batch_id: int) -> list[dict | None]:

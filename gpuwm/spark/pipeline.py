@@ -637,6 +637,14 @@ class Pipeline:
         t_job = time.perf_counter() - t_job
         m = self._batch_metrics(plan, batch_id, res)
         m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
+        if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
+            from .direct import report_input_rows
+
+            if plan.multi:
+                report_input_rows(self.spark, ck, m.get("input_rows_by_input", {}),
+                                  dict(zip(self.inputs, self._input_dirs)))
+            else:
+                report_input_rows(self.spark, ck, m["input_rows"])
         fstate = [bytes(r["__filter_state"]) for r in res if r["__filter_state"]][0]
         filt = _driver_filter(plan.watermark, plan.input_schema, fstate)
         t_now = datetime.fromisoformat(now)
@@ -748,6 +756,7 @@ class Pipeline:
             else head["max_event_time"] - head["watermark"],
             "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
             "rows_released": head.get("rows_released", 0),
+            **({"input_rows_by_input": head["input_rows_by_input"]} if "input_rows_by_input" in head else {}),
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
             "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
             "stages": [stages.get(str(i), {"kind": s.kind}) for i, s in enumerate(plan.stages)],

@@ -365,6 +365,9 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
             "filter_task_s": sum(s.get("task_s", 0) for s in stats), "read_s": sum(s.get("read_s", 0) for s in stats),
             "rows_released": sum(s.get("released", 0) for s in stats),
         })
+        if plan.multi:
+            metrics["input_rows_by_input"] = {n: sum(s["inputs"][n]["rows"] for s in stats if n in s.get("inputs", {}))
+                                              for n in plan.watermark.names}
         if vnode == 0:
             fstate = store.table_to_bytes(f.snapshot())
     flows.append(exchange.result_row(metrics, fstate, payload))
