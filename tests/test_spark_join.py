@@ -387,3 +387,54 @@ def test_run_ends_a_spec_of_bounded_nexmark_inputs(spark, tmp_path):
     t.join(timeout=300)
     assert not t.is_alive(), "run() did not return at the end of its bounded inputs"
     assert sum(m["input_rows"] for m in got[0].history) > 0 and read_out(f"{tmp_path}/out") is not None
+
+
+@pytest.mark.parametrize("vnodes", [1, 2])
+def test_two_inputs_are_one_alignment_group(spark, tmp_path, vnodes):
+    """Two inputs with max_drift, one running 40 s ahead of the other,
+    unioned into a 10 s tumbling count: the input ahead is held back against
+    the group's slowest split, and the output equals the operators'
+    (InputFilters, then the window) over the same micro-batches."""
+    from gpuwm.inputs import InputFilters
+
+    rng = np.random.default_rng(3)
+    files = {"a": [], "b": []}
+    for name, ahead in (("a", 0), ("b", 40)):
+        os.makedirs(f"{tmp_path}/{name}")
+        for i in range(6):
+            secs = i * 10 + rng.integers(0, 10, 120) + ahead
+            t = pa.table({"ts": pa.array([datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=int(s))
+                                          for s in secs], pa.timestamp("us", tz="UTC")),
+                          "k": pa.array(rng.integers(0, 4, 120), pa.int64())})
+            files[name].append(t)
+            pq.write_table(t, f"{tmp_path}/{name}/part-{i:04d}.parquet")
+            os.utime(f"{tmp_path}/{name}/part-{i:04d}.parquet", (time.time() - 1000 + i,) * 2)
+    dfs = {n: spark.readStream.schema("ts timestamp, k bigint").option("maxFilesPerTrigger", 1)
+           .parquet(f"{tmp_path}/{n}") for n in ("a", "b")}
+    kw = dict(profile="risingwave", max_drift="15 seconds")
+    p = Pipeline(dfs, f"{tmp_path}/ck", vnodes=vnodes, verbose=False)
+    for n in ("a", "b"):
+        p = p.watermark("ts", "2 seconds", input=n, **kw)
+    p = (p.union().window(gpuwm.Tumble("ts", "10 seconds"), by=["k"], aggs={"n": ("*", "count")})
+         .write_parquet(f"{tmp_path}/out"))
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    f = InputFilters({n: gpuwm.WatermarkFilter("ts", timedelta(seconds=2), **kw) for n in ("a", "b")})
+    w = gpuwm.WindowAggregate(gpuwm.Tumble("ts", "10 seconds"), by=["k"], aggs={"n": ("*", "count")},
+                              profile="risingwave")
+    it = {n: iter(files[n]) for n in files}
+    want = []
+    for m in p.history:
+        if m["end_of_input"]:
+            kept = f.flush()
+            f.end_input()
+        else:
+            kept = f.process({n: next(it[n]) for n, c in m["input_rows_by_input"].items() if c})
+        got = [t for t in kept.values() if t.num_rows]
+        if got:
+            w.push(pa.concat_tables(got))
+        want.append(w.drain(f.output_watermark))
+        assert m["held_rows"] == f.held_rows
+    assert max(m["held_rows"] for m in p.history) > 100 and f.held_rows == 0
+    cols = ["window_start", "k", "n"]
+    rows = lambda t: sorted(tuple(r[c] for c in cols) for r in t.to_pylist())  # noqa: E731
+    assert rows(read_out(f"{tmp_path}/out")) == rows(pa.concat_tables([x for x in want if x is not None]))
