@@ -359,11 +359,14 @@ class SessionAggregate(AggregateOperator):
         chunk = self._chunk_sessions(table)
         if chunk is None:
             return self.partial_schema().empty_table()
-        chunk = chunk[0]
+        return self._as_partials(chunk[0])
+
+    def _as_partials(self, s: _Sessions) -> pa.Table:
+        """Sessions as :meth:`partial_schema` rows (keys decoded)."""
         to_np = self._backend.to_numpy
-        cols = [pa.array(to_np(chunk.start)), pa.array(to_np(chunk.end))]
-        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, chunk.keys)]
-        cols += [pa.array(to_np(a)) for a in chunk.vals]
+        cols = [pa.array(to_np(s.start)), pa.array(to_np(s.end))]
+        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, s.keys)]
+        cols += [pa.array(to_np(v)) for v in s.vals]
         return pa.Table.from_arrays(cols, schema=self.partial_schema())
 
     def push_partials(self, partials: pa.Table) -> None:
@@ -443,14 +446,7 @@ class SessionAggregate(AggregateOperator):
     def rescale_rows(self) -> pa.Table | None:
         """The open sessions as partials (:meth:`push_partials`' input, keys
         by value), for a rescale (:func:`gpuwm.partition.rescale`)."""
-        if self._schema is None:
-            return None
-        s = self._all()
-        to_np = self._backend.to_numpy
-        cols = [pa.array(to_np(s.start)), pa.array(to_np(s.end))]
-        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, s.keys)]
-        cols += [pa.array(to_np(v)) for v in s.vals]
-        return pa.Table.from_arrays(cols, schema=self.partial_schema())
+        return None if self._schema is None else self._as_partials(self._all())
 
     def rescale_absorb(self, rows: pa.Table) -> None:
         self.push_partials(rows)
