@@ -1,0 +1,102 @@
+"""Host synchronisations and copies per operator call on the GPU path (#17),
+counted on gpu-sim (:mod:`tests.sync_sim`): a small constant, the same for
+10 keys, windows or splits as for 10,000 — so a per-key ``int()`` or a
+size read back per window fails CI on a machine without a GPU.
+
+The budgets are the counts measured when they were written (2026-11-24);
+lowering a count is progress (lower the budget with it), raising one needs
+a reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import gpuwm
+
+from . import sync_sim
+from .sync_sim import COUNTS
+
+#: per call (push + drain for the window and the sort), at most
+BUDGET = {
+    "filter": {"syncs": 10, "d2h": 7, "h2d": 7},
+    "window": {"syncs": 23, "d2h": 8, "h2d": 4},
+    "sort": {"syncs": 17, "d2h": 4, "h2d": 4},
+}
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    sync_sim.install(monkeypatch)
+    return COUNTS
+
+
+def _table(n: int, splits: int, keys: int, span: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"t": pa.array(np.sort(rng.integers(0, span, n)), pa.int64()),
+                     "p": pa.array(rng.integers(0, splits, n), pa.int64()),
+                     "k": pa.array(rng.integers(0, keys, n), pa.int64()),
+                     "v": pa.array(rng.integers(0, 100, n), pa.int64())})
+
+
+def _counted(fn) -> dict:
+    COUNTS.reset()
+    fn()
+    return COUNTS.snapshot()
+
+
+def _within(kind: str, got: dict) -> None:
+    over = {k: (v, BUDGET[kind][k]) for k, v in got.items() if v > BUDGET[kind][k]}
+    assert not over, f"{kind}: over budget (got, budget): {over}"
+
+
+def test_the_counter_sees_scalar_reads_sizes_and_copies(counting):
+    """The counts the budgets rest on: a per-element read loop is one sync
+    each, a boolean mask one, a copy one."""
+    b = gpuwm.get_backend("gpu")
+    a = b.asarray(np.arange(100))
+    assert counting.h2d == 1 and counting.syncs == 0
+    total = sum(int(x) for x in a[:10])  # the hidden per-row sync #17 forbids
+    assert total == 45 and counting.syncs == 10
+    a[a > 50]
+    int(b.xp.count_nonzero(a > 3))
+    b.xp.flatnonzero(a > 3)
+    assert counting.syncs == 13
+    b.to_numpy(a)
+    assert counting.d2h == 1
+
+
+@pytest.mark.parametrize("emit", ["on-batch", "on-event"])
+def test_filter_syncs_do_not_grow_with_splits(counting, emit):
+    got = []
+    for splits in (4, 300, 2000):
+        f = gpuwm.WatermarkFilter("t", 10, split="p", emit=emit, backend="gpu")
+        f.process(_table(20_000, splits, 10, 1000))
+        got.append(_counted(lambda: f.process(_table(20_000, splits, 10, 2000, seed=2))))
+    for g in got:
+        _within("filter", g)
+    assert got[0]["syncs"] > 0 and got[0]["d2h"] > 0  # it counted something
+
+
+def test_window_syncs_do_not_grow_with_keys_or_windows(counting):
+    got = []
+    for keys, span in ((10, 100), (10, 100_000), (10_000, 100), (10_000, 100_000)):
+        a = gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), by=["k"], aggs={"n": ("*", "count"), "s": ("v", "sum")},
+                                  backend="gpu")
+        a.push(_table(20_000, 1, keys, span))
+        a.drain(span // 2)
+        got.append(_counted(lambda: (a.push(_table(20_000, 1, keys, 2 * span, seed=2)), a.drain(span))))
+    for g in got:
+        _within("window", g)
+
+
+def test_sort_syncs_do_not_grow_with_keys_or_rows(counting):
+    got = []
+    for n, keys, span in ((2_000, 10, 100), (20_000, 10_000, 100_000)):
+        s = gpuwm.StreamSort("t", key=["k"], backend="gpu")
+        s.push(_table(n, 1, keys, span))
+        s.drain(span // 2)
+        got.append(_counted(lambda: (s.push(_table(n, 1, keys, 2 * span, seed=2)), s.drain(span))))
+    for g in got:
+        _within("sort", g)
