@@ -166,12 +166,8 @@ class InputFilters:
 
     def _group_low(self, now: datetime) -> int | None:
         """The slowest non-idle split's watermark over the alignment group."""
-        lows = []
-        for f in self.filters.values():
-            if f._drift_raw is not None:
-                b = f._align_bound(now)
-                if b is not None:
-                    lows.append(b - f._drift_raw)
+        lows = [f._slowest(now) for f in self.filters.values() if f._drift_raw is not None]
+        lows = [w for w in lows if w is not None]
         return min(lows) if lows else None
 
     @property
@@ -293,7 +289,7 @@ class InputFilters:
         if low is None:
             return []
         return [f"{n}:{k}" for n, f in self.filters.items() if f.max_drift is not None
-                for k, w in zip(f._keys, f._wm.tolist()) if w != NONE and w > low + f._drift_raw]
+                for k in f._splits_ahead(low + f._drift_raw)]
 
     def next_idle(self, now: datetime | None = None) -> datetime | None:
         at = [t for t in (f.next_idle(now) for f in self.filters.values()) if t is not None]

@@ -443,14 +443,21 @@ class WatermarkFilter:
         """The held rows (input schema, arrival order), or None."""
         return self._held
 
+    def _slowest(self, now: datetime) -> int | None:
+        """The slowest non-idle split's watermark (None: none has one yet)."""
+        act = self._activity(now)
+        live = [int(w) for w, a in zip(self._wm.tolist(), act) if a and w != NONE]
+        return min(live) if live else None
+
     def _align_bound(self, now: datetime) -> int | None:
         """Alignment's bound: the slowest non-idle split's watermark plus the
         drift (None: no drift, or no such split yet)."""
-        if self._drift_raw is None:
-            return None
-        act = self._activity(now)
-        live = [int(w) for w, a in zip(self._wm.tolist(), act) if a and w != NONE]
-        return min(live) + self._drift_raw if live else None
+        low = None if self._drift_raw is None else self._slowest(now)
+        return None if low is None else low + self._drift_raw
+
+    def _splits_ahead(self, bound: int) -> list[Any]:
+        """The splits whose watermark is above ``bound``."""
+        return [k for k, w in zip(self._keys, self._wm.tolist()) if w != NONE and w > bound]
 
     def _align(self, table: pa.Table | Frame, queued: str, align: Any, now: datetime | None
                ) -> tuple[pa.Table | Frame, pa.Table | None, dict]:
@@ -787,9 +794,7 @@ class WatermarkFilter:
         more than ``max_drift`` (alignment): paused, the next batch holds
         their rows back."""
         bound = self._align_bound(_now(now))
-        if bound is None:
-            return []
-        return [k for k, w in zip(self._keys, self._wm.tolist()) if w != NONE and w > bound]
+        return [] if bound is None else self._splits_ahead(bound)
 
     def releasable(self, now: datetime | None = None) -> bool:
         """Some held row would be read by a batch at ``now`` (its split is

@@ -503,6 +503,7 @@ class Pipeline:
                 "checkpoint location.")
         desc = plan.describe()
         p = os.path.join(d, "pipeline.json")
+        old = None
         if os.path.exists(p):
             with open(p) as fh:
                 old = fh.read()
@@ -511,11 +512,7 @@ class Pipeline:
                     f"the pipeline differs from the one that wrote checkpoint {self.checkpoint!r}; "
                     "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
                     f"checkpoint: {old}\nnow:        {desc}")
-            if old != desc:  # a rescale: the next batch re-partitions the state
-                with open(p + ".tmp", "w") as fh:
-                    fh.write(desc)
-                os.replace(p + ".tmp", p)
-        else:
+        if old != desc:  # a new checkpoint, or a rescale (the next batch re-partitions the state)
             with open(p + ".tmp", "w") as fh:
                 fh.write(desc)
             os.replace(p + ".tmp", p)
