@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import pyarrow as pa
 
+from . import staging
 from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError
@@ -238,6 +239,10 @@ class AggregateOperator(Operator, Drained):
             return np.inf if acc.op == "min" else -np.inf
         return _I64.max if acc.op == "min" else _I64.min
 
+    def _columns_needed(self, column: str) -> list[str]:
+        srcs = [c for c, _ in self.aggs.values() if c != "*"]
+        return list(dict.fromkeys([column, *self.by, *srcs]))
+
     # -- output ----------------------------------------------------------------
     def _empty_out(self) -> pa.Table:
         return self._out_schema.empty_table()
@@ -248,11 +253,12 @@ class AggregateOperator(Operator, Drained):
         b = self._backend
         t = self._domain.type
         wdt = np.dtype(np.int64) if self._domain.is_timestamp else np.dtype(t.to_pandas_dtype())
-        w = b.to_numpy(wins)
-        e = w + self._size if ends is None else b.to_numpy(ends)
+        # every output array to the host in one copy
+        w, e, *host = staging.download_arrays(b, [wins, ends, *keys, *accs])
+        hkeys, host = host[:len(keys)], host[len(keys):]
+        e = w + self._size if ends is None else e
         cols = [numpy_to_arrow(t, w.astype(wdt), None), numpy_to_arrow(t, e.astype(wdt), None)]
-        cols += [c.decode(b.to_numpy(k)) for c, k in zip(self._codecs, keys)]
-        host = [b.to_numpy(a) for a in accs]
+        cols += [c.decode(k) for c, k in zip(self._codecs, hkeys)]
         j = 0
         for name, (col, fn) in self.aggs.items():
             field = self._out_schema.field(name)

@@ -52,6 +52,44 @@ class Backend:
         """Device -> host (a no-op on the CPU backend)."""
         return a if not self.is_gpu else self.xp.asnumpy(a)
 
+    # -- pinned staging (gpuwm.staging lays the bytes out; these move them) --
+    def empty_pinned(self, nbytes: int) -> np.ndarray:
+        """A ``uint8`` host array of ``nbytes`` in page-locked memory (from
+        CuPy's pinned pool; plain memory on the CPU backend)."""
+        if not self.is_gpu:
+            return np.empty(nbytes, dtype=np.uint8)
+        import cupyx
+
+        return cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+
+    def upload(self, host: np.ndarray) -> tuple[Any, Any]:
+        """One host->device copy of a ``uint8`` array, queued on the current
+        stream (asynchronous from page-locked memory: later kernels on the
+        stream run after it). Returns the device array and an event that
+        completes when ``host`` may be written again (None: at once)."""
+        if not self.is_gpu:
+            return host, None
+        cuda = self.xp.cuda
+        stream = cuda.get_current_stream()
+        dev = self.xp.empty(host.shape[0], dtype=np.uint8)
+        dev.set(host, stream=stream)
+        return dev, stream.record()
+
+    def download(self, dev: Any, host: np.ndarray) -> None:
+        """One device->host copy of a ``uint8`` array into ``host``; returns
+        when it has landed (the one synchronisation of an output)."""
+        if not self.is_gpu:
+            host[...] = dev
+            return
+        stream = self.xp.cuda.get_current_stream()
+        dev.get(stream=stream, out=host)
+        stream.synchronize()
+
+    def wait(self, event: Any) -> None:
+        """Block until an event from :meth:`upload` has completed."""
+        if event is not None:
+            event.synchronize()
+
 
 CPU = Backend("cpu", np)
 

@@ -1,8 +1,10 @@
 """A columnar table whose fixed-width columns live on a backend's device.
 
 Arrow is the interchange at the edges: :meth:`Frame.from_arrow` moves a
-``pa.Table`` to the backend once (zero-copy views on the CPU, one host->device
-copy per column on the GPU) and :meth:`Frame.to_arrow` brings it back. Between
+``pa.Table`` to the backend once (zero-copy views on the CPU; on the GPU one
+host->device copy of every fixed-width column through page-locked memory,
+:mod:`gpuwm.staging`) and :meth:`Frame.to_arrow` brings it back (one
+device->host copy). Between
 the two, operators gather, filter, slice and concatenate on the device.
 
 Fixed-width columns (integers, floats, booleans, timestamps, dates,
@@ -24,6 +26,9 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
+from kernels.xp import mask_index
+
+from . import staging
 from .backend import Backend
 
 
@@ -43,62 +48,74 @@ def _fixed_dtype(t: pa.DataType) -> np.dtype | None:
     return None
 
 
-def _unpack_bits(buf: pa.Buffer, offset: int, n: int, xp: Any = np, asarray: Any = None) -> Any:
-    """Bits ``offset .. offset+n`` of an Arrow bitmap as a bool array on
-    ``xp``: only the packed bytes are copied to the device, and unpacked there."""
-    first, stop = offset // 8, (offset + n + 7) // 8
-    packed = np.frombuffer(buf, dtype=np.uint8, count=stop)[first:]
-    if asarray is not None:
-        packed = asarray(packed)
-    bits = xp.unpackbits(packed, bitorder="little")
-    lo = offset - 8 * first
-    return bits[lo : lo + n].astype(bool)
+def _bits(xp: Any, packed: Any, lo: int, n: int) -> Any:
+    """Bits ``lo .. lo+n`` of packed bytes (LSB first, as Arrow) as bools."""
+    return xp.unpackbits(packed, bitorder="little")[lo : lo + n].astype(bool)
 
 
-def _pack_bits(a: Any, xp: Any = np, to_numpy: Any = None) -> pa.Buffer:
-    """A bool array (on ``xp``) as an Arrow bitmap: packed on the device,
-    then only the packed bytes are copied back."""
-    packed = xp.packbits(a, bitorder="little")
-    return pa.py_buffer(packed if to_numpy is None else to_numpy(packed))
-
-
-def arrow_to_numpy(arr: pa.Array, dtype: np.dtype, backend: Backend | None = None) -> tuple[Any, Any | None]:
-    """(values, valid) of a fixed-width Arrow array, host views (or, with a
-    GPU ``backend``, device arrays: one copy of the data buffer and of the
-    packed validity bits); valid is None when no value is null. Values under
-    nulls are unspecified."""
-    xp, asarray = (np, None) if backend is None or not backend.is_gpu else (backend.xp, backend.asarray)
+def arrow_to_numpy(arr: pa.Array, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values, valid) of a fixed-width Arrow array as host arrays (views of
+    its buffers, but for booleans); valid is None when no value is null.
+    Values under nulls are unspecified."""
     n = len(arr)
     if n == 0:
-        return xp.empty(0, dtype=dtype), None
-    bufs = arr.buffers()
-    off = arr.offset
-    if dtype == np.dtype(bool):
-        values = _unpack_bits(bufs[1], off, n, xp, asarray)
-    else:
-        values = np.frombuffer(bufs[1], dtype=dtype, count=off + n)[off:]
-        if asarray is not None:
-            values = asarray(values)
-    valid = None
-    if arr.null_count:
-        valid = _unpack_bits(bufs[0], off, n, xp, asarray)
-    return values, valid
+        return np.empty(0, dtype=dtype), None
+    data, valid = staging.input_parts(arr, dtype)
+    lo = arr.offset % 8
+    values = _bits(np, data, lo, n) if dtype == np.dtype(bool) else data.view(dtype)
+    return values, None if valid is None else _bits(np, valid, lo, n)
 
 
-def numpy_to_arrow(t: pa.DataType, values: Any, valid: Any | None, backend: Backend | None = None) -> pa.Array:
-    """The inverse of :func:`arrow_to_numpy`; with a GPU ``backend`` the
-    arrays are on the device and only the Arrow buffers come back."""
-    xp, to_numpy = (np, None) if backend is None or not backend.is_gpu else (backend.xp, backend.to_numpy)
+def numpy_to_arrow(t: pa.DataType, values: np.ndarray, valid: np.ndarray | None) -> pa.Array:
+    """The inverse of :func:`arrow_to_numpy`, for host arrays."""
     n = values.shape[0]
-    nulls = 0 if valid is None else int(n - xp.count_nonzero(valid))
-    if not nulls:
-        valid = None
-    vbuf = None if valid is None else _pack_bits(valid, xp, to_numpy)
+    nulls = 0 if valid is None else int(n - np.count_nonzero(valid))
+    vbuf = None if not nulls else pa.py_buffer(np.packbits(valid, bitorder="little"))
     if values.dtype == np.dtype(bool):
-        data = _pack_bits(values, xp, to_numpy)
+        data = pa.py_buffer(np.packbits(values, bitorder="little"))
     else:
-        data = pa.py_buffer(np.ascontiguousarray(values if to_numpy is None else to_numpy(values)))
+        data = pa.py_buffer(np.ascontiguousarray(values))
     return pa.Array.from_buffers(t, n, [vbuf, data], null_count=nulls)
+
+
+def _upload_fixed(backend: Backend, arrays: Sequence[tuple[pa.Array, np.dtype]]) -> list[tuple[Any, Any]]:
+    """Fixed-width Arrow arrays to the device in one pinned copy
+    (:mod:`gpuwm.staging`): (values, valid) device arrays for each."""
+    xp = backend.xp
+    parts: list = []
+    for arr, dtype in arrays:
+        parts.extend(staging.input_parts(arr, dtype) if len(arr) else (None, None))
+    dev = staging.upload(backend, parts)
+    out = []
+    for i, (arr, dtype) in enumerate(arrays):
+        n, lo = len(arr), arr.offset % 8
+        data, valid = dev[2 * i], dev[2 * i + 1]
+        if not n:
+            out.append((xp.empty(0, dtype=dtype), None))
+            continue
+        values = _bits(xp, data, lo, n) if dtype == np.dtype(bool) else data.view(dtype)
+        out.append((values, None if valid is None else _bits(xp, valid, lo, n)))
+    return out
+
+
+def _download_fixed(backend: Backend, columns: Sequence["Column"], n: int) -> list[pa.Array]:
+    """Fixed-width device columns of ``n`` rows as Arrow arrays, in one
+    device->host copy into page-locked memory (:mod:`gpuwm.staging`);
+    booleans and validity are bit-packed on the device, and Arrow counts
+    the nulls on the host."""
+    xp = backend.xp
+    parts: list = []
+    for c in columns:
+        v = c.values
+        parts.append(xp.packbits(v, bitorder="little") if v.dtype == np.dtype(bool) else staging.as_bytes(xp, v))
+        parts.append(None if c.valid is None else xp.packbits(c.valid, bitorder="little"))
+    host = staging.download(backend, parts)
+    out = []
+    for i, c in enumerate(columns):
+        data, valid = host[2 * i], host[2 * i + 1]
+        vbuf = None if valid is None else pa.py_buffer(valid)
+        out.append(pa.Array.from_buffers(c.type, n, [vbuf, pa.py_buffer(data)], null_count=-1 if vbuf else 0))
+    return out
 
 
 @dataclass
@@ -123,7 +140,9 @@ class Column:
             return self.values
         if self.in_cudf:
             return _cudf_to_arrow(self.values, self.type)
-        return numpy_to_arrow(self.type, self.values, self.valid, backend)
+        if backend.is_gpu:
+            return _download_fixed(backend, [self], int(self.values.shape[0]))[0]
+        return numpy_to_arrow(self.type, self.values, self.valid)
 
 
 def _to_cudf(cudf: Any, arr: pa.Array) -> Any | None:
@@ -161,6 +180,7 @@ class Frame:
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         cols: dict[str, Column] = {}
+        fixed: list[tuple[str, pa.DataType, pa.Array, np.dtype]] = []
         for field, chunked in zip(table.schema, table.columns):
             arr = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
             if isinstance(arr, pa.ChunkedArray):  # zero chunks
@@ -171,12 +191,23 @@ class Frame:
                 cols[field.name] = Column(field.type, arr, None) if dev is None else \
                     Column(field.type, dev, None, in_cudf=True)
                 continue
-            values, valid = arrow_to_numpy(arr, dtype, backend)
-            cols[field.name] = Column(field.type, values, valid)
+            cols[field.name] = None  # placeholder: keeps the schema's order
+            fixed.append((field.name, field.type, arr, dtype))
+        if backend.is_gpu:
+            moved = _upload_fixed(backend, [(arr, dtype) for _, _, arr, dtype in fixed])
+        else:
+            moved = [arrow_to_numpy(arr, dtype) for _, _, arr, dtype in fixed]
+        for (name, t, _, _), (values, valid) in zip(fixed, moved):
+            cols[name] = Column(t, values, valid)
         return cls(backend, table.schema, cols, table.num_rows)
 
     def to_arrow(self) -> pa.Table:
-        arrays = [self.columns[field.name].to_arrow(self.backend) for field in self.schema]
+        """Back to host Arrow; on a GPU, every fixed-width column in one copy."""
+        names = [f.name for f in self.schema]
+        fixed = [n for n in names if self.columns[n].fixed] if self.backend.is_gpu else []
+        got = dict(zip(fixed, _download_fixed(self.backend, [self.columns[n] for n in fixed], self.num_rows)
+                       if fixed else []))
+        arrays = [got[n] if n in got else self.columns[n].to_arrow(self.backend) for n in names]
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
     @classmethod
@@ -232,10 +263,14 @@ class Frame:
         return self._map(lambda a: a[idx], lambda a: a.take(host_idx), int(idx.shape[0]), known,
                          obj=lambda a: a.take(idx))
 
-    def filter(self, mask: Any) -> "Frame":
-        """Rows where ``mask`` (a bool array on this backend) is True."""
+    def filter(self, mask: Any, count: int | None = None) -> "Frame":
+        """Rows where ``mask`` (a bool array on this backend) is True;
+        ``count``, where the caller knows it, is their number (saves a read
+        of it from the device)."""
         xp = self.backend.xp
-        n = int(xp.count_nonzero(mask))
+        n = int(xp.count_nonzero(mask)) if count is None else count
+        if self.backend.is_gpu:  # one count read back, then gathers (a mask index per column reads its own)
+            return self.take(mask_index(xp, mask, n))
         host_mask = rows = None
         if any(c.on_host for c in self.columns.values()):
             host_mask = pa.array(self.backend.to_numpy(mask))

@@ -194,6 +194,12 @@ class Operator:
         self.rows_in += table.num_rows
         return table
 
+    def _columns_needed(self, column: str) -> list[str] | None:
+        """The input columns this operator reads (its output has none of the
+        others), or None: it keeps whole rows. On a GPU, host input moves
+        only these (unless late rows are kept: those are whole rows)."""
+        return None
+
     def _event_times(self, table: Any, column: str) -> tuple[Any, Any, Any]:
         """The chunk as a :class:`~gpuwm.frame.Frame` on this operator's
         backend, the non-null event times of ``column`` (int64), and the rows
@@ -203,6 +209,9 @@ class Operator:
 
         self.bind(table.schema)
         xp = self._backend.xp
+        needed = self._columns_needed(column)
+        if needed is not None and self._late_kept is None and self._backend.is_gpu and not isinstance(table, Frame):
+            table = table.select(needed)  # only what the operator reads crosses to the device
         frame = Frame.of(table, self._backend)
         ts, valid = frame.values(column)
         ts = ts.astype(xp.int64, copy=False)

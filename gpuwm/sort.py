@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from kernels import cut, merge_released, sort_rows
+from kernels.xp import mask_index
 
 from .backend import Backend, get_backend
 from .drained import Drained
@@ -181,7 +182,7 @@ class StreamSort(Operator, Drained):
         frame = Frame.of(table, b)
         ts, valid = frame.values(self.column)
         ts = ts.astype(xp.int64, copy=False)
-        keep = None
+        keep, nulls0, nbehind = None, self.null_rows, 0
         if valid is not None:
             self.null_rows += int(table.num_rows - xp.count_nonzero(valid))
             keep = valid
@@ -195,8 +196,8 @@ class StreamSort(Operator, Drained):
                 self._set_aside(frame, behind)
                 keep = ~behind if keep is None else keep & ~behind
         if keep is not None:
-            frame = frame.filter(keep)
-            ts = ts[keep]
+            idx = mask_index(xp, keep, table.num_rows - self.null_rows + nulls0 - nbehind)
+            frame, ts = frame.take(idx), ts[idx]
         if frame.num_rows == 0:
             return
         self._add_run(frame, ts, self._next_run)

@@ -23,6 +23,7 @@ from kernels import NONE, align_admit, ts_candidates, watermark_filter
 from kernels.watermark import periodic_points
 from kernels.xp import to_numpy
 
+from . import staging
 from .backend import Backend, get_backend
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame, arrow_to_numpy, filter_table
@@ -573,25 +574,29 @@ class WatermarkFilter:
                 f"{self.profile.name!r} refuses nulls (nulls='error'); filter them out or set nulls='drop'/'keep'"
             )
         test = self._wm_lag if self.profile.lag else self._wm
-        codes = None if codes is None else b.asarray(codes)
         rows_every = self.every if isinstance(self.every, int) else None
+        # the per-split state goes to the device in one copy
+        codes, test_d, wm_d, seen_d, count_d = staging.upload_arrays(b, [
+            codes, test, self._wm, *((None, None) if rows_every is None else (self._seen, self._count))])
         res = watermark_filter(
-            xp, ts, valid, codes, len(self._keys), b.asarray(test), b.asarray(self._wm),
+            xp, ts, valid, codes, len(self._keys), test_d, wm_d,
             delay=self._eff_delay, inclusive=self.profile.late_inclusive, lateness=self._lateness,
             on_event=self.profile.emit != "on-batch",
             drop_nulls=self.profile.nulls == "drop", against=against, grain=self._grain,
             cand=self._candidates(table, frame, ts, valid),
-            periodic=None if rows_every is None else (b.asarray(self._seen), b.asarray(self._count), rows_every),
+            periodic=None if rows_every is None else (seen_d, count_d, rows_every),
         )
-        new_wm = np.asarray(b.to_numpy(res.watermarks), dtype=np.int64)
+        # and comes back in one: the new watermarks, each split's top (or row count), the periodic counters
+        tops = None if codes is None or present is not None else res.top if valid is None else xp.bincount(codes)
+        new_wm, tops, p_seen, p_count = staging.download_arrays(b, [res.watermarks, tops, res.seen, res.count])
+        new_wm = np.asarray(new_wm, dtype=np.int64)
         if not n:
             seen = np.zeros(0, dtype=np.int64)
         elif codes is None:
             seen = np.array([0])
         else:
             if present is None:  # self-coded splits: those with rows (a null-ts row still counts)
-                present = np.flatnonzero(b.to_numpy(res.top) != NONE) if valid is None else \
-                    np.flatnonzero(b.to_numpy(xp.bincount(codes)))
+                present = np.flatnonzero(tops != NONE) if valid is None else np.flatnonzero(tops)
             seen = np.sort(present)
         stats = {
             "splits": [[self._keys[c], None if new_wm[c] == NONE else int(new_wm[c])] for c in seen.tolist()],
@@ -603,19 +608,18 @@ class WatermarkFilter:
             got = set(seen.tolist())
             stats["splits"] += [[self._keys[c], None] for c in aligned["held_codes"] if c not in got]
         if res.seen is not None:  # on-periodic in rows: where each split's count and largest candidate are
-            top, count = b.to_numpy(res.seen), b.to_numpy(res.count)
-            stats["periodic"] = [[self._keys[c], int(top[c]), int(count[c])] for c in seen.tolist()]
+            stats["periodic"] = [[self._keys[c], int(p_seen[c]), int(p_count[c])] for c in seen.tolist()]
         hide = [] if self.keep_candidate or self.candidate is None else [self.candidate]
         if late_out is not None and res.late:  # the late rows themselves (not dropped nulls), for a side output
             late = ~res.keep if valid is None else ~res.keep & valid
-            rows = frame.filter(late).to_arrow() if frame is not None else filter_table(table, late)
+            rows = frame.filter(late, res.late).to_arrow() if frame is not None else filter_table(table, late)
             late_out.append(rows.drop_columns(hide) if hide else rows)
         if res.keep is None:
             kept = table
         elif isinstance(table, Frame):
-            kept = frame.filter(res.keep)
+            kept = frame.filter(res.keep, res.kept)
         elif frame is not None:
-            kept = frame.filter(res.keep).to_arrow()
+            kept = frame.filter(res.keep, res.kept).to_arrow()
         else:
             kept = filter_table(table, res.keep)
         if hide:

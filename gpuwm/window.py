@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 
 from kernels import assign_windows, derive_watermarks, group_reduce, group_starts
+from kernels.xp import mask_index
 
 from .aggregates import _I64, AGG_FUNCS, EMIT_MODES, WINDOW_TIME, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, WatermarkError
@@ -210,9 +211,10 @@ class WindowAggregate(AggregateOperator):
             nlate = int(rows.shape[0] - xp.count_nonzero(open_))
             if nlate:
                 self.late_rows += nlate
-                gone = rows[~open_]
+                gone = rows[mask_index(xp, ~open_, nlate)]
                 self._set_aside(frame, gone if base is None else base[gone])
-                rows, widx = rows[open_], widx[open_]
+                idx = mask_index(xp, open_, int(rows.shape[0]) - nlate)
+                rows, widx = rows[idx], widx[idx]
         identity = base is None and self._size == self._slide and rows.shape[0] == table.num_rows
         if base is not None:
             rows = base[rows]

@@ -17,14 +17,23 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Sequence
 
 
-from .xp import bits_for, sort_unique, stable_argsort
+from .xp import _numpy_path, bits_for, sort_unique, stable_argsort, to_numpy
 
 _U64_MASK = (1 << 64) - 1
 
 
-def _ranges(xp: Any, cols: Sequence[Any]) -> list[tuple[int, int]]:
-    # one device->host sync per column for min and max: O(columns), not rows
-    return [(int(c.min()), int(c.max())) for c in cols]
+def value_ranges(xp: Any, cols: Sequence[Any]) -> list[tuple[int, int]]:
+    """(min, max) of each (non-empty) integer column as Python ints: on a
+    device, all of them in one copy to the host (one sync, whatever the
+    number of columns).
+
+    >>> value_ranges(np, [np.array([3, 1, 2]), np.array([-5, 9])])
+    [(1, 3), (-5, 9)]
+    """
+    if _numpy_path(xp) or any(c.dtype == xp.uint64 for c in cols):  # uint64 does not fit the int64 stack
+        return [(int(c.min()), int(c.max())) for c in cols]
+    ends = to_numpy(xp, xp.stack([e.astype(xp.int64) for c in cols for e in (c.min(), c.max())])).tolist()
+    return list(zip(ends[0::2], ends[1::2]))
 
 
 def order_indices(xp: Any, cols: Sequence[Any]) -> Any:
@@ -50,7 +59,7 @@ def sort_rows(xp: Any, cols: Sequence[Any]) -> tuple[Any, list[Any]]:
     n = int(cols[0].shape[0])
     if n == 0:
         return xp.zeros(0, dtype=xp.int64), [c[:0].astype(xp.int64) for c in cols]
-    ranges = _ranges(xp, cols)
+    ranges = value_ranges(xp, cols)
     widths = [bits_for(hi - lo) for lo, hi in ranges]
     key_bits = sum(widths)
     if key_bits <= 63:

@@ -24,7 +24,7 @@ from typing import Any
 
 from .order import group_starts
 from .window import segmented_cummax
-from .xp import INT64_MAX, NONE, cummax, scatter_max, scatter_min, stable_argsort, to_numpy
+from .xp import INT64_MAX, NONE, _numpy_path, cummax, scatter_max, scatter_min, stable_argsort, to_numpy
 
 
 @dataclass
@@ -71,7 +71,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     # narrow codes sort by radix (numpy) instead of merge sort
     order = stable_argsort(xp, codes.astype(xp.int16) if nsplits < (1 << 15) else codes)
     sv = v[order]
-    if nsplits <= loop_max:
+    if nsplits <= loop_max and _numpy_path(xp):  # a device takes the segmented scan: no launches per split
         counts = xp.bincount(codes, minlength=nsplits)
         ends = to_numpy(xp, counts.cumsum()).tolist()
         ex = xp.empty(n, dtype=xp.int64)
@@ -88,7 +88,7 @@ def _segment_exclusive_cummax(xp: Any, v: Any, codes: Any | None, nsplits: int, 
     valid = sv != NONE
     # a null stands for "nothing": give it a value below every value of its split
     lo = xp.full(nsplits, INT64_MAX, dtype=xp.int64)
-    scatter_min(xp, lo, sc[valid], sv[valid])
+    scatter_min(xp, lo, sc, xp.where(valid, sv, INT64_MAX))  # nulls leave it as it is
     floor = lo[sc] - 1
     first = group_starts(xp, [sc])
     run = segmented_cummax(xp, xp.where(valid, sv, floor), first)

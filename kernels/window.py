@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .order import group_starts, order_indices, sort_rows
+from .order import group_starts, order_indices, sort_rows, value_ranges
 from .xp import cummax, reduceat
 
 
@@ -101,7 +101,7 @@ def group_reduce(
     if n == 0:
         return ([k[:0] for k in keys], [xp.zeros(0, xp.int64) if a is None else a[:0] for a in accs],
                 xp.zeros(0, xp.int64), xp.zeros(0, xp.int64))
-    ranges = [(int(k.min()), int(k.max())) for k in keys]
+    ranges = value_ranges(xp, keys)
     cells = 1
     for lo, hi in ranges:
         cells *= hi - lo + 1

@@ -43,6 +43,22 @@ def scalar(a: Any) -> int:
     return int(a)
 
 
+def mask_index(xp: Any, mask: Any, count: int) -> Any:
+    """Positions of the ``count`` True entries of ``mask`` (``count`` already
+    on the host): ``flatnonzero`` without the second read of the count that
+    CuPy's (and each boolean-mask index) makes. Gathers by these positions
+    then select rows from any number of columns with no further sync.
+
+    >>> mask_index(np, np.array([False, True, True, False, True]), 3).tolist()
+    [1, 2, 4]
+    """
+    if _numpy_path(xp):
+        return np.flatnonzero(mask)
+    out = xp.empty(count + 1, dtype=xp.int64)
+    out[xp.where(mask, xp.cumsum(mask) - 1, count)] = xp.arange(mask.shape[0])  # the rest land in slot ``count``
+    return out[:count]
+
+
 def stable_argsort(xp: Any, a: Any) -> Any:
     """Stable argsort: numpy needs ``kind='stable'``; cupy is always stable."""
     if is_numpy(xp):

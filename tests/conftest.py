@@ -30,6 +30,20 @@ class HostGpu(gpuwm.backend.Backend):
     def to_numpy(self, a):
         return np.asarray(a)
 
+    # pinned staging (gpuwm.staging): copies, as the GPU's, so that no
+    # device view aliases the Arrow input or a reused pinned buffer
+    def empty_pinned(self, nbytes):
+        return np.full(nbytes, 0xA5, dtype=np.uint8)  # garbage, as fresh memory is: a byte never written shows
+
+    def upload(self, host):
+        return np.array(host, copy=True), None
+
+    def download(self, dev, host):
+        host[...] = dev
+
+    def wait(self, event):
+        pass
+
 
 _np_searchsorted = np.searchsorted
 

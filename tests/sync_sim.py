@@ -81,6 +81,12 @@ class Dev(np.ndarray):
             COUNTS.syncs += 1  # the output's size is the mask's count
         return _dev(np.ndarray.__getitem__(self, key))
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        k = key if not isinstance(key, tuple) else (key[0] if key else None)
+        if isinstance(k, np.ndarray) and k.dtype == bool and np.ndim(value) > 0:
+            COUNTS.syncs += 1  # CuPy checks the values' length against the mask's count
+        np.ndarray.__setitem__(self, key, value)
+
     def __iter__(self):  # as CuPy: 0-d device arrays, each read a sync of its own
         return (self[i] for i in range(self.shape[0]))
 
@@ -111,7 +117,7 @@ class SimXP:
         def call(*args: Any, **kw: Any) -> Any:
             if sized and any(isinstance(a, Dev) for a in args):
                 COUNTS.syncs += 1
-            if to_device and args and isinstance(args[0], np.ndarray) and not isinstance(args[0], Dev):
+            if to_device and args and not isinstance(args[0], Dev):  # host data: an array, a list, a scalar
                 COUNTS.h2d += 1
             out = attr(*args, **kw)
             return tuple(_dev(o) for o in out) if isinstance(out, tuple) else _dev(out)
@@ -141,6 +147,31 @@ class CountingGpu(gpuwm.backend.Backend):
             COUNTS.d2h += 1
             return np.array(a.view(np.ndarray), copy=True)
         return np.asarray(a)
+
+    def empty_pinned(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def upload(self, host: np.ndarray) -> tuple[Any, Any]:
+        COUNTS.h2d += 1
+        return np.array(host, copy=True).view(Dev), _Event()
+
+    def download(self, dev: Any, host: np.ndarray) -> None:
+        assert isinstance(dev, Dev)
+        COUNTS.d2h += 1
+        host[...] = dev.view(np.ndarray)
+
+    def wait(self, event: Any) -> None:
+        if event is not None:
+            event.synchronize()
+
+
+class _Event:
+    """A staging copy's completion. Waiting on one is not counted: it is
+    waited for one batch later, to reuse the pinned buffer, when the copy
+    has long finished (the wait returns at once on a GPU)."""
+
+    def synchronize(self) -> None:
+        pass
 
 
 def install(monkeypatch) -> None:
