@@ -27,7 +27,10 @@ import pyarrow.compute as pc
 
 from kernels import group_starts, sort_rows
 from kernels.dedup import lookup
+from kernels.order import merge_order
+from kernels.xp import INT64_MAX, mask_index
 
+from . import staging
 from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
@@ -81,11 +84,15 @@ class _Run:
 
     __slots__ = ("keys", "expires", "id", "saved", "live", "lo", "hi")
 
-    def __init__(self, keys: list[Any], expires: Any, rid: int, saved: bool = False, live: int | None = None):
+    def __init__(self, keys: list[Any], expires: Any, rid: int, saved: bool = False, live: int | None = None,
+                 bounds: tuple[int, int] | None = None):
         self.keys, self.expires, self.id, self.saved = keys, expires, rid, saved
         self.live = int(expires.shape[0]) if live is None else live
-        # the earliest and latest expiry (one device sync each, once per run)
-        self.lo, self.hi = (int(expires.min()), int(expires.max())) if expires.shape[0] else (0, 0)
+        # bounds on the expiries: lo <= every expiry <= hi (exact where the
+        # caller read them; merges and rewrites keep bounds, read nothing)
+        if bounds is None:
+            bounds = (int(expires.min()), int(expires.max())) if expires.shape[0] else (0, 0)
+        self.lo, self.hi = bounds
 
     @property
     def rows(self) -> int:
@@ -165,8 +172,9 @@ class Dedup(Operator, Drained, Tiers):
         # with sorted keys (each binary search starts near the last one)
         perm, skeys = sort_rows(xp, codes)
         starts = group_starts(xp, skeys)
-        first = perm[starts]  # positions among the non-null rows
-        fkeys = [k[starts] for k in skeys]
+        sidx = mask_index(xp, starts, int(xp.count_nonzero(starts)))
+        first = perm[sidx]  # positions among the non-null rows
+        fkeys = [k[sidx] for k in skeys]
         held = xp.zeros(first.shape[0], dtype=bool)
         for run in self._runs:
             at = lookup(xp, run.keys, fkeys)
@@ -175,11 +183,15 @@ class Dedup(Operator, Drained, Tiers):
                 hit &= run.expires[xp.maximum(at, 0)] > self._drained  # expired by the last drain: not held
             held |= hit
         new = ~held
-        keep = first[new]
-        kept = int(keep.shape[0])
+        # how many are new, and the bounds of their expiries: one read
+        exp = ts[first] + self._delay
+        kept, lo, hi = staging.read_ints(b, [xp.count_nonzero(new), xp.where(new, exp, INT64_MAX).min(),
+                                             xp.where(new, exp, -INT64_MAX).max()]) if first.shape[0] else (0, 0, 0)
+        nidx = mask_index(xp, new, kept)
+        keep = first[nidx]
         self.duplicate_rows += n - nnull - kept
         if kept:  # the new run: its keys are sorted already
-            self._runs.append(_Run([k[new] for k in fkeys], ts[keep] + self._delay, self._next_run))
+            self._runs.append(_Run([k[nidx] for k in fkeys], exp[nidx], self._next_run, bounds=(lo, hi)))
             self._fresh.add(self._next_run)  # held until the next drain, whatever they expire at
             self._next_run += 1
         keep = xp.sort(keep)  # back in arrival order
@@ -196,19 +208,21 @@ class Dedup(Operator, Drained, Tiers):
         w = self._drain_to(watermark)
         if w is None:
             return pa.table({}) if self._schema is None else self._schema.empty_table()
-        xp = self._backend.xp
-        runs = []
-        for run in self._runs:
-            if run.hi <= w:
-                continue  # all of it expired: the run goes
-            if run.lo <= w:  # some expired: scanned
-                live = run.expires > w
-                run.live = int(xp.count_nonzero(live))
-                if 2 * run.live < run.rows:  # mostly expired: rewritten with what is held
-                    run = _Run([k[live] for k in run.keys], run.expires[live], run.id)
-            else:
-                run.live = run.rows
-            runs.append(run)
+        b = self._backend
+        xp = b.xp
+        runs = [r for r in self._runs if r.hi > w]  # else all of it expired: the run goes
+        scan = [r for r in runs if r.lo <= w]  # some expired: scanned, their held keys counted in one read
+        lives = [r.expires > w for r in scan]
+        counts = staging.read_ints(b, [xp.count_nonzero(m) for m in lives])
+        for run in runs:
+            run.live = run.rows
+        for run, live, c in zip(scan, lives, counts):
+            run.live = c
+            if 0 < 2 * run.live < run.rows:  # mostly expired: rewritten with what is held
+                idx = mask_index(xp, live, run.live)
+                run.keys, run.expires, run.saved = [k[idx] for k in run.keys], run.expires[idx], False
+                run.lo = max(run.lo, w + 1)  # all it holds now expires after w
+        runs = [r for r in runs if r.live]  # (bounds are bounds: a run may turn out to hold nothing)
         # size tiers (gpuwm.runs; a push searches each run): a key is copied
         # O(log state) times while it is held
         runs = self._tiered(runs, lambda r: r.live, lambda a, b: self._merge(xp, a, b, w))
@@ -221,11 +235,13 @@ class Dedup(Operator, Drained, Tiers):
     def _merge(xp: Any, a: _Run, b: _Run, w: int) -> _Run:
         """Two runs as one, without what expired by ``w`` (distinct keys: a
         key is held in one run at most)."""
-        keys = [xp.concatenate([x, y]) for x, y in zip(a.keys, b.keys)]
-        exp = xp.concatenate([a.expires, b.expires])
-        live = exp > w
-        order, skeys = sort_rows(xp, [k[live] for k in keys])
-        return _Run(skeys, exp[live][order], a.id)
+        # what each holds (counted at this drain: nothing read back), each still sorted by key
+        ia, ib = (mask_index(xp, r.expires > w, r.live) for r in (a, b))
+        ka, kb = [k[ia] for k in a.keys], [k[ib] for k in b.keys]
+        order = merge_order(xp, ka, kb)  # binary searches, no sort
+        keys = [xp.concatenate([x, y])[order] for x, y in zip(ka, kb)]
+        exp = xp.concatenate([a.expires[ia], b.expires[ib]])[order]
+        return _Run(keys, exp, a.id, bounds=(max(min(a.lo, b.lo), w + 1), max(a.hi, b.hi)))
 
     def _compact_keys(self) -> None:
         """Forget dictionary keys no run references (code order is kept, so runs stay sorted)."""

@@ -40,8 +40,10 @@ import pyarrow as pa
 
 from kernels import (group_starts, in_intervals, key_filter, key_filter_probe, order_indices, reduce_runs,
                      sessionize)
-from kernels.xp import INT64_MAX
+from kernels.join import Ranges, expand
+from kernels.xp import INT64_MAX, mask_index
 
+from . import staging
 from .aggregates import AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
@@ -106,8 +108,9 @@ class _Level:
         if self.rows < 0:
             self.rows = self.s.rows if self.alive is None else int(self.alive.sum())
 
-    def live(self) -> _Sessions:
-        return self.s if self.alive is None else self.s.take(self.alive)
+    def live(self, xp: Any) -> _Sessions:
+        """The alive sessions (``rows`` of them: gathered, no count read back)."""
+        return self.s if self.alive is None else self.s.take(mask_index(xp, self.alive, self.rows))
 
     def kill(self, xp: Any, ix: Any) -> None:
         """Mark the sessions at positions ``ix`` (alive ones) dead."""
@@ -229,7 +232,7 @@ class SessionAggregate(AggregateOperator):
         xp = self._backend.xp
         out = self._empty
         for lv in self._levels:
-            out = lv.live() if not out.rows else _interleave(xp, out, lv.live())
+            out = lv.live(xp) if not out.rows else _interleave(xp, out, lv.live(xp))
         return out
 
     def _add_level(self, s: _Sessions) -> None:
@@ -248,14 +251,14 @@ class SessionAggregate(AggregateOperator):
             if not lv.rows:
                 continue
             if 2 * lv.rows <= lv.s.rows:
-                lv = _Level(self._next_id, lv.live())
+                lv = _Level(self._next_id, lv.live(xp))
                 self._next_id += 1
             levels.append(lv)
         cap = max(self.FREEZE_MIN, sum(lv.rows for lv in levels) // self.FREEZE_PARTS)
         while len(levels) > 1 and levels[-2].rows <= self.MERGE_RATIO * levels[-1].rows and levels[-2].rows < cap:
             new = levels.pop()
             old = levels.pop()
-            levels.append(_Level(self._next_id, _interleave(xp, old.live(), new.live())))
+            levels.append(_Level(self._next_id, _interleave(xp, old.live(xp), new.live(xp))))
             self._next_id += 1
         self._levels = levels
 
@@ -304,35 +307,53 @@ class SessionAggregate(AggregateOperator):
         if len(self.by) == 1:  # only the sessions of the chunk's keys: found by binary search
             touched = self._take_touched(xp, new.keys[0])
         else:  # no key (one session list) or several key columns: merge everything
-            touched = [lv.live() for lv in self._levels]
+            touched = [lv.live(xp) for lv in self._levels]
             self._levels = []
         if touched:
             new = self._sessions(xp, _Sessions.join(xp, [*touched, new]))
         gone = None
         if self._drained is not None:  # only sessions of chunk rows alone can be late
             late = new.end - self._close <= self._drained
-            if bool(late.any()):
-                self.late_rows += int(new.vals[-1][late].sum())  # the __rows accumulator
-                gone = new.take(late)
-                new = new.take(~late)
+            nlate = int(xp.count_nonzero(late))
+            if nlate:
+                gone = new.take(mask_index(xp, late, nlate))
+                new = new.take(mask_index(xp, ~late, new.rows - nlate))
+                self.late_rows += int(gone.vals[-1].sum())  # the __rows accumulator
         self._add_level(new)
         return gone
 
     def _take_touched(self, xp: Any, ckey: Any) -> list[_Sessions]:
         """One key column: the open sessions of the chunk's keys (``ckey``,
         sorted), found by binary search in every level and marked dead there.
-        Costs O(chunk log state + touched) per level, no copy of a level."""
-        uk = ckey[group_starts(xp, [ckey])]
+        Costs O(chunk log state + touched) per level, no copy of a level; the
+        sizes the levels need are read in one copy a step, whatever the
+        number of levels."""
+        b = self._backend
+        starts = group_starts(xp, [ckey])
+        uk = ckey[mask_index(xp, starts, int(xp.count_nonzero(starts)))]
+        levels = self._levels
+        # 1. each level's candidate keys: most chunk keys are in no given level, and the filter skips their search
+        probes = []
+        for lv in levels:
+            if lv.s.rows < self.FILTER_MIN:
+                probes.append(None)
+                continue
+            if lv.filter is None:
+                lv.filter = key_filter(xp, lv.s.keys[0])
+            probes.append(key_filter_probe(xp, lv.filter, uk))
+        counts = iter(staging.read_ints(b, [xp.count_nonzero(p) for p in probes if p is not None]))
+        cands = [uk if p is None else uk[mask_index(xp, p, next(counts))] for p in probes]
+        # 2. the rows of those keys in each level
+        ranges = [_key_ranges(xp, lv.s.keys[0], c) for lv, c in zip(levels, cands)]
+        totals = staging.read_ints(b, [r.count.sum() for r in ranges])
+        rows = [expand(xp, r, total)[1] for r, total in zip(ranges, totals)]
+        # 3. those still alive
+        alive = [None if lv.alive is None else lv.alive[t] for lv, t in zip(levels, rows)]
+        counts = iter(staging.read_ints(b, [xp.count_nonzero(a) for a in alive if a is not None]))
         out = []
-        for lv in self._levels:
-            cand = uk
-            if lv.s.rows >= self.FILTER_MIN:  # most chunk keys are in no given level: skip their search
-                if lv.filter is None:
-                    lv.filter = key_filter(xp, lv.s.keys[0])
-                cand = uk[key_filter_probe(xp, lv.filter, uk)]
-            t = _touched(xp, lv.s.keys[0], cand)
-            if lv.alive is not None:
-                t = t[lv.alive[t]]
+        for lv, t, a in zip(levels, rows, alive):
+            if a is not None:
+                t = t[mask_index(xp, a, next(counts))]
             if t.shape[0]:
                 out.append(lv.s.take(t))
                 lv.kill(xp, t)
@@ -394,11 +415,11 @@ class SessionAggregate(AggregateOperator):
         xp = self._backend.xp
         done = []
         bound = min(w + self._close, INT64_MAX)  # end - close <= w, without a temporary column
-        for lv in self._levels:
-            ix = xp.flatnonzero(lv.s.end <= bound)
-            if lv.alive is not None:
-                ix = ix[lv.alive[ix]]
-            if ix.shape[0]:
+        closed = [lv.s.end <= bound if lv.alive is None else (lv.s.end <= bound) & lv.alive for lv in self._levels]
+        for lv, m, c in zip(self._levels, closed, staging.read_ints(self._backend, [xp.count_nonzero(m)
+                                                                                    for m in closed])):
+            if c:  # (each level's count read with the others': one copy)
+                ix = mask_index(xp, m, c)
                 done.append(lv.s.take(ix))
                 lv.kill(xp, ix)
         if not done:
@@ -529,19 +550,11 @@ class SessionAggregate(AggregateOperator):
         return self
 
 
-def _touched(xp: Any, keys: Any, uk: Any) -> Any:
-    """Positions in ``keys`` (sorted) of every row whose key is in ``uk``
-    (sorted, distinct): the ranges found by binary search, concatenated."""
-    n = keys.shape[0]
-    if not n:
-        return xp.zeros(0, dtype=xp.int64)
+def _key_ranges(xp: Any, keys: Any, uk: Any) -> Ranges:
+    """Where each key of ``uk`` (sorted, distinct) is in ``keys`` (sorted):
+    its first position and count (0 where absent), for :func:`expand`."""
     lo = xp.searchsorted(keys, uk, side="left")
-    hit = keys[xp.minimum(lo, n - 1)] == uk  # (lo == n: every key is smaller, no hit)
-    lo, uk = lo[hit], uk[hit]  # usually few: the second search runs on the keys present only
-    cnt = xp.searchsorted(keys, uk, side="right") - lo
-    total = int(cnt.sum())
-    offs = xp.cumsum(cnt) - cnt
-    return xp.arange(total, dtype=xp.int64) + xp.repeat(lo - offs, cnt)
+    return Ranges(lo, xp.searchsorted(keys, uk, side="right") - lo, None)
 
 
 def _interleave(xp: Any, rest: _Sessions, merged: _Sessions) -> _Sessions:
@@ -551,14 +564,15 @@ def _interleave(xp: Any, rest: _Sessions, merged: _Sessions) -> _Sessions:
     m, r = merged.rows, rest.rows
     if m == 0:
         return rest
-    at = xp.searchsorted(rest.keys[0], merged.keys[0], side="left") + xp.arange(m, dtype=xp.int64)
-    slot = xp.zeros(r + m, dtype=bool)
-    slot[at] = True
+    ins = xp.searchsorted(rest.keys[0], merged.keys[0], side="left")  # sorted: merged is
+    at = ins + xp.arange(m, dtype=xp.int64)  # each merged session's slot in the result
+    rank = xp.arange(r, dtype=xp.int64)
+    keep = rank + xp.searchsorted(ins, rank, side="right")  # each other one's: after the merged ones before it
 
-    def mix(a: Any, b: Any) -> Any:
+    def mix(a: Any, b: Any) -> Any:  # two scatters by position (no mask: no count read back)
         out = xp.empty(r + m, dtype=a.dtype)
-        out[slot] = b
-        out[~slot] = a
+        out[at] = b
+        out[keep] = a
         return out
 
     return rest.map(mix, merged)

@@ -106,10 +106,10 @@ def known_keys(xp: Any, keys: Sequence[Any]) -> Any:
     return known
 
 
-def expand(xp: Any, ranges: Ranges) -> tuple[Any, Any]:
+def expand(xp: Any, ranges: Ranges, total: int | None = None) -> tuple[Any, Any]:
     """The matches as pairs ``(probe row, build row)``, probe rows in order,
     each one's build rows in ``(keys, ts, arrival)`` order (one device sync:
-    the number of pairs).
+    the number of pairs, unless the caller read it: ``total``).
 
     >>> import numpy as np
     >>> r = Ranges(np.array([0, 2, 1]), np.array([2, 0, 1]), np.array([7, 8, 9]))
@@ -117,7 +117,8 @@ def expand(xp: Any, ranges: Ranges) -> tuple[Any, Any]:
     [[0, 0, 2], [7, 8, 8]]
     """
     ends = xp.cumsum(ranges.count)
-    total = int(ends[-1]) if ends.shape[0] else 0
+    if total is None:
+        total = int(ends[-1]) if ends.shape[0] else 0
     if total == 0:
         z = xp.zeros(0, dtype=xp.int64)
         return z, z.copy()
