@@ -102,7 +102,13 @@ def transfer_floor(backend, n: int, runs: int) -> float | None:
     return n / med
 
 
-def bench_filter(backend, n, runs, emit, split):
+def feed(backend, t: pa.Table, resident: bool):
+    """What an operator is given: the host Arrow table, or (``resident``) the
+    same rows already on the backend's device as a Frame, moved untimed."""
+    return gpuwm.frame.Frame.from_arrow(t, backend) if resident else t
+
+
+def bench_filter(backend, n, runs, emit, split, resident=False):
     def setup():
         t = events(n, seed=int(time.time_ns() % 2**31))
         if not split:
@@ -111,9 +117,9 @@ def bench_filter(backend, n, runs, emit, split):
                                   split="split" if split else None, backend=backend.name)
         f.process(t.slice(0, 1000))  # a watermark exists: late rows are real
         f.late_rows = 0  # count only the timed chunk's late rows
-        return f, t
+        return f, t, feed(backend, t, resident)
 
-    med, lo, hi, (f, t, out) = timed(backend, lambda a: (a[0], a[1], a[0].process(a[1])), runs, setup)
+    med, lo, hi, (f, t, out) = timed(backend, lambda a: (a[0], a[1], a[0].process(a[2])), runs, setup)
     # check: on-batch single split = plain numpy rule against the prior watermark
     if emit == "on-batch" and not split:
         ts = t.column("ts").cast(pa.int64()).to_numpy()
@@ -124,15 +130,15 @@ def bench_filter(backend, n, runs, emit, split):
     return med, lo, hi, {"late_rows": int(f.late_rows)}
 
 
-def bench_sort(backend, n, runs):
+def bench_sort(backend, n, runs, resident=False):
     def setup():
         t = events(n, seed=int(time.time_ns() % 2**31))
         s = gpuwm.StreamSort("ts", key=["k"], backend=backend.name)
-        return s, t
+        return s, t, feed(backend, t, resident)
 
     def run(a):
-        s, t = a
-        s.push(t)
+        s, t, x = a
+        s.push(x)
         ts = t.column("ts").cast(pa.int64()).to_numpy()
         w = int(ts.max()) - 2_000  # release all but the last ~2 s
         return s, ts, w, s.drain(w)
@@ -143,17 +149,17 @@ def bench_sort(backend, n, runs):
     return med, lo, hi, {"released": int(out.num_rows), "buffered": int(s.buffered_rows)}
 
 
-def bench_window(backend, n, runs, hop):
+def bench_window(backend, n, runs, hop, resident=False):
     def setup():
         t = events(n, seed=int(time.time_ns() % 2**31))
         win = gpuwm.Hop("ts", size="10 seconds", slide="5 seconds") if hop else gpuwm.Tumble("ts", "10 seconds")
         a = gpuwm.WindowAggregate(win, by=["k"], aggs={"n": ("*", "count"), "m": ("v", "max")},
                                   backend=backend.name)
-        return a, t
+        return a, t, feed(backend, t, resident)
 
     def run(a):
-        agg, t = a
-        agg.push(t)
+        agg, t, x = a
+        agg.push(x)
         ts = t.column("ts").cast(pa.int64()).to_numpy()
         return agg, t, agg.drain(int(ts.max()) + 10_000)  # close every window
 
@@ -176,7 +182,7 @@ def bench_window(backend, n, runs, hop):
     return med, lo, hi, {"groups": int(out.num_rows)}
 
 
-def bench_session(backend, n, runs, gap_ms=2_000):
+def bench_session(backend, n, runs, gap_ms=2_000, resident=False):
     """Session windows (gap 2 s) over 100 k keys: each key sees an event
     about every second, so most rows extend a session and a key has a new
     one every ~7 s."""
@@ -184,11 +190,11 @@ def bench_session(backend, n, runs, gap_ms=2_000):
         t = events(n, seed=int(time.time_ns() % 2**31))
         a = gpuwm.WindowAggregate(gpuwm.Session("ts", timedelta(milliseconds=gap_ms)), by=["k"],
                                   aggs={"n": ("*", "count"), "m": ("v", "max")}, backend=backend.name)
-        return a, t
+        return a, t, feed(backend, t, resident)
 
     def run(a):
-        agg, t = a
-        agg.push(t)
+        agg, t, x = a
+        agg.push(x)
         ts = t.column("ts").cast(pa.int64()).to_numpy()
         return agg, t, agg.drain(int(ts.max()) + 10 * gap_ms)  # close every session
 

@@ -35,12 +35,17 @@ python benchmarks/gpu_check.py 2>&1 | tee "$out/gpu_check.txt" || status=1
 #    pickled on another machine (python benchmarks/gpu_spark_tasks.py --save-plans F) and named in GPUWM_PLANS
 if [ -n "${GPUWM_PLANS:-}" ]; then
   python benchmarks/gpu_spark_tasks.py --plans "$GPUWM_PLANS" 2>&1 | tee "$out/spark_tasks.txt" || status=1
+  python benchmarks/gpu_spark_tasks.py --plans "$GPUWM_PLANS" --time 2>&1 | tee -a "$out/spark_tasks.txt" || status=1
 elif python -c "import pyspark" 2>/dev/null; then
   python benchmarks/gpu_spark_tasks.py 2>&1 | tee "$out/spark_tasks.txt" || status=1
+  python benchmarks/gpu_spark_tasks.py --time 2>&1 | tee -a "$out/spark_tasks.txt" || status=1
 else
   echo "no pyspark and no GPUWM_PLANS: skipping Spark's task functions on the GPU" | tee "$out/spark_tasks.txt"
 fi
-# 4. operator benchmarks on the GPU backend, and on the CPU of the same machine
+# 4. the floors (pageable/pinned transfers, device copy) and every operator's fraction of its floor,
+#    device-resident and with host Arrow in/out, and the on-batch filter against this machine's CPU (#17)
+python benchmarks/gpu_floors.py --backend gpu --out "$out/floors" 2>&1 | tee "$out/floors.txt" || status=1
+# 5. operator benchmarks on the GPU backend, and on the CPU of the same machine
 python benchmarks/bench_operators.py --backend gpu --out "$out" 2>&1 | tee "$out/bench.txt" || status=1
 #    (the CPU at 10 M rows only: its 100 M-row sweep alone outlasts a 10-minute slot)
 python benchmarks/bench_operators.py --backend cpu --sizes "" --out "$out/cpu-same-machine" 2>&1 \

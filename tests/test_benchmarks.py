@@ -1,0 +1,49 @@
+"""The GPU benchmarks' scripts stay runnable on machines without a GPU:
+``benchmarks/gpu_floors.py`` on the CPU backend, at a small size (its
+operator calls check their own results, and a wrong one fails the run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_floors_benchmark_runs_on_cpu(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_floors.py"), "--backend", "cpu",
+                           "--rows", "50000", "--runs", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["floors"]["device_copy"] > 0 and "h2d_pinned" not in res["floors"]  # no transfers on a CPU
+    ops = {r["operator"] for r in res["rows"]}
+    assert ops == {"filter on-batch", "filter on-event", "sort push+drain", "tumble", "hop", "session"}
+    for r in res["rows"]:
+        assert r["mode"] == "resident" and r["seconds"] > 0 and 0 < r["fraction_of_floor"]
+    assert "fraction of floor" in (tmp_path / "results.md").read_text()
+
+
+def test_spark_task_timing_runs_on_gpu_sim(monkeypatch, capsys):
+    """``gpu_spark_tasks.py --time`` (GPU vs CPU per batch, Parquet read in
+    the timing) on the simulated GPU backend, small: it runs and checks."""
+    import pytest
+
+    pytest.importorskip("pyspark")
+    import gpuwm
+
+    from .conftest import HostGpu
+
+    monkeypatch.setattr(gpuwm.backend, "gpu_available", lambda: True)
+    monkeypatch.setattr(gpuwm.backend, "_gpu_backend", lambda: HostGpu("gpu", __import__("numpy"), None))
+    from gpuwm.spark import device
+
+    monkeypatch.setattr(device, "use_task_gpu", lambda b: None)  # gpu-sim has no CUDA device to pick
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu_spark_tasks
+
+    assert gpu_spark_tasks.time_tasks(gpu_spark_tasks.build_plans(), per=4_000, nbatches=5) == 0
+    out = capsys.readouterr().out
+    assert out.count("(target >= 5x)") == len(gpu_spark_tasks.CASES) and "MISMATCH" not in out
