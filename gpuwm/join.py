@@ -63,7 +63,9 @@ import pyarrow.compute as pc
 from kernels import sort_rows
 from kernels.order import merge_order
 from kernels.join import expand, interval_pairs, known_keys, run_ranges
+from kernels.xp import mask_index
 
+from . import staging
 from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
@@ -297,8 +299,9 @@ class _Side:
                      [xp.concatenate(c) for c in zip(*(p.codes for p in parts))],
                      xp.concatenate([p.ts for p in parts]), xp.concatenate([p.matched for p in parts]))
 
-    def keep(self, mask: Any) -> "_Side":
-        return _Side(self.frame.filter(mask), [c[mask] for c in self.codes], self.ts[mask], self.matched[mask])
+    def keep(self, mask: Any, count: int, xp: Any) -> "_Side":
+        """The rows where ``mask`` is True, ``count`` of them (known: no read)."""
+        return self.take(mask_index(xp, mask, count))
 
     def take(self, idx: Any) -> "_Side":
         return _Side(self.frame.take(idx), [c[idx] for c in self.codes], self.ts[idx], self.matched[idx])
@@ -315,17 +318,14 @@ class _Run(_Side):
 
     __slots__ = ("id", "cut", "live", "lo", "hi", "saved")
 
-    def __init__(self, side: _Side, rid: int, cut: int | None = None, saved: bool = False, xp: Any = None):
+    def __init__(self, side: _Side, rid: int, cut: int | None, saved: bool, lo: int, hi: int, live: int):
         super().__init__(side.frame, side.codes, side.ts, side.matched)
         self.id, self.cut, self.saved = rid, cut, saved
-        n = self.rows
-        # one sync each, once per run
-        self.lo, self.hi = (int(self.ts.min()), int(self.ts.max())) if n else (0, 0)
-        self.live = n if cut is None or self.lo > cut else int(xp.count_nonzero(self.ts > cut))
+        self.lo, self.hi, self.live = lo, hi, live  # lo, hi: bounds on the times (exact when read)
 
-    def held(self) -> _Side:
+    def held(self, xp: Any) -> _Side:
         """The rows still held, in run order."""
-        return self if self.cut is None or self.lo > self.cut else self.keep(self.ts > self.cut)
+        return self if self.cut is None or self.lo > self.cut else self.keep(self.ts > self.cut, self.live, xp)
 
 
 class _Hits:
@@ -398,25 +398,36 @@ class _Join(Operator, Drained, Tiers):
         return _Side(frame, codes, ts, matched)
 
     def _run(self, side: _Side, sorted_: bool = False, rid: int | None = None, cut: int | None = None,
-             saved: bool = False) -> _Run:
+             saved: bool = False, bounds: tuple[int, int, int] | None = None) -> _Run:
         """``side``'s rows as a run, put in probe order first unless
-        ``sorted_`` (one sort, of these rows only)."""
-        xp = self._backend.xp
+        ``sorted_`` (one sort, of these rows only). ``bounds``: (lo, hi,
+        live) where the caller knows them; else read, in one copy."""
+        b = self._backend
+        xp = b.xp
         if self._sorted_runs and not sorted_ and side.rows > 1:
             side = side.take(sort_rows(xp, [*side.codes, side.ts])[0])
         if rid is None:
             rid, self._next_run = self._next_run, self._next_run + 1
-        return _Run(side, rid, cut, saved, xp)
+        n = side.rows
+        if bounds is None and not n:
+            bounds = (0, 0, 0)
+        if bounds is None:
+            held = [] if cut is None else [xp.count_nonzero(side.ts > cut)]
+            bounds = (*staging.read_ints(b, [side.ts.min(), side.ts.max(), *held]), n)[:3]
+        lo, hi, live = bounds
+        return _Run(side, rid, cut, saved, lo, hi, live if cut is not None and lo <= cut else n)
 
     def _merge(self, a: _Run, b: _Run) -> _Run:
         """Two runs' held rows as one run (sorted runs: merged in order by
         binary searches, not sorted again)."""
         xp = self._backend.xp
-        a, b = a.held(), b.held()
+        lo = min(r.lo if r.cut is None else max(r.lo, r.cut + 1) for r in (a, b))  # what is held is above the cut
+        hi, live = max(a.hi, b.hi), a.live + b.live
+        a, b = a.held(xp), b.held(xp)
         both = _Side.concat([a, b], xp)
         if self._sorted_runs and a.rows and b.rows:
             both = both.take(merge_order(xp, [*a.codes, a.ts], [*b.codes, b.ts]))
-        return self._run(both, sorted_=True)
+        return self._run(both, sorted_=True, bounds=(lo, hi, live))
 
     def _cut(self, runs: list[_Run], t: int) -> tuple[list[_Run], list[tuple[_Run, Any]]]:
         """Rows with time ``<= t`` leave the state: the runs still holding
@@ -424,21 +435,27 @@ class _Join(Operator, Drained, Tiers):
         wholly above ``t`` is not read, one wholly at or below it goes, one
         across it is scanned (its times only) and rewritten with the rows it
         holds once more than half of it left."""
-        xp = self._backend.xp
+        b = self._backend
+        xp = b.xp
+        scan = [r for r in runs if not (r.lo > t or (r.cut is not None and r.cut >= t))]
+        outs = [r.ts <= t for r in scan]
+        fresh = [o if r.cut is None else o & (r.ts > r.cut) for r, o in zip(scan, outs)]
+        # what leaves and what stays, every scanned run's counts in one copy
+        counts = staging.read_ints(b, [xp.count_nonzero(m) for pair in zip(fresh, outs) for m in pair])
+        left = {id(r): (f, nf, no) for r, f, nf, no in zip(scan, fresh, counts[0::2], counts[1::2])}
         kept, gone = [], []
         for run in runs:
-            if run.lo > t or (run.cut is not None and run.cut >= t):
+            if id(run) not in left:
                 kept.append(run)
                 continue
-            out = run.ts <= t
-            fresh = out if run.cut is None else out & (run.ts > run.cut)
-            gone.append((run, xp.flatnonzero(fresh)))
+            f, nf, nout = left[id(run)]
+            gone.append((run, mask_index(xp, f, nf)))
             if run.hi <= t:
                 continue
             run.cut = t
-            run.live = run.rows - int(xp.count_nonzero(out))
+            run.live = run.rows - nout
             if 2 * run.live < run.rows:
-                run = self._run(run.held(), sorted_=True)
+                run = self._run(run.held(xp), sorted_=True, bounds=(max(run.lo, t + 1), run.hi, run.live))
             kept.append(run)
         return kept, gone
 
@@ -501,13 +518,16 @@ class _Join(Operator, Drained, Tiers):
             ts, valid = frame.values(self._tcol[name])
             ts = ts.astype(xp.int64, copy=False)
             if valid is not None:
-                self.null_rows += int(valid.shape[0] - xp.count_nonzero(valid))
-                frame, ts = frame.filter(valid), ts[valid]
+                nvalid = int(xp.count_nonzero(valid))
+                self.null_rows += int(valid.shape[0]) - nvalid
+                idx = mask_index(xp, valid, nvalid)
+                frame, ts = frame.take(idx), ts[idx]
             side = self._accept(name, frame, ts) if frame.num_rows else None
             if side is not None and name not in self._outer:  # a null key matches nothing: only an outer side keeps it
                 known = known_keys(xp, side.codes)
-                if not bool(xp.all(known)):
-                    side = side.keep(known)
+                nknown = side.rows if known is None else int(xp.count_nonzero(known))
+                if nknown < side.rows:
+                    side = side.keep(known, nknown, xp)
             if side is not None and side.rows:
                 self._new[name].append(side)
 
@@ -523,12 +543,38 @@ class _Join(Operator, Drained, Tiers):
             return None
         return self._domain.from_raw(self._domain.to_raw(watermark) - self._behind)
 
-    def _emit(self, out: list[pa.Table]) -> pa.Table:
-        """End a drain: compact the key dictionaries, count and return its rows."""
+    def _emit(self, out: list[tuple]) -> pa.Table:
+        """End a drain: compact the key dictionaries, build its rows (from
+        :meth:`_pairs`' parts, in order: each input's joined rows come to the
+        host in one copy for the whole drain, however many runs matched),
+        count and return them."""
         self._compact_keys()
         if not out:
             return self._out.empty_table()
-        res = out[0] if len(out) == 1 else pa.concat_tables(out)
+        host = {}  # each input's parts as host tables, in order
+        for i, name in enumerate((self.spec.left, self.spec.right)):
+            parts = [p[i] for p in out if p[i] is not None]
+            if self._backend.is_gpu and len(parts) > 1:  # one copy for all (the CPU's are views: no concat)
+                whole, at = Frame.concat(parts).to_arrow(), 0
+                host[name] = []
+                for f in parts:
+                    host[name].append(whole.slice(at, f.num_rows))
+                    at += f.num_rows
+            else:
+                host[name] = [f.to_arrow() for f in parts]
+            host[name].reverse()  # popped from the end, in order
+        tables = []
+        for left, right, prefix in out:
+            n = (left if left is not None else right).num_rows
+            cols = list(prefix)
+            for part, name in ((left, self.spec.left), (right, self.spec.right)):
+                if part is None:
+                    cols += [pa.nulls(n, f.type) for f in self._in[name]]
+                else:
+                    t = host[name].pop()
+                    cols += [t.column(i) for i in range(t.num_columns)]
+            tables.append(pa.Table.from_arrays(cols, schema=self._out))
+        res = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         self.rows_out += res.num_rows
         return res
 
@@ -553,18 +599,10 @@ class _Join(Operator, Drained, Tiers):
         if self._late_by is not None:
             self._set_aside(frame, rows, into=self._late_by[name])
 
-    def _pairs(self, left: Frame | None, right: Frame | None, prefix: Sequence[pa.Array] = ()) -> pa.Table:
-        """Joined rows: ``prefix`` columns, left columns, then right columns
-        (nulls for a missing side)."""
-        n = (left if left is not None else right).num_rows
-        cols = list(prefix)
-        for part, name in ((left, self.spec.left), (right, self.spec.right)):
-            if part is None:
-                cols += [pa.nulls(n, f.type) for f in self._in[name]]
-            else:
-                t = part.to_arrow()
-                cols += [t.column(i) for i in range(t.num_columns)]
-        return pa.Table.from_arrays(cols, schema=self._out)
+    def _pairs(self, left: Frame | None, right: Frame | None, prefix: Sequence[pa.Array] = ()) -> tuple:
+        """Joined rows, built by :meth:`_emit`: ``prefix`` columns, left
+        columns, then right columns (nulls for a missing side)."""
+        return left, right, list(prefix)
 
     def _compact_keys(self) -> None:
         """Forget dictionary keys no run references (monotone: runs stay sorted)."""
@@ -681,7 +719,7 @@ class _Join(Operator, Drained, Tiers):
             for rid in h.rids & set(by_id):
                 by_id[rid].matched[b.asarray(rows_col[runs_col == rid])] = True
         if resort:  # codes are given anew (dictionary keys) or the rows came unsorted: ordered again
-            self._runs = {n: [self._run(r.held()) for r in runs] for n, runs in self._runs.items()}
+            self._runs = {n: [self._run(r.held(b.xp)) for r in runs] for n, runs in self._runs.items()}
             self._hits = []
         return self
 
@@ -727,7 +765,7 @@ class IntervalJoin(_Join):
             if nlate:
                 self.late_rows += nlate
                 self._set_aside_input(name, frame, ~fresh)
-                frame = frame.filter(fresh)
+                frame = frame.filter(fresh, frame.num_rows - nlate)
         return self._side(name, frame)
 
     # -- drain -----------------------------------------------------------------
@@ -743,17 +781,23 @@ class IntervalJoin(_Join):
         new = {n: self._run(_Side.concat(self._new[n], xp)) if self._new[n] else None for n in (L, R)}
         self._new = {L: [], R: []}
         nl, nr = new[L], new[R]
-        out: list[pa.Table] = []
+        out: list[tuple] = []
         # new left rows x (right runs + the new right run); left runs x new right rows:
         # each a binary search of the batch's rows in a run
+        # (the ranges of every (batch, run) probe first; their sizes read in one copy)
+        probes = []  # (left side, right side, the probe is the left one, ranges)
         if nl is not None:
             for run in self._runs[R] + ([nr] if nr is not None else []):
-                pl, pr = expand(xp, run_ranges(xp, run.codes, run.ts, nl.codes, nl.ts + self._lo, nl.ts + self._hi))
-                self._pair_up(out, nl, pl, run, pr)
+                probes.append((nl, run, True,
+                               run_ranges(xp, run.codes, run.ts, nl.codes, nl.ts + self._lo, nl.ts + self._hi)))
         if nr is not None:
             for run in self._runs[L]:
-                pr, pl = expand(xp, run_ranges(xp, run.codes, run.ts, nr.codes, nr.ts - self._hi, nr.ts - self._lo))
-                self._pair_up(out, run, pl, nr, pr)
+                probes.append((run, nr, False,
+                               run_ranges(xp, run.codes, run.ts, nr.codes, nr.ts - self._hi, nr.ts - self._lo)))
+        totals = staging.read_ints(self._backend, [p[3].count.sum() for p in probes])
+        for (lside, rside, left_probes, ranges), total in zip(probes, totals):
+            pi, bi = expand(xp, ranges, total)
+            self._pair_up(out, lside, pi if left_probes else bi, rside, bi if left_probes else pi)
         for n in (L, R):
             if new[n] is not None:
                 self._runs[n].append(new[n])
@@ -762,15 +806,16 @@ class IntervalJoin(_Join):
                 self._runs[n], gone = self._cut(self._runs[n], t)
                 if n not in self._outer:
                     continue
-                for run, rows in gone:
-                    lone = rows[~run.matched[rows]]
-                    if lone.shape[0]:
-                        f = run.frame.take(lone)
+                alone = [~run.matched[rows] for run, rows in gone]
+                for (run, rows), a, c in zip(gone, alone, staging.read_ints(self._backend,
+                                                                        [xp.count_nonzero(a) for a in alone])):
+                    if c:
+                        f = run.frame.take(rows[mask_index(xp, a, c)])
                         out.append(self._pairs(f, None) if n == L else self._pairs(None, f))
         self._end_drain()
         return self._emit(out)
 
-    def _pair_up(self, out: list[pa.Table], lrun: _Side, li: Any, rrun: _Side, ri: Any) -> None:
+    def _pair_up(self, out: list[tuple], lrun: _Side, li: Any, rrun: _Side, ri: Any) -> None:
         """Rows ``li`` of ``lrun`` joined with rows ``ri`` of ``rrun``: emitted and flagged matched."""
         if not li.shape[0]:
             return

@@ -23,7 +23,7 @@ import pyarrow as pa
 from kernels import group_starts, order_indices, segmented_cummax
 from kernels.dedup import lookup
 from kernels.over import last_rows, segmented_cumsum, segments, shifted
-from kernels.xp import _ordered_bits
+from kernels.xp import _ordered_bits, mask_index
 
 from .backend import Backend, get_backend
 from .drained import Drained
@@ -302,21 +302,24 @@ class Over(Operator, Drained):
         """Write the batch's per-key totals: in place for known keys, and the
         new keys merged in, in key order."""
         have = at >= 0
-        idx = at[have]
-        self._count[idx] = count[have]
+        nhave = int(xp.count_nonzero(have))  # the one count read: the rest are gathers by position
+        old = mask_index(xp, have, nhave)
+        idx = at[old]
+        self._count[idx] = count[old]
         for name in self._acc:
             if name in acc:
-                self._acc[name][idx] = acc[name][have]
-            self._nn[name][idx] = nn[name][have]
-        fresh = ~have
-        if not bool(xp.any(fresh)):
+                self._acc[name][idx] = acc[name][old]
+            self._nn[name][idx] = nn[name][old]
+        nfresh = int(at.shape[0]) - nhave
+        if not nfresh:
             return
+        fresh = mask_index(xp, ~have, nfresh)
         allk = [xp.concatenate([a, k[fresh]]) for a, k in zip(self._ckeys, skeys)]
         order = order_indices(xp, allk) if allk else xp.arange(1)
         self._ckeys = [k[order] for k in allk]
         self._count = xp.concatenate([self._count, count[fresh]])[order]
         for name in self._acc:
-            a = acc[name][fresh] if name in acc else xp.zeros(int(xp.count_nonzero(fresh)), self._acc[name].dtype)
+            a = acc[name][fresh] if name in acc else xp.zeros(nfresh, self._acc[name].dtype)
             self._acc[name] = xp.concatenate([self._acc[name], a])[order]
             self._nn[name] = xp.concatenate([self._nn[name], nn[name][fresh]])[order]
 
@@ -338,7 +341,8 @@ class Over(Operator, Drained):
             src, hit = shifted(xp, s, -n)
             out[name] = _gather(both.columns[col], src[mine], hit[mine], self._backend)
         keep = last_rows(xp, s, self._hist)
-        self._tail, self._tkeys = both.filter(keep), [k[keep] for k in bkeys]
+        kidx = mask_index(xp, keep, int(xp.count_nonzero(keep)))
+        self._tail, self._tkeys = both.take(kidx), [k[kidx] for k in bkeys]
         return out
 
     def _emit(self, xp: Any, new: Frame, keys: list[Any], seq: Any) -> pa.Table:

@@ -88,7 +88,8 @@ class PinnedRing:
             backend.wait(slot.event)
             slot.event = None
         if slot.buf is None or slot.buf.shape[0] < nbytes:
-            size = max(nbytes, 0 if slot.buf is None else 2 * slot.buf.shape[0], 1 << 20)
+            # a quarter more than before at least (few regrowths), not double: it is page-locked memory
+            size = max(nbytes, 0 if slot.buf is None else slot.buf.shape[0] * 5 // 4, 1 << 20)
             slot.buf = None  # free the smaller one first
             slot.buf = backend.empty_pinned(aligned(size))
         return slot

@@ -144,7 +144,8 @@ def lex_search(xp: Any, cols: Sequence[Any], query: Sequence[Any], right: bool =
     at or below it), comparing column by column. The first column's block
     comes from ``xp.searchsorted`` (or ``block``, :func:`key_blocks` of the
     query's first column); the rest is a binary search of every query row at
-    once, one step per bit of the largest block (one sync).
+    once, one step per bit of the largest block (one sync; none on a device,
+    which takes a step per bit of the row count).
 
     >>> import numpy as np
     >>> k, t = np.array([1, 1, 1, 2, 2]), np.array([3, 5, 5, 1, 9])
@@ -156,8 +157,11 @@ def lex_search(xp: Any, cols: Sequence[Any], query: Sequence[Any], right: bool =
     if len(cols) == 1:
         return xp.searchsorted(cols[0], query[0], side="right" if right else "left")
     lo, hi = block if block is not None else key_blocks(xp, cols[0], query[0])
-    steps = int((hi - lo).max()).bit_length() if lo.shape[0] else 0
     last = int(cols[0].shape[0]) - 1
+    if _numpy_path(xp):  # as many steps as the largest block needs (one read)
+        steps = int((hi - lo).max()).bit_length() if lo.shape[0] else 0
+    else:  # a device takes as many as the rows could need: more cheap passes, no read back
+        steps = (last + 1).bit_length()
     for _ in range(steps):  # a loop over bits, not rows: every block halves each step
         mid = (lo + hi) >> 1
         at = xp.minimum(mid, last)

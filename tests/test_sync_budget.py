@@ -26,6 +26,9 @@ BUDGET = {  # (2026-11-24, before pinned staging: filter 10/7/7, window 23/8/4, 
     # (before: session 18 -> 45 syncs and dedup 8 -> 24 as their state grew tiers)
     "session": {"syncs": 6, "d2h": 7, "h2d": 3},
     "dedup": {"syncs": 1, "d2h": 3, "h2d": 1},
+    # (before: join 8 -> 102 syncs as its runs grew; over 15-19 syncs)
+    "join": {"syncs": 3, "d2h": 10, "h2d": 2},
+    "over": {"syncs": 10, "d2h": 4, "h2d": 3},
 }
 
 
@@ -128,3 +131,34 @@ def test_session_and_dedup_syncs_do_not_grow_with_state_tiers(counting, keys):
         tiers.append((len(a._levels), len(d._runs)))
     if keys == 10_000:  # the state did grow tiers (while chunks bring keys no tier holds)
         assert tiers[-1][0] >= 12 and tiers[-1][1] == 16
+
+
+@pytest.mark.parametrize("keys", [10, 10_000])
+def test_join_and_over_syncs_do_not_grow_with_runs_or_keys(counting, keys):
+    """An interval join probes every run of the other side and cuts every
+    run: the sizes come back in one copy a step, and the joined rows of all
+    runs in one copy per input — the same with 1 run as with 16."""
+    from gpuwm import Over
+    from gpuwm.join import IntervalJoinSpec, inputs_schema
+
+    left = pa.schema([("k", pa.int64()), ("lt", pa.int64()), ("lid", pa.int64())])
+    right = pa.schema([("rk", pa.int64()), ("rt", pa.int64()), ("rid", pa.int64())])
+
+    def side(t0, seed, schema):
+        rng = np.random.default_rng(seed)
+        return pa.table([pa.array(rng.integers(0, keys, 2000)), pa.array(t0 + np.sort(rng.integers(0, 100, 2000))),
+                         pa.array(np.arange(2000))], schema=schema)
+
+    j = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", -20, 20, "left").build("spark", "gpu")
+    j = j.bind(inputs_schema({"a": left, "b": right}))
+    j.MERGE_RATIO = 0
+    o = Over(["k"], {"p1": ["lag", "v", 1], "s": ["sum", "v"], "rn": ["row_number"]}, "t", backend="gpu")
+    runs, matches = [], []
+    for i in range(24):  # 16 batches grow runs, then the watermark catches up and cuts across them
+        w = 100 * i - (5000 if i < 16 else 300)
+        _within("join", _counted(lambda: (j.push({"a": side(100 * i, i, left), "b": side(100 * i, i + 99, right)}),
+                                          j.drain(w))))
+        _within("over", _counted(lambda: (o.push(_chunk(100 * i, 2000, keys, i)), o.drain(100 * i - 50))))
+        runs.append(len(j._runs["a"]))
+        matches.append(j.matches)
+    assert max(runs) == 16 and runs[-1] < 16 and matches[-1] > matches[0] > 0  # runs grew, matched, left
