@@ -55,7 +55,8 @@ def mask_index(xp: Any, mask: Any, count: int) -> Any:
     if _numpy_path(xp):
         return np.flatnonzero(mask)
     out = xp.empty(count + 1, dtype=xp.int64)
-    out[xp.where(mask, xp.cumsum(mask) - 1, count)] = xp.arange(mask.shape[0])  # the rest land in slot ``count``
+    at = xp.where(mask, xp.cumsum(mask, dtype=xp.int64) - 1, count)  # the others all land in slot ``count``
+    out[at] = xp.arange(mask.shape[0])
     return out[:count]
 
 
