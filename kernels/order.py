@@ -27,6 +27,7 @@ def value_ranges(xp: Any, cols: Sequence[Any]) -> list[tuple[int, int]]:
     device, all of them in one copy to the host (one sync, whatever the
     number of columns).
 
+    >>> import numpy as np
     >>> value_ranges(np, [np.array([3, 1, 2]), np.array([-5, 9])])
     [(1, 3), (-5, 9)]
     """

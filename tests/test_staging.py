@@ -119,7 +119,8 @@ def test_ring_reuses_buffers_after_their_copy_and_grows(monkeypatch):
     frames = [Frame.from_arrow(t, b) for t in tables]
     assert log == [1, 2]  # the 3rd upload waited for the 1st (its slot), the 4th for the 2nd
     assert uploads[0] == uploads[2] and uploads[0] != uploads[1]  # two slots, reused
-    assert uploads[3] != uploads[1]  # the 4th needed more than 1 MiB: its slot grew
+    slots, _ = staging.RING._slots()
+    assert [s.buf.shape[0] for s in slots] == [1 << 20, 300_000 * 8]  # the 4th needed more than 1 MiB: its slot grew
     for f, t in zip(frames, tables):
         assert f.to_arrow().equals(t)
 
