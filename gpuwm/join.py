@@ -806,11 +806,10 @@ class IntervalJoin(_Join):
                 self._runs[n], gone = self._cut(self._runs[n], t)
                 if n not in self._outer:
                     continue
-                alone = [~run.matched[rows] for run, rows in gone]
-                for (run, rows), a, c in zip(gone, alone, staging.read_ints(self._backend,
-                                                                        [xp.count_nonzero(a) for a in alone])):
-                    if c:
-                        f = run.frame.take(rows[mask_index(xp, a, c)])
+                alone = staging.mask_indexes(self._backend, [~run.matched[rows] for run, rows in gone])
+                for (run, rows), ix in zip(gone, alone):
+                    if ix.shape[0]:
+                        f = run.frame.take(rows[ix])
                         out.append(self._pairs(f, None) if n == L else self._pairs(None, f))
         self._end_drain()
         return self._emit(out)

@@ -341,19 +341,17 @@ class SessionAggregate(AggregateOperator):
             if lv.filter is None:
                 lv.filter = key_filter(xp, lv.s.keys[0])
             probes.append(key_filter_probe(xp, lv.filter, uk))
-        counts = iter(staging.read_ints(b, [xp.count_nonzero(p) for p in probes if p is not None]))
-        cands = [uk if p is None else uk[mask_index(xp, p, next(counts))] for p in probes]
+        cands = [uk if ix is None else uk[ix] for ix in staging.mask_indexes(b, probes)]
         # 2. the rows of those keys in each level
         ranges = [_key_ranges(xp, lv.s.keys[0], c) for lv, c in zip(levels, cands)]
         totals = staging.read_ints(b, [r.count.sum() for r in ranges])
         rows = [expand(xp, r, total)[1] for r, total in zip(ranges, totals)]
         # 3. those still alive
         alive = [None if lv.alive is None else lv.alive[t] for lv, t in zip(levels, rows)]
-        counts = iter(staging.read_ints(b, [xp.count_nonzero(a) for a in alive if a is not None]))
         out = []
-        for lv, t, a in zip(levels, rows, alive):
-            if a is not None:
-                t = t[mask_index(xp, a, next(counts))]
+        for lv, t, ix in zip(levels, rows, staging.mask_indexes(b, alive)):
+            if ix is not None:
+                t = t[ix]
             if t.shape[0]:
                 out.append(lv.s.take(t))
                 lv.kill(xp, t)
@@ -416,10 +414,8 @@ class SessionAggregate(AggregateOperator):
         done = []
         bound = min(w + self._close, INT64_MAX)  # end - close <= w, without a temporary column
         closed = [lv.s.end <= bound if lv.alive is None else (lv.s.end <= bound) & lv.alive for lv in self._levels]
-        for lv, m, c in zip(self._levels, closed, staging.read_ints(self._backend, [xp.count_nonzero(m)
-                                                                                    for m in closed])):
-            if c:  # (each level's count read with the others': one copy)
-                ix = mask_index(xp, m, c)
+        for lv, ix in zip(self._levels, staging.mask_indexes(self._backend, closed)):
+            if ix.shape[0]:
                 done.append(lv.s.take(ix))
                 lv.kill(xp, ix)
         if not done:

@@ -123,13 +123,19 @@ def _fill(dst: np.ndarray, moves: Sequence[tuple[int, np.ndarray]]) -> None:
     list(_pool().map(put, pieces))
 
 
-def upload(backend: Any, parts: Sequence[np.ndarray | None]) -> list[Any]:
-    """Host byte arrays to the device in one copy through the pinned ring:
-    one device ``uint8`` view per part (None stays None)."""
+def _layout(parts: Sequence[Any | None]) -> tuple[list[int], int]:
+    """Each part's offset in one buffer (64-byte aligned), and its size."""
     offsets, total = [], 0
     for p in parts:
         offsets.append(total)
-        total += 0 if p is None else aligned(p.shape[0])
+        total += 0 if p is None else aligned(int(p.shape[0]))
+    return offsets, total
+
+
+def upload(backend: Any, parts: Sequence[np.ndarray | None]) -> list[Any]:
+    """Host byte arrays to the device in one copy through the pinned ring:
+    one device ``uint8`` view per part (None stays None)."""
+    offsets, total = _layout(parts)
     if total == 0:
         return [None if p is None else backend.xp.empty(0, dtype=np.uint8) for p in parts]
     slot = RING.take(backend, total)
@@ -143,10 +149,7 @@ def download(backend: Any, parts: Sequence[Any | None]) -> list[np.ndarray | Non
     block: one host view per part (None stays None). Sizes are the arrays'
     shapes, known on the host: nothing is read back to lay them out."""
     xp = backend.xp
-    offsets, total = [], 0
-    for p in parts:
-        offsets.append(total)
-        total += 0 if p is None else aligned(int(p.shape[0]))
+    offsets, total = _layout(parts)
     if total == 0:
         return [None if p is None else np.empty(0, dtype=np.uint8) for p in parts]
     dev = xp.empty(total, dtype=np.uint8)
@@ -192,3 +195,13 @@ def read_ints(backend: Any, scalars: Sequence[Any]) -> list[int]:
     xp = backend.xp
     host = download_arrays(backend, [xp.stack([xp.asarray(s).astype(xp.int64) for s in scalars])])[0]
     return [int(v) for v in host.tolist()]
+
+
+def mask_indexes(backend: Any, masks: Sequence[Any | None]) -> list[Any | None]:
+    """The positions of each bool mask's True entries (None stays None),
+    every mask counted in one read (:func:`read_ints`), then
+    :func:`kernels.xp.mask_index`: one sync however many masks."""
+    from kernels.xp import mask_index
+
+    counts = iter(read_ints(backend, [backend.xp.count_nonzero(m) for m in masks if m is not None]))
+    return [None if m is None else mask_index(backend.xp, m, next(counts)) for m in masks]
