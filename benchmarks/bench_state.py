@@ -67,6 +67,7 @@ def batch(i: int, rng, keys: int = KEYS) -> pa.Table:
 
 def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dict]:
     from gpuwm.spark import store as state_store  # the state store (no pyspark needed)
+    from gpuwm.spark.checkpoint import Checkpoint, Location
 
     out = []
     for d in delays_ms:
@@ -94,7 +95,8 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
                                        aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
         warm = int(d / 1000) + 3
         times, saves, state, emitted = [], [], 0, 0
-        store = tempfile.mkdtemp(prefix="gpuwm-store-")
+        ck = Checkpoint(Location.of(tempfile.mkdtemp(prefix="gpuwm-store-")))
+        places = None
         for i in range(warm + timed):
             t = batch(i, rng, SESSION_KEYS if kind in ("session", "dedup", "join") else KEYS)
             wm = BASE_MS + (i + 1) * 1000 - 500 - d  # max event time - delay
@@ -108,10 +110,10 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
                 res = pushed
             dt = time.perf_counter() - t0
             # what the Spark runtime does next: save the new state version
-            state_store.save_operator(store, i, 0, 0, op, i - 1 if i else None)
+            saved = state_store.save_operator(ck, i, 0, 0, op, places)
+            places = saved.places
+            ck.write_commit(i, {"0/0": saved.name}, saved.files, b"", {})  # and what no version names goes
             ds = time.perf_counter() - t0 - dt
-            if i >= 2:
-                shutil.rmtree(state_store.batch_dir(store, i - 2))
             if i >= warm:
                 times.append(dt)
                 saves.append(ds)
@@ -131,7 +133,7 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
                 assert end.size == 0 or end.max() <= wm, "session emitted before it closed"
                 emitted += int(pa.compute.sum(res.column("n")).as_py() or 0)
             state = op.state_rows
-        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(ck.loc.uri, ignore_errors=True)
         if kind == "session":
             open_rows = int(op.snapshot()["state"].column("acc.n.n").to_numpy().sum())
             assert emitted + open_rows + op.late_rows == (warm + timed) * RATE, "session rows lost"

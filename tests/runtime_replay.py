@@ -7,8 +7,6 @@ the same batches to compare with. Used by ``test_runtime.py`` and by
 
 from __future__ import annotations
 
-import glob
-import os
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
@@ -90,20 +88,33 @@ def run_tasks(plan, batches) -> tuple[list[pa.Table], list[int]]:
                                lambda b, seg=seg: tasks.segment_task(plan, seg, batch_id, prev, b))
             if plan.range_exchange:  # the sort's ranges, merged range by range
                 res = _shuffle(res, "__dest", plan.vnodes, lambda b: merge_task(plan, batch_id, b))
-        res = res.filter(res.column("__metrics").is_valid())
-        fstate = [s for s in res.column("__filter_state").to_pylist() if s][0]
-        prev = batch_id
+        fstate, prev = commit(plan, batch_id, res)
         out, n = batch_output(plan, batch_id)
         outs.append(out)
         nparts.append(n)
     return outs, nparts
 
 
+def commit(plan, batch_id: int, res: pa.Table) -> tuple[bytes, store.Prev]:
+    """What the driver does after a batch's tasks: commit the state versions
+    their results name, with the filter state. The next batch's (filter
+    state, prev)."""
+    import json
+
+    res = res.filter(res.column("__metrics").is_valid())
+    fstate = [s for s in res.column("__filter_state").to_pylist() if s][0]
+    versions, files = store.committed_versions([json.loads(m) for m in res.column("__metrics").to_pylist()])
+    plan.checkpoint.write_commit(batch_id, versions, files, fstate, {"batch_id": batch_id})
+    return fstate, store.Prev(batch_id, versions)
+
+
 def batch_output(plan: dict, batch_id: int) -> tuple[pa.Table | None, int]:
     """What the Parquet sink holds for ``batch_id`` (its part files in name
     order, None if it wrote none) and how many part files that is."""
-    files = sorted(glob.glob(os.path.join(plan.sink.path, f"batch_id={batch_id}", "*.parquet")))
-    return (pa.concat_tables([pq.read_table(f) for f in files]) if files else None), len(files)
+    loc = plan.sink.location
+    names = [n for n in loc.list(f"batch_id={batch_id}") if n.endswith(".parquet")]
+    tables = [pq.read_table(loc.path(f"batch_id={batch_id}/{n}"), filesystem=loc.fs) for n in names]
+    return (pa.concat_tables(tables) if tables else None), len(names)
 
 
 def run_operators(op, batches) -> list[pa.Table]:

@@ -77,7 +77,7 @@ def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
     head, *rows, size = r.stdout.splitlines()
     assert head.split()[:4] == ["batch_id", "input_rows", "late_rows", "rows_emitted"]
     assert [row.split()[0] for row in rows] == ["1", "2"] and rows[-1].split()[7] == "True"  # batch 2 ends the input
-    assert size.startswith("state of batch 2: ") and "bytes on disk" in size
+    assert size.startswith("state of batch 2: ") and " bytes in 3 file(s) under " in size
     r = gpuwm("status", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("gpuwm: error: no committed gpuwm batch")
 
@@ -171,23 +171,20 @@ def test_a_bad_watermark_expr_is_one_line_before_the_first_batch(tmp_path):
 def test_status_shows_the_rows_alignment_holds(tmp_path):
     """Where alignment held rows back, ``gpuwm status`` adds the splits held
     back, the rows held after each batch and the held rows read."""
-    import os
+    from gpuwm.spark.checkpoint import Checkpoint, Location
 
-    from gpuwm.spark import store
-
-    for d in (tmp_path / "gpuwm" / "now", tmp_path / "plain" / "gpuwm" / "now"):  # as a run leaves it
-        os.makedirs(d)
+    ck, plain = (Checkpoint(Location.of(str(p))) for p in (tmp_path, tmp_path / "plain"))
     base = {"input_rows": 100, "late_rows": 0, "rows_emitted": 1, "state_rows": 2, "state_bytes": 48,
             "watermark": 7, "end_of_input": False, "idle_splits": [], "wall_s": 0.5}
-    store.commit_batch(str(tmp_path), 0, b"", {**base, "batch_id": 0, "held_back_splits": [1], "held_rows": 145,
-                                               "rows_released": 0})
-    store.commit_batch(str(tmp_path), 1, b"", {**base, "batch_id": 1, "held_back_splits": [], "held_rows": 0,
-                                               "rows_released": 145})
+    ck.write_commit(0, {}, [], b"", {**base, "batch_id": 0, "held_back_splits": [1], "held_rows": 145,
+                                     "rows_released": 0})
+    ck.write_commit(1, {}, [], b"", {**base, "batch_id": 1, "held_back_splits": [], "held_rows": 0,
+                                     "rows_released": 145})
     r = gpuwm("status", str(tmp_path))
     assert r.returncode == 0, r.stderr
     head, b0, b1, _ = r.stdout.splitlines()
     cols = head.split()
     assert cols[-4:] == ["held_back_splits", "held_rows", "rows_released", "wall_s"]
     assert b0.split()[-3:] == ["145", "0", "0.500"] and b1.split()[-3:] == ["0", "145", "0.500"]
-    store.commit_batch(str(tmp_path / "plain"), 0, b"", {**base, "batch_id": 0})
+    plain.write_commit(0, {}, [], b"", {**base, "batch_id": 0})
     assert "held_rows" not in gpuwm("status", str(tmp_path / "plain")).stdout

@@ -6,8 +6,6 @@ the filter to the drain."""
 
 from __future__ import annotations
 
-import os
-
 import pyarrow as pa
 import pytest
 
@@ -17,19 +15,20 @@ import gpuwm  # noqa: E402
 from gpuwm.session import SessionSpec  # noqa: E402
 from gpuwm.sort import SortSpec  # noqa: E402
 from gpuwm.spark import Pipeline, store, tasks  # noqa: E402
+from gpuwm.spark.checkpoint import Checkpoint, Location  # noqa: E402
 from gpuwm.spark.exchange import FLOW_SCHEMA  # noqa: E402
 from gpuwm.spark.plan import Plan, Sink  # noqa: E402
 from gpuwm.watermark import WatermarkSpec  # noqa: E402
 from gpuwm.window import WindowSpec  # noqa: E402
 
-from .runtime_replay import NOW, batch_output, mismatch, run_operators, run_tasks  # noqa: E402
+from .runtime_replay import NOW, batch_output, commit, mismatch, run_operators, run_tasks  # noqa: E402
 from .runtime_replay import batches as _batches  # noqa: E402
 from .runtime_replay import pipeline as _pipeline  # noqa: E402
 
 
 def _plan(tmp_path, spec, schema: pa.Schema) -> Plan:
     """A one-stage plan over ``schema`` (event time ``t``), profile risingwave, on the CPU."""
-    return Plan(str(tmp_path), "cpu", 1, WatermarkSpec("t", 0), (spec,), Sink("console"), schema)
+    return Plan(_ck(tmp_path), "cpu", 1, WatermarkSpec("t", 0), (spec,), Sink("console"), schema)
 
 
 @pytest.mark.parametrize("vnodes", [1, 3])
@@ -74,7 +73,7 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
                 break
             except OSError:
                 assert attempt == 1
-        fstate, prev = [s for s in res.column("__filter_state").to_pylist() if s][0], batch_id
+        fstate, prev = commit(plan, batch_id, res)
         outs.append(batch_output(plan, batch_id)[0])
     assert calls["n"] > 3
     exp = run_operators("window", batches)
@@ -82,40 +81,47 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
         assert (g is None and not e.num_rows) or sorted(g.to_pylist(), key=repr) == sorted(e.to_pylist(), key=repr)
 
 
+def _ck(tmp_path) -> Checkpoint:
+    return Checkpoint(Location.of(str(tmp_path)))
+
+
 def test_window_state_is_saved_incrementally(tmp_path):
-    """A window the batch did not touch is a hard link to the previous
-    version's file; what is loaded back is the operator's whole state."""
+    """A window the batch did not touch stays where the previous version
+    wrote it (the new version's footer names that place); what is loaded
+    back is the operator's whole state."""
     first = pa.table({"t": [1, 2, 15, 25], "k": ["a", "b", "a", "c"], "v": [1, 2, 3, 4]})
     plan = _plan(tmp_path, WindowSpec(gpuwm.Tumble("t", 10), ("k",), {"n": ("*", "count"), "s": ("v", "sum")}),
                  first.schema)
     op = plan.build(0)
     op.push(first)
-    store.save_operator(str(tmp_path), 0, 0, 0, op, None)
+    v0 = store.save_operator(plan.checkpoint, 0, 0, 0, op, None)
     op.push(pa.table({"t": [16, 17], "k": ["b", "a"], "v": [5, 6]}))  # window 10 only
-    store.save_operator(str(tmp_path), 1, 0, 0, op, 0)
-    v0, v1 = (store.stage_dir(str(tmp_path), b, 0, 0) for b in (0, 1))
-    same = {s: os.path.samefile(f"{v0}/parts/win.{s}.arrow", f"{v1}/parts/win.{s}.arrow") for s in (0, 10, 20)}
+    v1 = store.save_operator(plan.checkpoint, 1, 0, 0, op, v0.places)
+    same = {s: v1.places[f"win.{s}"] == v0.places[f"win.{s}"] for s in (0, 10, 20)}
     assert same == {0: True, 10: False, 20: True}
+    assert v1.places["win.10"][0] == v1.name and v1.files == sorted({v0.name, v1.name})
     store._CACHE.clear()
-    back = store.load_operator(plan, 0, 1, 0)
+    back, places = store.load_operator(plan, 0, store.Prev(1, {"0/0": v1.name}), 0)
+    assert places == v1.places
     assert back.snapshot()["state"].equals(op.snapshot()["state"])
     assert back.drain(30).to_pylist() == op.drain(30).to_pylist()
 
 
-def _save_and_reload(plan: Plan, op, batch_id: int, inodes: dict):
-    """Save ``op`` as version ``batch_id`` (linked to the previous one), note
-    its parts' inodes in ``inodes[batch_id]``, and load it back from disk."""
-    ck = plan.checkpoint
-    store.save_operator(ck, batch_id, 0, 0, op, batch_id - 1 if batch_id else None)
-    d = os.path.join(store.stage_dir(ck, batch_id, 0, 0), "parts")
-    inodes[batch_id] = {f: os.stat(os.path.join(d, f)).st_ino for f in os.listdir(d)}
+def _save_and_reload(plan: Plan, op, batch_id: int, places: dict):
+    """Save ``op`` as version ``batch_id`` (over the previous one's parts),
+    note its parts' places in ``places[batch_id]``, and load it back from the
+    store (cache cleared)."""
+    saved = store.save_operator(plan.checkpoint, batch_id, 0, 0, op, places.get(batch_id - 1))
+    places[batch_id] = saved.places
     store._CACHE.clear()
-    return store.load_operator(plan, 0, batch_id, 0)
+    back, got = store.load_operator(plan, 0, store.Prev(batch_id, {"0/0": saved.name}), 0)
+    assert got == saved.places
+    return back
 
 
 def test_sort_state_is_saved_incrementally(tmp_path):
-    """A sort run saved before is linked, not written again, until more of its
-    saved file has been drained than is left; the state loaded back from the
+    """A sort run saved before stays where it was written, not written
+    again, until more of it has been drained than is left; the state loaded back from the
     files drains exactly like the operator in memory."""
     plan = _plan(tmp_path, SortSpec("t", ("k",)), pa.schema([("t", pa.int64()), ("k", pa.int64())]))
     op = plan.build(0)
@@ -131,21 +137,21 @@ def test_sort_state_is_saved_incrementally(tmp_path):
     op.push(pa.table({"t": [30, 5, 31], "k": [1, 2, 3]}))                 # run 1
     assert op.drain(12).column("t").to_pylist() == [5, 10, 11]            # run 0 keeps 8 of 10
     save(1)
-    assert files[1]["run.0.arrow"] == files[0]["run.0.arrow"]             # linked
+    assert files[1]["run.0"] == files[0]["run.0"]                         # kept in place
     assert op.drain(15).column("t").to_pylist() == [12, 13, 14]           # run 0: 5 left, 5 dead
     save(2)
-    assert files[2]["run.0.arrow"] == files[0]["run.0.arrow"]             # dead == live: still linked
+    assert files[2]["run.0"] == files[0]["run.0"]                         # dead == live: still kept
     op.drain(16)                                                           # 6 dead > 4 live: rewritten
     back = save(3)
-    assert files[3]["run.0.arrow"] != files[0]["run.0.arrow"]
-    assert files[3]["run.1.arrow"] == files[1]["run.1.arrow"]
+    assert files[3]["run.0"] != files[0]["run.0"]
+    assert files[3]["run.1"] == files[1]["run.1"]
     assert back.drain(40).to_pylist() == op.drain(40).to_pylist()
     assert back.buffered_rows == 0 and back.rows_out == op.rows_out == 13
 
 
 def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
-    """Session state in the store: an older level's sessions stay linked
-    while only its alive bits change; what is loaded back from the files
+    """Session state in the store: an older level's sessions stay where
+    they were written while only its alive bits change; what is loaded back from the files
     (cache cleared) drains like the operator in memory, at every version."""
     from gpuwm.session import SessionAggregate
 
@@ -164,28 +170,32 @@ def test_session_state_is_saved_incrementally(tmp_path, monkeypatch):
     save(0)
     op.push(pa.table({"t": [6], "k": ["d"], "v": [4]}))  # a new key: level 1, level 0 untouched
     save(1)
-    assert inode[1]["sessions.0.arrow"] == inode[0]["sessions.0.arrow"]              # linked
-    assert inode[1]["sessions.0.alive.arrow"] == inode[0]["sessions.0.alive.arrow"]
+    assert inode[1]["sessions.0"] == inode[0]["sessions.0"]                  # kept in place
+    assert inode[1]["sessions.0.alive"] == inode[0]["sessions.0.alive"]
     op.push(pa.table({"t": [5], "k": ["b"], "v": [5]}))  # b's session leaves level 0: a bit flips
     save(2)
-    assert inode[2]["sessions.0.arrow"] == inode[0]["sessions.0.arrow"]
-    assert inode[2]["sessions.0.alive.arrow"] != inode[1]["sessions.0.alive.arrow"]
-    assert inode[2]["sessions.1.arrow"] == inode[1]["sessions.1.arrow"]
+    assert inode[2]["sessions.0"] == inode[0]["sessions.0"]
+    assert inode[2]["sessions.0.alive"] != inode[1]["sessions.0.alive"]
+    assert inode[2]["sessions.1"] == inode[1]["sessions.1"]
     assert op.drain(6).num_rows == 1  # a's [1, 6) from level 0: 2 of 3 dead, compacted into a new level
     back = save(3)
-    assert "sessions.0.arrow" not in inode[3] and "sessions.3.arrow" in inode[3]
+    assert "sessions.0" not in inode[3] and "sessions.3" in inode[3]
     assert back.drain(30).to_pylist() == op.drain(30).to_pylist() and back.state_rows == 0
 
 
-def test_checkpoint_and_sink_must_be_paths_every_executor_mounts(tmp_path):
-    """State and Parquet output go through plain file I/O in the tasks: an
-    hdfs:/s3a: URI would silently name a local directory on each executor."""
+def test_checkpoint_and_sinks_are_uris_as_spark_takes_them(tmp_path):
+    """A checkpoint or sink is a local path or a URI of any file system
+    (kept as Spark takes it); ``file:`` names a local path; a scheme no file
+    system serves is refused in one line when the location is first used."""
     from gpuwm.errors import ConfigError
 
     p = _pipeline(tmp_path, "sort", "cpu", 1)
-    with pytest.raises(ConfigError, match="hdfs: URI.*every executor mounts"):
-        Pipeline(p.df, "hdfs://nn/ck")
-    with pytest.raises(ConfigError, match="s3a: URI"):
-        p.write_parquet("s3a://bucket/out")
-    assert Pipeline(p.df, f"file://{tmp_path}/ck").checkpoint == f"{tmp_path}/ck"
+    assert str(Pipeline(p.df, "s3a://bucket/ck/").checkpoint) == "s3a://bucket/ck"
+    assert p.write_parquet("gs://b/out")._sink.path == "gs://b/out"
+    assert str(Pipeline(p.df, f"file://{tmp_path}/ck").checkpoint) == f"{tmp_path}/ck"
     assert p.write_parquet(f"file:{tmp_path}/o")._sink.path == f"{tmp_path}/o"
+    with pytest.raises(ConfigError, match="names no bucket"):
+        Pipeline(p.df, "s3a:///ck")
+    with pytest.raises(ConfigError, match=r"^checkpoint location 'nosuchfs://x/ck' cannot be used: no file system "
+                                          r"for nosuchfs: URIs"):
+        Location.of("nosuchfs://x/ck").probe("checkpoint location")

@@ -46,10 +46,15 @@ def read_nexmark(spark, checkpoint: str, **options):
     """``spark.readStream.format("nexmark")`` with the options given (see
     :mod:`gpuwm.spark.nexmark`) and the query's checkpoint, from which the
     source resumes its batch grid after a restart."""
-    from .pipeline import posix_path
+    import json
 
-    checkpoint = posix_path(checkpoint, "checkpoint")
+    from .checkpoint import Location, spark_fs_options
+
+    loc = Location.of(checkpoint, spark_fs_options(spark), "checkpoint")
+    checkpoint = loc.uri
     r = spark.readStream.format("nexmark").option("checkpointLocation", checkpoint)
+    if loc.options:
+        r = r.option("gpuwmFsOptions", json.dumps(loc.options))
     for k, v in options.items():
         r = r.option(k, str(v))
     df = r.load()

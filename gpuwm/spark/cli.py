@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from .. import Hop, StreamSort, Tumble, WatermarkFilter, WindowAggregate, get_backend
-from ..errors import GpuwmError
+from ..errors import ConfigError, GpuwmError
 from ..nexmark import NexmarkConfig, bids
 
 
@@ -214,7 +214,9 @@ def _main(argv: list[str]) -> int:
     j = sub.add_parser("jars", help="fetch the Kafka connector, a Kafka broker and the RAPIDS jar (Maven Central)")
     j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
     st = sub.add_parser("status", help="the last batches' metrics and the state size of a checkpoint")
-    st.add_argument("checkpoint")
+    st.add_argument("checkpoint", help="the query's checkpoint location (a path, or a URI: s3a://bucket/ck, ...)")
+    st.add_argument("--conf", action="append", default=[], metavar="spark.hadoop.fs.KEY=VALUE",
+                    help="a file-system setting of Spark's for the checkpoint (repeatable)")
     args = ap.parse_args(argv)
     if args.cmd == "demo":
         if args.events <= 0 or args.batch <= 0:
@@ -228,42 +230,46 @@ def _main(argv: list[str]) -> int:
         fetch(rapids=not args.no_rapids)
         return 0
     if args.cmd == "status":
-        print(status(args.checkpoint))
+        print(status(args.checkpoint, args.conf))
         return 0
     return 2
 
 
-def status(checkpoint: str) -> str:
+def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:
     """``gpuwm status CHECKPOINT``: the committed batches' metrics that the
-    state store keeps (the last two), one row each, and the state's size on
-    disk — no Spark needed."""
-    import json
-    import os
+    state store keeps (the last two), one row each, and the size of the
+    state the last one names — no Spark needed; any location Spark's
+    checkpoint may be on, with Spark's settings for it given as ``--conf
+    spark.hadoop.fs.s3a.endpoint=...`` (as to spark-submit)."""
+    from .checkpoint import Checkpoint, Location
 
-    from .store import batch_dir, committed_batches, state_root
-
-    root = state_root(checkpoint)
-    batches = committed_batches(checkpoint)
+    opts = []
+    for kv in conf:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.startswith("spark.hadoop.fs."):
+            raise ConfigError(f"--conf {kv!r}: give spark.hadoop.fs.<key>=<value>, as Spark takes it")
+        opts.append((k.removeprefix("spark.hadoop."), v))
+    ck = Checkpoint(Location.of(checkpoint, sorted(opts), "checkpoint"))
+    batches = ck.committed_batches()
     if not batches:
-        raise GpuwmError(f"no committed gpuwm batch under {root!r}: not a gpuwm checkpoint, or no batch ran yet")
+        raise GpuwmError(f"no committed gpuwm batch under {ck}/gpuwm: not a gpuwm checkpoint, or no batch ran yet")
     cols = ("batch_id", "input_rows", "late_rows", "rows_emitted", "state_rows", "state_bytes", "watermark",
             "end_of_input", "idle_splits", "wall_s")
     rows = []
-    ms = []
-    for b in batches:
-        with open(os.path.join(batch_dir(checkpoint, b), "metrics.json")) as fh:
-            ms.append(json.load(fh))
+    commits = [ck.commit(b) for b in batches]
+    ms = [c["metrics"] for c in commits]
     if any(m.get("held_rows") or m.get("rows_released") for m in ms):  # alignment held rows back
         cols = cols[:-1] + ("held_back_splits", "held_rows", "rows_released", "wall_s")
     for m in ms:
         rows.append([f"{m.get(c):.3f}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols])
-    last = batch_dir(checkpoint, batches[-1])
-    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(last) for f in fs)
+    files = list(commits[-1]["files"]) + [commits[-1]["filter"]]
+    infos = ck.loc.fs.get_file_info([ck.loc.path(f) for f in files])
+    size = sum(i.size or 0 for i in infos)
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
-    lines.append(f"state of batch {batches[-1]}: {size:,} bytes on disk under {last} "
-                 f"(unchanged parts are hard links to the version before)")
+    lines.append(f"state of batch {batches[-1]}: {size:,} bytes in {len(files)} file(s) under {ck}/gpuwm/state "
+                 f"(a version names the parts it did not change where an older one wrote them)")
     return "\n".join(lines)
 
 

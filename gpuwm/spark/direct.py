@@ -46,6 +46,8 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .checkpoint import Checkpoint
+
 # file-source options that only decide which files make a micro-batch
 _LISTING_OPTIONS = {
     "path", "paths", "maxfilespertrigger", "maxbytespertrigger", "latestfirst", "filenameonly",
@@ -237,15 +239,15 @@ def _local_path(uri: str) -> str | None:
     return unquote(u.path) if u.scheme in ("file", "") else None
 
 
-def logged_offsets(checkpoint: str, batch_id: int) -> list[dict | None]:
+def logged_offsets(ck: Checkpoint, batch_id: int) -> list[dict | None]:
     """The end offsets of ``batch_id`` in Spark's offset log
-    (``<checkpoint>/offsets/<batch_id>``: "v1", the batch's metadata, then
-    one line per source) as JSON objects, None where a line is not one.
-    Raises OSError when the file cannot be read."""
-    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as fh:
-        lines = fh.read().splitlines()
+    (:meth:`Checkpoint.spark_offsets`) as JSON objects, None where a line is
+    not one. Raises OSError when the log entry cannot be read."""
+    data = ck.loc.read(f"offsets/{batch_id}")
+    if data is None:
+        raise FileNotFoundError(f"{ck}/offsets/{batch_id}")
     out: list[dict | None] = []
-    for line in lines[2:]:
+    for line in data.decode().splitlines()[2:]:
         try:
             v = json.loads(line)
         except ValueError:
@@ -254,43 +256,40 @@ def logged_offsets(checkpoint: str, batch_id: int) -> list[dict | None]:
     return out
 
 
-def logged_offset(checkpoint: str, batch_id: int, key: str) -> dict | None:
+def logged_offset(ck: Checkpoint, batch_id: int, key: str) -> dict | None:
     """The offset of ``batch_id``'s one source whose offsets have ``key``
     (our sources': ``offset`` for Nexmark, ``drain`` for
     :mod:`gpuwm.spark.drain`), or None when the log does not say (no file,
     no such source, several that differ: the Nexmark inputs of a join,
     one per event kind, share their offsets)."""
     try:
-        got = [o for o in logged_offsets(checkpoint, batch_id) if o is not None and key in o]
+        got = [o for o in logged_offsets(ck, batch_id) if o is not None and key in o]
     except OSError:
         return None
     return got[0] if got and all(o == got[0] for o in got) else None
 
 
-def newest_logged_batch(checkpoint: str) -> int | None:
+def newest_logged_batch(ck: Checkpoint) -> int | None:
     """The newest batch id in Spark's offset log (None: no log yet)."""
-    try:
-        ids = [int(f) for f in os.listdir(os.path.join(checkpoint, "offsets")) if f.isdigit()]
-    except FileNotFoundError:
-        return None
+    ids = ck.spark_batches("offsets")
     return max(ids) if ids else None
 
 
-def nexmark_end(checkpoint: str, batch_id: int) -> int | None:
+def nexmark_end(ck: Checkpoint, batch_id: int) -> int | None:
     """The Nexmark source's end offset (an event number) in ``batch_id``'s
     log entry, or None when the log does not say."""
-    off = logged_offset(checkpoint, batch_id, "offset")
+    off = logged_offset(ck, batch_id, "offset")
     try:
         return None if off is None else int(off["offset"])
     except (TypeError, ValueError):
         return None
 
 
-def nexmark_range(checkpoint: str, batch_id: int) -> tuple[int, int] | None:
+def nexmark_range(ck: Checkpoint, batch_id: int) -> tuple[int, int] | None:
     """The event range ``[start, end)`` of a Nexmark micro-batch, as Spark
     planned and logged it, or None when the log does not say."""
-    end = nexmark_end(checkpoint, batch_id)
-    start = 0 if batch_id == 0 else nexmark_end(checkpoint, batch_id - 1)
+    end = nexmark_end(ck, batch_id)
+    start = 0 if batch_id == 0 else nexmark_end(ck, batch_id - 1)
     if end is None or start is None or end < start:
         return None
     return start, end

@@ -10,7 +10,7 @@ next data. gpuwm asks for such batches itself, through Spark:
   (``format("gpuwm_drain")``, a Python data source with the input's schema
   that never has rows). Its offset is ``{"drain": n, "end": e}``.
 * After committing batch N, the driver writes a **request**
-  (``<checkpoint>/gpuwm/drain.json``): the drain offset Spark logged for N,
+  (``<checkpoint>/gpuwm/drain.json``, :class:`~gpuwm.spark.checkpoint.Checkpoint`): the drain offset Spark logged for N,
   and the next one, ``{"drain": N, ...}``, with the processing time it is due
   at — now when the watermark the next batch drains with is newer than the
   one this batch drained with (Spark's lagged profile: its rule for no-data
@@ -37,19 +37,16 @@ is exhausted and no drain is asked for (after the end-of-input drain).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
+from .checkpoint import Checkpoint, Location
+
 NAME = "gpuwm_drain"
 NO_DRAIN = {"drain": -1, "end": 0}
-
-
-def request_path(checkpoint: str) -> str:
-    return os.path.join(checkpoint, "gpuwm", "drain.json")
 
 
 def latest(request: dict | None, now: float) -> dict:
@@ -62,15 +59,15 @@ def latest(request: dict | None, now: float) -> dict:
 
 class DrainStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict):
-        self.path = options["request"]
+        uri, opts = json.loads(options["checkpoint"])
+        self.ck = Checkpoint(Location(uri, tuple(tuple(p) for p in opts)))
 
     def initialOffset(self) -> dict:
         return dict(NO_DRAIN)
 
     def latestOffset(self) -> dict:
         try:
-            with open(self.path) as fh:
-                req = json.load(fh)
+            req = self.ck.loc.read_json(Checkpoint.DRAIN)
         except (OSError, ValueError):
             req = None
         return latest(req, time.time())
@@ -86,7 +83,7 @@ class DrainStreamReader(DataSourceStreamReader):
 
 
 class DrainDataSource(DataSource):
-    """``spark.readStream.format("gpuwm_drain").schema(s).option("request", path)``."""
+    """``spark.readStream.format("gpuwm_drain").schema(s).option("checkpoint", json [uri, fs options])``."""
 
     @classmethod
     def name(cls) -> str:
@@ -99,38 +96,36 @@ class DrainDataSource(DataSource):
         return DrainStreamReader(dict(self.options))
 
 
-def with_drains(df, checkpoint: str):
+def with_drains(df, ck: Checkpoint):
     """``df`` with the drain source unioned in (registered on first use)."""
     spark = df.sparkSession
     spark.dataSource.register(DrainDataSource)
-    drains = spark.readStream.format(NAME).schema(df.schema).option("request", request_path(checkpoint)).load()
+    drains = spark.readStream.format(NAME).schema(df.schema).option(
+        "checkpoint", json.dumps([ck.loc.uri, ck.loc.options])).load()
     return df.unionByName(drains)
 
 
 # -- the offset log -------------------------------------------------------------------
-def drain_offset(checkpoint: str, batch_id: int) -> dict | None:
+def drain_offset(ck: Checkpoint, batch_id: int) -> dict | None:
     """The drain source's offset in ``batch_id``'s log entry (None: no entry)."""
     from .direct import logged_offset
 
-    return logged_offset(checkpoint, batch_id, "drain")
+    return logged_offset(ck, batch_id, "drain")
 
 
-def ends_input(checkpoint: str, batch_id: int) -> bool:
+def ends_input(ck: Checkpoint, batch_id: int) -> bool:
     """Whether ``batch_id`` is the end-of-input drain: its logged drain
     offset is the end asked for right after the batch before."""
-    off = drain_offset(checkpoint, batch_id)
+    off = drain_offset(ck, batch_id)
     return bool(off and off.get("end") and off.get("drain") == batch_id - 1)
 
 
-def write_request(checkpoint: str, batch_id: int, *, due: float | None, end: bool = False) -> None:
+def write_request(ck: Checkpoint, batch_id: int, *, due: float | None, end: bool = False) -> None:
     """After committing ``batch_id``: ask for a drain at wall time ``due``
     (None: none)."""
-    cur = drain_offset(checkpoint, batch_id) or dict(NO_DRAIN)
+    cur = drain_offset(ck, batch_id) or dict(NO_DRAIN)
     nxt = cur if due is None else {"drain": batch_id, "end": int(end)}
-    p = request_path(checkpoint)
-    with open(p + ".tmp", "w") as fh:
-        json.dump({"offset": cur, "next": nxt, "due": due or 0.0}, fh)
-    os.replace(p + ".tmp", p)
+    ck.loc.publish_json(Checkpoint.DRAIN, {"offset": cur, "next": nxt, "due": due or 0.0})
 
 
 # -- bounded runs ---------------------------------------------------------------------

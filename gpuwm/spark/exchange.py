@@ -1,8 +1,8 @@
 """Rows from one stage's tasks to the next one's, inside a micro-batch's job.
 
 A task writes the rows it sends as Arrow IPC pieces under the checkpoint
-(the state store's file system, which every executor reaches), one per
-destination, and only the pieces' names cross Spark's shuffle — one *flow
+(through the storage seam, on whatever file system every executor reaches),
+one per destination and attempt, and only the pieces' names cross Spark's shuffle — one *flow
 row* per destination, so that every destination task runs (and drains its
 state) whether rows reach it or not. The same flow rows carry the tasks'
 results (metrics, the filter state, console payloads) through to the driver.
@@ -17,7 +17,6 @@ stream).
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Iterator
 
@@ -26,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..drained import decode_instant, encode_instant
-from .store import read_table, write_table
+from .checkpoint import Checkpoint
 
 #: what every task after the filter returns: exchange rows (``__dest``,
 #: ``__piece`` — "" when no row goes there —, ``__wm`` the watermark the
@@ -36,10 +35,6 @@ FLOW_SCHEMA = pa.schema([("__dest", pa.int32()), ("__vnode", pa.int32()), ("__pi
                          ("__payload", pa.binary())])
 
 
-def exchange_root(checkpoint: str) -> str:
-    return os.path.join(checkpoint, "gpuwm", "exchange")
-
-
 def result_row(metrics: dict, filter_state: bytes = b"", payload: bytes = b"") -> pa.Table:
     return pa.table({"__dest": pa.nulls(1, pa.int32()), "__vnode": pa.array([metrics.get("vnode", -1)], pa.int32()),
                      "__piece": pa.nulls(1, pa.string()), "__wm": pa.nulls(1, pa.string()),
@@ -47,7 +42,7 @@ def result_row(metrics: dict, filter_state: bytes = b"", payload: bytes = b"") -
                     schema=FLOW_SCHEMA)
 
 
-def send(checkpoint: str, batch_id: int, tag: str, vnode: int, rows: pa.Table | None, dest: Any, ndest: int,
+def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | None, dest: Any, ndest: int,
          watermark: Any) -> pa.Table:
     """Write ``rows`` (row i to destination ``dest[i]``, stable) as one piece
     per destination; the flow rows naming them, one per destination."""
@@ -56,16 +51,18 @@ def send(checkpoint: str, batch_id: int, tag: str, vnode: int, rows: pa.Table | 
         dest = np.asarray(dest)
         order = np.argsort(dest, kind="stable")
         bounds = np.searchsorted(dest[order], np.arange(ndest + 1))
-        d = os.path.join(exchange_root(checkpoint), f"{batch_id:010d}", tag)
-        os.makedirs(d, exist_ok=True)
         ordered = rows if np.all(order[:-1] <= order[1:]) else rows.take(pa.array(order))
         for r in range(ndest):
             lo, hi = int(bounds[r]), int(bounds[r + 1])
             if hi > lo:
-                pieces[r] = os.path.join(d, f"to-{r:05d}-from-{vnode:05d}.arrow")
-                tmp = f"{pieces[r]}.tmp-{os.getpid()}"
-                write_table(tmp, ordered.slice(lo, hi - lo))
-                os.replace(tmp, pieces[r])
+                pieces[r] = ck.exchange_piece(batch_id, tag, r, vnode)
+                piece = ordered.slice(lo, hi - lo)
+
+                def write(out, piece=piece):
+                    with pa.ipc.new_stream(out, piece.schema) as w:
+                        w.write_table(piece)
+
+                ck.loc.write_unique(pieces[r], write)
     wm = json.dumps(encode_instant(watermark))
     return pa.table({"__dest": pa.array(range(ndest), pa.int32()), "__vnode": pa.array([vnode] * ndest, pa.int32()),
                      "__piece": pieces, "__wm": [wm] * ndest, "__metrics": pa.nulls(ndest, pa.string()),
@@ -78,7 +75,8 @@ class Received:
     through, and per destination its pieces (in source-vnode order, so the
     output does not depend on arrival order) and watermark."""
 
-    def __init__(self, batches: list[pa.RecordBatch]):
+    def __init__(self, ck: Checkpoint, batches: list[pa.RecordBatch]):
+        self.ck = ck
         t = pa.Table.from_batches(batches, schema=FLOW_SCHEMA) if batches else FLOW_SCHEMA.empty_table()
         is_result = t.column("__metrics").is_valid()
         self.results = t.filter(is_result)
@@ -99,7 +97,7 @@ class Received:
         paths = [p for _, p in sorted(self.pieces.get(dest, []))]
         if not paths:
             return schema.empty_table()
-        return pa.concat_tables([read_table(p).cast(schema) for p in paths])
+        return pa.concat_tables([self.ck.loc.read_table(p).cast(schema) for p in paths])
 
 
 def merge_task(plan: Any, batch_id: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -114,7 +112,7 @@ def merge_task(plan: Any, batch_id: int, batches: Iterator[pa.RecordBatch]) -> I
     if not batches:
         return
     use_task_gpu(plan.backend)
-    got = Received(batches)
+    got = Received(plan.checkpoint, batches)
     yield from got.results.to_batches()
     last = len(plan.stages) - 1
     for r in sorted(got.pieces):

@@ -26,6 +26,8 @@ streams over the same event numbers: ``bid`` (default: ``auction``,
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -76,11 +78,16 @@ def config_from_options(options: dict) -> tuple[NexmarkConfig, int, int]:
     return cfg, _int(options, "totalEvents", 1_000_000), _int(options, "eventsPerBatch", 100_000, 1)
 
 
-def _resume_offset(checkpoint: str | None) -> int:
-    """The end offset of the newest batch in the query's offset log (0 if none)."""
+def _resume_offset(checkpoint: str | None, fs_options: str | None = None) -> int:
+    """The end offset of the newest batch in the query's offset log (0 if
+    none); ``fs_options``: the checkpoint's file-system settings as JSON
+    pairs (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)."""
     if not checkpoint:
         return 0
-    ck = checkpoint.removeprefix("file:")
+    from .checkpoint import Checkpoint, Location
+
+    opts = [tuple(p) for p in json.loads(fs_options)] if fs_options else ()
+    ck = Checkpoint(Location.of(checkpoint, opts))
     last = newest_logged_batch(ck)
     return 0 if last is None else nexmark_end(ck, last) or 0
 
@@ -89,7 +96,7 @@ class NexmarkStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.cfg, self.total, self.step = config_from_options(options)
         self.gen = GENERATORS[_kind(options)][0]
-        self._known = _resume_offset(options.get("checkpointLocation"))
+        self._known = _resume_offset(options.get("checkpointLocation"), options.get("gpuwmFsOptions"))
 
     def initialOffset(self) -> dict:
         return {"offset": 0}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..backend import log
 from ..errors import ConfigError, SchemaError, StateError
+from ..frame import bytes_to_table
 from ..inputs import InputsSpec
 from ..join import input_schemas, inputs_schema
 from ..operator import OperatorSpec
@@ -38,6 +39,7 @@ from ..watermark import EXPR_COLUMN, WatermarkSpec
 from ..session import Session, SessionSpec
 from ..window import WindowSpec
 from . import store, tasks
+from .checkpoint import FORMAT, Checkpoint, Location, Owner, spark_fs_options
 from .exchange import FLOW_SCHEMA, merge_task
 from .plan import INPUT, Plan, Sink, is_timestamp, union_column
 from .sinks import clear_batch
@@ -66,8 +68,11 @@ class Pipeline:
     Parameters
     ----------
     df : a streaming DataFrame (``spark.readStream...load()``).
-    checkpoint : the query's checkpoint location; gpuwm keeps its state under
-        ``<checkpoint>/gpuwm/``, versioned by batch id.
+    checkpoint : the query's checkpoint location, a path or a URI as Spark
+        takes it (``s3a://bucket/ck``, ``hdfs://...``, ``gs://...``); gpuwm
+        keeps its state under ``<checkpoint>/gpuwm/``, versioned by batch id
+        (:mod:`gpuwm.spark.checkpoint`), with the file-system settings
+        Spark has (``spark.hadoop.fs.s3a.*``).
     vnodes : state partitions (default 1). With 1, each micro-batch is one
         narrow Spark stage — input partitions coalesced into one task, no
         shuffle — which is fastest while one core keeps up (the kernels run at
@@ -130,7 +135,9 @@ class Pipeline:
         self._warned_direct = False
         self.df = df
         self.spark = df.sparkSession
-        self.checkpoint = posix_path(checkpoint, "checkpoint")
+        self._fs_options = spark_fs_options(self.spark)
+        self.checkpoint = Checkpoint(Location.of(checkpoint, self._fs_options, "checkpoint"))
+        self._owner: Owner | None = None
         self.vnodes = vnodes
         self.backend = backend or self.spark.conf.get("spark.gpuwm.backend", "auto")
         self.on_batch = on_batch
@@ -380,7 +387,7 @@ class Pipeline:
     def write_parquet(self, path: str) -> "Pipeline":
         """Parquet files per batch: ``<path>/batch_id=<N>/part-<vnode>.parquet``,
         rewritten identically if Spark replays batch N."""
-        self._sink = Sink("parquet", posix_path(path, "Parquet sink path"))
+        self._sink = Sink("parquet", Location.of(path, what="Parquet sink path").uri, options=self._fs_options)
         return self
 
     def late_rows_to(self, path: str) -> "Pipeline":
@@ -394,7 +401,7 @@ class Pipeline:
         (other columns) writes to ``<path>/_stage<i>/batch_id=<N>/``. With
         ``vnodes > 1`` a window's or session's rows then cross the shuffle
         instead of their partial aggregates."""
-        self._late = Sink("parquet", posix_path(path, "late-row sink path"))
+        self._late = Sink("parquet", Location.of(path, what="late-row sink path").uri, options=self._fs_options)
         return self
 
     def write_console(self, rows: int = 20) -> "Pipeline":
@@ -483,39 +490,61 @@ class Pipeline:
         return "\n".join(lines)
 
     def _prepare_checkpoint(self, plan: Plan) -> None:
-        d = os.path.join(self.checkpoint, "gpuwm")
-        try:
-            os.makedirs(d, exist_ok=True)
-            probe = os.path.join(d, ".write-probe")
-            with open(probe, "w") as fh:
-                fh.write("ok")
-            os.remove(probe)
-        except OSError as e:
-            raise ConfigError(f"checkpoint location {self.checkpoint!r} is not writable: {e}") from None
+        """Before the query starts: the checkpoint is usable, its state is
+        whole and of this pipeline, and no other query runs on it."""
         from .direct import logged_offsets, newest_logged_batch
         from .drain import drain_offset
 
-        last = newest_logged_batch(self.checkpoint)
-        if last is not None and drain_offset(self.checkpoint, last) is None and logged_offsets(self.checkpoint, last):
+        ck = self.checkpoint
+        ck.loc.probe("checkpoint location", "gpuwm")
+        fmt = ck.loc.read_json(Checkpoint.FORMAT_FILE)
+        if fmt is None and ck.loc.list("gpuwm/state"):
+            raise ConfigError(f"checkpoint {ck} holds gpuwm state in an older layout (hard-linked state directories, "
+                              f"before format {FORMAT}), which this gpuwm does not read: finish it with the gpuwm that "
+                              "wrote it, or start from a new checkpoint location")
+        if fmt is not None and fmt.get("format") != FORMAT:
+            raise ConfigError(f"checkpoint {ck} holds gpuwm state of format {fmt.get('format')}; this gpuwm reads "
+                              f"format {FORMAT}: use the gpuwm that wrote it, or a new checkpoint location")
+        last = newest_logged_batch(ck)
+        if last is not None and drain_offset(ck, last) is None and logged_offsets(ck, last):
             raise ConfigError(
-                f"checkpoint {self.checkpoint!r} was written by a gpuwm without drain batches: Spark's offset log has "
+                f"checkpoint {ck} was written by a gpuwm without drain batches: Spark's offset log has "
                 "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
                 "checkpoint location.")
+        self._check_state(ck)
         desc = plan.describe()
-        p = os.path.join(d, "pipeline.json")
-        old = None
-        if os.path.exists(p):
-            with open(p) as fh:
-                old = fh.read()
-            if old != desc and not self._rescales(plan, old, desc):
-                raise ConfigError(
-                    f"the pipeline differs from the one that wrote checkpoint {self.checkpoint!r}; "
-                    "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
-                    f"checkpoint: {old}\nnow:        {desc}")
+        old = ck.loc.read(Checkpoint.PIPELINE)
+        old = None if old is None else old.decode()
+        if old is not None and old != desc and not self._rescales(plan, old, desc):
+            raise ConfigError(
+                f"the pipeline differs from the one that wrote checkpoint {ck}; "
+                "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
+                f"checkpoint: {old}\nnow:        {desc}")
+        self._owner = Owner.take(ck)
+        if fmt is None:
+            ck.loc.publish_json(Checkpoint.FORMAT_FILE, {"format": FORMAT})
         if old != desc:  # a new checkpoint, or a rescale (the next batch re-partitions the state)
-            with open(p + ".tmp", "w") as fh:
-                fh.write(desc)
-            os.replace(p + ".tmp", p)
+            ck.loc.publish_bytes(Checkpoint.PIPELINE, desc.encode())
+
+    @staticmethod
+    def _check_state(ck: Checkpoint) -> None:
+        """gpuwm's state reaches Spark's last committed batch and every file
+        its last commit names is there; else the checkpoint is refused (it
+        would restart from other state than Spark's offsets say)."""
+        spark_done = ck.spark_batches("commits")
+        ours = ck.committed_batches()
+        if spark_done and (not ours or ours[-1] < spark_done[-1]):
+            have = f"gpuwm's last commit is batch {ours[-1]}" if ours else \
+                f"there is no gpuwm state ({ck}/gpuwm/commits is empty or missing)"
+            raise StateError(f"gpuwm: checkpoint {ck} is damaged: Spark has committed batch {spark_done[-1]} but "
+                             f"{have}; restore {ck}/gpuwm from a backup, or start from a new checkpoint location")
+        if ours:
+            c = ck.commit(ours[-1])
+            missing = ck.loc.missing(list(c.get("files", ())) + [c["filter"]])
+            if missing:
+                raise StateError(f"gpuwm: checkpoint {ck} is damaged: batch {ours[-1]}'s state is missing "
+                                 f"{len(missing)} file(s), e.g. {ck}/{missing[0]}; restore it from a backup, or start "
+                                 "from a new checkpoint location")
 
     def _rescales(self, plan: Plan, old: str, new: str) -> bool:
         """The pipelines differ only in ``vnodes`` (online rescale): True when
@@ -561,26 +590,31 @@ class Pipeline:
             if plan.multi:
                 why = self._inputs_direct()
             elif nex is not None:  # offsets come from this query's own offset log
-                why = None if nex["checkpoint"] == self.checkpoint else \
+                why = None if nex["checkpoint"] == self.checkpoint.loc.uri else \
                     "read_nexmark() was given another checkpoint than the Pipeline"
             else:
                 why = parquet_source(self.df)
             if why is not None and self.read == "direct":
                 raise ConfigError(f"read='direct' cannot read this input itself: {why}")
             self._direct = why is None
-        self._prepare_checkpoint(plan)
-        for sink in (plan.sink, plan.late):
+        for what, sink in (("Parquet sink", plan.sink), ("late-row sink", plan.late)):
             if sink is not None and sink.kind == "parquet":
-                os.makedirs(sink.path, exist_ok=True)
+                sink.location.probe(what)
+        self._prepare_checkpoint(plan)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         df = drain.with_drains(self.df, self.checkpoint)
         writer = df.writeStream.foreachBatch(partial(self._run_batch, plan)).option(
-            "checkpointLocation", self.checkpoint)
+            "checkpointLocation", self.checkpoint.loc.uri)
         if trigger:
             writer = writer.trigger(**trigger)
         if query_name or self.name:
             writer = writer.queryName(query_name or self.name)
-        q = writer.start()
+        try:
+            q = writer.start()
+        except BaseException:
+            self._owner.release()
+            raise
+        self._owner.watch(q)
         if finish:
             drain.Finisher(q, partial(self._ask_end, plan))
         return q
@@ -592,13 +626,18 @@ class Pipeline:
 
         t0 = time.perf_counter()
         ck = plan.checkpoint
-        committed = store.committed_batches(ck)
-        prev = batch_id - 1 if (batch_id - 1) in committed else None
-        if prev is None and committed and min(committed) < batch_id:
-            raise StateError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm/state "
+        self._owner.check()
+        committed = ck.committed_batches()
+        if batch_id in committed:  # committed before a crash that Spark's commit did not outlive:
+            # its output and state are all written; only the drain request may be missing
+            return self._recommit(plan, batch_id)
+        prev_commit = ck.commit(batch_id - 1) if (batch_id - 1) in committed else None
+        if prev_commit is None and committed and min(committed) < batch_id:
+            raise StateError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm "
                              f"(have {committed}); the checkpoint was damaged")
-        fstate = store.load_filter_state(ck, prev) if prev is not None else None
-        now = store.now_for_batch(ck, batch_id)
+        prev = None if prev_commit is None else store.Prev.of(prev_commit)
+        fstate = ck.filter_state(batch_id - 1) if prev is not None else None
+        now = ck.now_for_batch(batch_id, datetime.now(timezone.utc).isoformat())
         end = drain.ends_input(ck, batch_id)
         flow = _spark_schema(FLOW_SCHEMA)
         t_job = time.perf_counter()
@@ -632,6 +671,7 @@ class Pipeline:
                 res = res.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
         res = [r for r in res.collect() if r["__metrics"] is not None]
         t_job = time.perf_counter() - t_job
+        versions, files = store.committed_versions([json.loads(r["__metrics"]) for r in res])
         m = self._batch_metrics(plan, batch_id, res)
         m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
         if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
@@ -648,12 +688,15 @@ class Pipeline:
         m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
                  idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
                  held_rows=filt.held_rows if plan.aligned else 0)
-        store.commit_batch(ck, batch_id, fstate, m)
+        t_commit = time.perf_counter()
+        self._owner.check()
+        ck.write_commit(batch_id, versions, files, fstate, m)
+        m["commit_s"] = time.perf_counter() - t_commit
         due, ending = self._next_drain(plan, batch_id, filt, t_now)
         drain.write_request(ck, batch_id, due=due, end=ending)
         self.history.append(m)
         if plan.sink.kind == "console":
-            outs = [store.bytes_to_table(bytes(r["__payload"])) for r in res if r["__payload"]]
+            outs = [bytes_to_table(bytes(r["__payload"])) for r in res if r["__payload"]]
             print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
             if outs:
                 print(pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False))
@@ -668,6 +711,25 @@ class Pipeline:
             print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
                   f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
                   f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})", flush=True)
+        if self.on_batch:
+            self.on_batch(m)
+
+    def _recommit(self, plan: Plan, batch_id: int) -> None:
+        """Spark replays ``batch_id``, which gpuwm committed before the
+        driver stopped: nothing runs again (a commit is written once); the
+        drain request after it is asked for again."""
+        from . import drain
+
+        c = self.checkpoint.commit(batch_id)
+        m = dict(c["metrics"])
+        filt = _driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(batch_id))
+        due, ending = self._next_drain(plan, batch_id, filt, datetime.fromisoformat(m["processing_time"]))
+        drain.write_request(self.checkpoint, batch_id, due=due, end=ending)
+        m["replayed"] = True
+        self.history.append(m)
+        if self.verbose:
+            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: committed by gpuwm before the restart; "
+                  "Spark's replay of it writes nothing again", flush=True)
         if self.on_batch:
             self.on_batch(m)
 
@@ -710,11 +772,11 @@ class Pipeline:
         final watermark and it has not run; True when asked."""
         from . import drain
 
-        committed = store.committed_batches(self.checkpoint)
+        committed = self.checkpoint.committed_batches()
         if not committed:
             return False
         last = committed[-1]
-        filt = _driver_filter(plan.watermark, plan.input_schema, store.load_filter_state(self.checkpoint, last))
+        filt = _driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(last))
         if filt.ended:
             return False
         if plan.watermark.resolved_profile.end_of_input != "all" and not (plan.aligned and filt.held_rows):
@@ -771,7 +833,7 @@ class Pipeline:
                 why = "its directory is not known"
             if why is not None:
                 return f"input {name!r}: {why}"
-            dirs.append(posix_path(source_path(d), "source path").rstrip("/") + "/")
+            dirs.append(Location.of(source_path(d), what="source path").uri.rstrip("/") + "/")
         if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
             return "one input's directory holds another's"
         self._input_dirs = dirs
@@ -890,26 +952,7 @@ def _driver_filter(spec: Any, schema: pa.Schema, state: bytes | None = None) -> 
     to the input schema — which checks the delay's unit — and restored from
     a committed batch's state."""
     f = spec.build("cpu").bind(schema)
-    return f if state is None else f.restore(store.bytes_to_table(state))
-
-
-def posix_path(path: str, what: str) -> str:
-    """An absolute file path for ``path`` (``file:`` URIs included). gpuwm's
-    tasks keep state and write Parquet with plain file I/O, so a URI of
-    another scheme (``hdfs:``, ``s3a:``, ``abfss:``, ...) is refused: it would
-    otherwise name a local directory on each executor, and state would not
-    survive moving to another one."""
-    import re
-
-    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):", path)
-    if m and m.group(1).lower() != "file":
-        raise ConfigError(
-            f"{what} {path!r} is a {m.group(1)}: URI; gpuwm's tasks read and write it with plain file I/O, so it "
-            "must be a path that every executor mounts: any local directory in local mode, on a cluster a shared "
-            "file system (NFS, or a FUSE mount of the object store), e.g. '/mnt/shared/ck'")
-    if path.startswith("file:"):
-        path = "/" + path.removeprefix("file:").lstrip("/")
-    return os.path.abspath(path)
+    return f if state is None else f.restore(bytes_to_table(state))
 
 
 def gpuwm_time(raw_us: int) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..errors import ConfigError
+from .checkpoint import Checkpoint, Location
 from ..inputs import InputsSpec
 from ..join import input_schemas
 from ..operator import OperatorSpec
@@ -32,12 +33,18 @@ class Sink:
     kind: str
     path: str | None = None
     rows: int = 20
+    #: the file-system settings of ``path`` (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)
+    options: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ("parquet", "console"):
             raise ConfigError(f"sink must be 'parquet' or 'console', got {self.kind!r}")
         if self.kind == "parquet" and not self.path:
             raise ConfigError("a Parquet sink needs a path")
+
+    @property
+    def location(self) -> Location:
+        return Location(self.path, self.options)
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class Plan:
-    checkpoint: str
+    #: the query's checkpoint; gpuwm's state under ``<checkpoint>/gpuwm/`` (:class:`Checkpoint`)
+    checkpoint: Checkpoint
     backend: str
     vnodes: int
     #: one input's watermark, or several named inputs' (:class:`~gpuwm.inputs.InputsSpec`)

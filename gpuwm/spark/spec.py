@@ -73,13 +73,16 @@ neither: filter only. Two chained windows (the second over the first's
 ``{"parquet": path}`` keeps every row dropped as late aside, with its
 ``late_reason`` (``Pipeline.late_rows_to``). ``read`` (optional):
 ``auto``, ``direct`` or ``spark`` — see ``Pipeline(read=...)`` (default:
-Spark conf ``spark.gpuwm.read``, else ``auto``).
+Spark conf ``spark.gpuwm.read``, else ``auto``). ``conf`` (optional): Spark
+conf for the session ``gpuwm run`` starts, e.g. S3's settings for an
+``s3a://`` checkpoint or sink (``{"spark.hadoop.fs.s3a.endpoint": ...}``;
+Hadoop's S3A is then added to ``spark.jars.packages``); with
+``spark-submit``, give them as ``--conf`` instead.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from ..errors import ConfigError
@@ -87,7 +90,7 @@ from ..session import Session
 from ..window import Hop, Tumble
 
 _TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
-        "read", "late", "inputs"}
+        "read", "late", "inputs", "conf"}
 _STAGES = ("window", "sort", "dedup", "over", "join", "union")
 _JOIN = {"left", "right", "on", "between", "how", "window"}
 
@@ -265,12 +268,26 @@ def _add_watermark(p, w: dict, **kw) -> None:
 
 
 def spec_conf(spec: dict) -> dict:
-    """Spark conf a spec needs in a session ``gpuwm run`` starts: the Kafka
-    connector for ``kafka`` sources (``spark.jars.packages``)."""
-    from .jars import spec_packages
+    """Spark conf a spec needs in a session ``gpuwm run`` starts: its
+    ``conf`` (e.g. ``spark.hadoop.fs.s3a.*``), the Kafka connector for
+    ``kafka`` sources and Hadoop's S3A where a location is on S3
+    (``spark.jars.packages``)."""
+    from .jars import hadoop_aws, spec_packages
 
+    conf = spec.get("conf") or {}
+    if not isinstance(conf, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in conf):
+        raise ConfigError(f"a spec's 'conf' is Spark conf, {{\"spark.<key>\": value, ...}}, got {conf!r}")
+    conf = {k: str(v) for k, v in conf.items()}
     pkgs = spec_packages(_sources(spec))
-    return {"spark.jars.packages": ",".join(pkgs)} if pkgs else {}
+    sinks = [spec.get(k) or {} for k in ("sink", "late")]
+    uris = [spec.get("checkpoint")] + [x.get("parquet") for x in sinks if isinstance(x, dict)] + \
+        [(s or {}).get("path") for s in _sources(spec) if isinstance(s, dict)]
+    if any(isinstance(u, str) and u.split("://")[0] in ("s3a", "s3", "s3n") for u in uris):
+        pkgs.append(hadoop_aws())
+    if pkgs:
+        given = conf.get("spark.jars.packages")
+        conf["spark.jars.packages"] = ",".join(([given] if given else []) + pkgs)
+    return conf
 
 
 def _sources(spec: dict) -> list:
@@ -302,7 +319,7 @@ def run(spark, spec: dict, verbose: bool = True):
         except StreamingQueryException:
             pass  # q.exception() has it
         e = q.exception()
-        if e is not None and not restarted and _kafka_replay_failure(e, sources, spec.get("checkpoint")):
+        if e is not None and not restarted and _kafka_replay_failure(e, sources, p.checkpoint):
             import logging
 
             logging.getLogger("gpuwm").warning(
@@ -316,7 +333,7 @@ def run(spark, spec: dict, verbose: bool = True):
         return p
 
 
-def _kafka_replay_failure(e, sources: list, checkpoint: str | None) -> bool:
+def _kafka_replay_failure(e, sources: list, ck) -> bool:
     """Spark 4.1.1's Kafka source throws from its progress metrics
     (``Some(null).get.map``) when a restarted query's first micro-batch is
     the replay of the batch in flight at the crash, after that batch ran and
@@ -325,8 +342,8 @@ def _kafka_replay_failure(e, sources: list, checkpoint: str | None) -> bool:
     from .direct import newest_logged_batch
 
     msg = str(e)
-    if not (checkpoint and "IterableOps.map" in msg and "Option.get()" in msg
+    if not ("IterableOps.map" in msg and "Option.get()" in msg
             and any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources)):
         return False
-    last = newest_logged_batch(checkpoint)
-    return last is not None and os.path.exists(os.path.join(checkpoint, "commits", str(last)))
+    last = newest_logged_batch(ck)
+    return last is not None and last in ck.spark_batches("commits")

@@ -1,5 +1,5 @@
 """What runs inside Spark tasks for one micro-batch: one job per batch
-(DESIGN.md, "Running inside Spark").
+(gpuwm/DESIGN.md, "Running inside Spark").
 
 1. ``filter_task`` (``mapInArrow``, once per input partition): restores the
    watermark filter as of the previous batch, filters its rows (or, when the
@@ -220,7 +220,7 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
 
 
 # -- task 2: the first segment of one vnode ------------------------------------------
-def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev: store.Prev | None,
                 batches: Iterator[pa.RecordBatch], end: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a shuffle partition: every vnode hashed into it. Each
     vnode's rows (or partials) come with every input partition's statistics."""
@@ -251,12 +251,12 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
             rows = rows.sort_by(SEQ).drop_columns([SEQ])
         if plan.multi:
             rows = split_union(plan, rows)
-        yield from run_segment(plan, 0, v, rows, wm, batch_id, prev_batch, stats=stats, filt=filt,
+        yield from run_segment(plan, 0, v, rows, wm, batch_id, prev, stats=stats, filt=filt,
                                t_start=t_start).to_batches()
         t_start = time.perf_counter()
 
 
-def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev_batch: int | None,
+def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev: store.Prev | None,
                 batches: Iterator[pa.RecordBatch], direct: dict | None = None,
                 end: bool = False) -> Iterator[pa.RecordBatch]:
     """One vnode, one task: the whole batch (input partitions coalesced, each
@@ -267,12 +267,12 @@ def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
     kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, 0, now_iso, end=end)
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
     wm = filt.advance([stats], now_iso, end, held if plan.aligned else None)
-    yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev_batch, stats=[stats], filt=filt,
+    yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev, stats=[stats], filt=filt,
                            t_start=time.perf_counter()).to_batches()
 
 
 # -- task 3: a later segment ----------------------------------------------------------
-def segment_task(plan: Plan, seg: int, batch_id: int, prev_batch: int | None,
+def segment_task(plan: Plan, seg: int, batch_id: int, prev: store.Prev | None,
                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``repartition(tasks, "__dest").mapInArrow``: the results of earlier
     tasks pass through; each destination vnode hashed here runs segment
@@ -283,18 +283,18 @@ def segment_task(plan: Plan, seg: int, batch_id: int, prev_batch: int | None,
     if not batches:
         return
     use_task_gpu(plan.backend)
-    got = exchange.Received(batches)
+    got = exchange.Received(plan.checkpoint, batches)
     yield from got.results.to_batches()
     first = plan.segments[seg].stages[0]
     for v in sorted(got.watermark):
         t_start = time.perf_counter()
         rows = got.rows(v, plan.schemas[first])
-        yield from run_segment(plan, seg, v, rows, got.watermark[v], batch_id, prev_batch,
+        yield from run_segment(plan, seg, v, rows, got.watermark[v], batch_id, prev,
                                t_start=t_start).to_batches()
 
 
 def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: int,
-                prev_batch: int | None, *, stats: list[dict] | None = None, filt: _Filter | None = None,
+                prev: store.Prev | None, *, stats: list[dict] | None = None, filt: _Filter | None = None,
                 t_start: float) -> pa.Table:
     """Run segment ``seg``'s stages on ``vnode``: each pushes what the one
     before released and drains with the one before's output watermark;
@@ -305,12 +305,15 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
     segment = plan.segments[seg]
     flows: list[pa.Table] = []
     per_stage: dict[str, dict] = {}
+    versions: dict[str, str] = {}  # the state versions this task saved, for the driver's commit
+    files: set[str] = set()
     kernel_s = save_s = 0.0
     out = rows
     low = high = None
     for i in segment.stages:
         t0 = time.perf_counter()
-        op = store.load_operator(plan, i, prev_batch, vnode).keep_late(plan.late is not None)
+        op, places = store.load_operator(plan, i, prev, vnode)
+        op.keep_late(plan.late is not None)
         before = op.counters()
         low = op.drained_watermark  # for the sort's ranges: [its previous drain, this one)
         n_in = _num_rows(out)
@@ -323,8 +326,10 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
             write_late(plan, batch_id, i, vnode, op.take_late(), op.late_reason)
         out = _concat([updates, released.rows], plan.schemas[i + 1])
         t1 = time.perf_counter()
-        store.save_operator(plan.checkpoint, batch_id, vnode, i, op, prev_batch)
-        store.keep_operator(plan, i, vnode, batch_id, op)
+        saved = store.save_operator(plan.checkpoint, batch_id, vnode, i, op, places)
+        store.keep_operator(plan, i, vnode, batch_id, saved, op)
+        versions[f"{i}/{vnode}"] = saved.name
+        files.update(saved.files)
         t2 = time.perf_counter()
         kernel_s += t1 - t0
         save_s += t2 - t1
@@ -354,6 +359,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         "segment": seg, "vnode": vnode, "rows_to_operator": _num_rows(rows), "rows_emitted": emitted,
         "stages": per_stage, "kernel_s": kernel_s, "state_save_s": save_s,
         "backend": gpuwm.get_backend(plan.backend).name, "vnode_task_s": time.perf_counter() - t_start,
+        "versions": versions, "files": sorted(files),
     }
     fstate = b""
     if filt is not None:
