@@ -24,7 +24,7 @@ gpuwm's with ``availableNow``, Spark's with ``processingTime`` 0 until
 ``state rows`` per batch: gpuwm's join state (both sides), Spark's
 ``stateOperators[0].numRowsTotal``. The floor is Spark's own cost of
 handing the same rows to Python (the count-only ``mapInArrow`` of
-DESIGN.md, ~1.1 M rows/s on this machine).
+gpuwm/DESIGN.md, "Running inside Spark"; ~1.1 M rows/s on this machine).
 
 Writes ``results/join/results.{json,md}`` and ``state.png`` (matplotlib).
 """

@@ -1,7 +1,7 @@
 """Watermark profiles: the conventions on which engines differ, by name.
 
 Each knob can also be set on its own (``WatermarkFilter(..., profile="flink",
-late_inclusive=False)``). The table in DESIGN.md / README.md is the contract.
+late_inclusive=False)``). The table in gpuwm/DESIGN.md ("Watermark semantics") is the contract.
 """
 
 from __future__ import annotations

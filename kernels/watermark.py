@@ -1,6 +1,6 @@
 """Watermark filter kernel: per-split watermarks, keep-mask, late count.
 
-Semantics (DESIGN.md, "Watermark semantics"): a row's candidate watermark is
+Semantics (gpuwm/DESIGN.md, "Watermark semantics"): a row's candidate watermark is
 ``ts - delay`` (the caller folds Flink's extra ``- 1`` into ``delay``). A
 split's watermark is the running maximum of its rows' candidates, starting
 from the split's previous watermark. A row is late when ``ts < W``

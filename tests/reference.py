@@ -1,6 +1,6 @@
 """Plain-Python, row-at-a-time reference of gpuwm's documented semantics.
 
-Written from DESIGN.md's watermark contract and the RFC pseudo-code, not
+Written from gpuwm/DESIGN.md's watermark contract and the RFC pseudo-code, not
 from the kernels: no numpy, no vectorisation, one row at a time. Event times
 are ints (or None for null); rows are tuples whose first field is the event
 time.

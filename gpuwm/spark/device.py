@@ -1,6 +1,6 @@
 """Which GPU a Spark task uses, and sharing its memory with RAPIDS.
 
-Order (DESIGN.md): ``CUDA_VISIBLE_DEVICES`` set by the cluster manager (then
+Order (gpuwm/DESIGN.md, "Running inside Spark"): ``CUDA_VISIBLE_DEVICES`` set by the cluster manager (then
 the task's GPU is visible device 0), else the task's ``gpu`` resource
 address, else (local mode) partition id modulo the device count. When RMM is
 installed (RAPIDS Python workers), CuPy allocates from RMM, so gpuwm's

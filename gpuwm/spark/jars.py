@@ -6,7 +6,11 @@
 * :data:`RAPIDS` — the RAPIDS Accelerator (``spark_conf/rapids-explain.conf``
   names the same release);
 * :data:`BROKER` — an Apache Kafka broker (KRaft), which the tests and
-  ``benchmarks/bench_kafka.py`` start on loopback.
+  ``benchmarks/bench_kafka.py`` start on loopback;
+* :func:`hadoop_aws` — Hadoop's S3A file system for Spark's own checkpoint
+  and files on S3 (the version of PySpark's Hadoop client);
+* :data:`S3PROXY` — an S3-compatible server the tests start on loopback,
+  one self-contained jar (:func:`fetch_jar`: no dependency resolution).
 
 They are resolved with their dependencies by the Ivy that PySpark ships
 (``pyspark/jars/ivy-*.jar``; only Java is needed), with a resolver named as
@@ -29,7 +33,67 @@ from ..errors import ConfigError, GpuwmError
 KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 RAPIDS = "com.nvidia:rapids-4-spark_2.13:26.08.1"
 BROKER = "org.apache.kafka:kafka_2.13:4.1.1"
+S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
 CENTRAL = "https://repo1.maven.org/maven2/"
+
+
+def hadoop_version() -> str:
+    """The Hadoop client version PySpark ships (``hadoop-client-api-<v>.jar``)."""
+    import pyspark
+
+    found = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "hadoop-client-api-*.jar"))
+    if not found:
+        raise ConfigError("PySpark's Hadoop client jar (pyspark/jars/hadoop-client-api-*.jar) is missing")
+    return os.path.basename(found[0]).removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def hadoop_aws() -> str:
+    """``org.apache.hadoop:hadoop-aws`` of PySpark's Hadoop version: Spark's
+    ``s3a://`` file system (``spark.jars.packages``)."""
+    return f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+
+
+def jar_cache() -> str:
+    return os.path.join(os.path.expanduser("~"), ".cache", "gpuwm", "jars")
+
+
+def fetch_jar(coordinate: str, timeout: float = 600) -> str:
+    """The local path of one self-contained jar, ``group:artifact:version``
+    or ``group:artifact:version:classifier``, downloaded from Maven Central
+    as it is (no POM, no dependencies) into :func:`jar_cache` when not there
+    yet, and checked against the registry's ``.sha1``. Raises
+    :class:`GpuwmError` saying why when it cannot."""
+    import hashlib
+    import urllib.request
+
+    parts = coordinate.split(":")
+    if len(parts) not in (3, 4) or not all(parts):
+        raise ConfigError(f"a jar is group:artifact:version[:classifier], got {coordinate!r}")
+    group, artifact, version = parts[:3]
+    name = f"{artifact}-{version}" + (f"-{parts[3]}" if len(parts) == 4 else "") + ".jar"
+    url = f"{CENTRAL}{group.replace('.', '/')}/{artifact}/{version}/{name}"
+    path = os.path.join(jar_cache(), name)
+    if os.path.exists(path) and os.path.exists(path + ".sha1"):
+        return path
+    os.makedirs(jar_cache(), exist_ok=True)
+    try:
+        with urllib.request.urlopen(url + ".sha1", timeout=60) as r:
+            want = r.read().decode().split()[0].strip().lower()
+        tmp = f"{path}.tmp-{os.getpid()}"
+        h = hashlib.sha1()
+        with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as fh:
+            while chunk := r.read(1 << 20):
+                h.update(chunk)
+                fh.write(chunk)
+    except OSError as e:
+        raise GpuwmError(f"could not fetch {coordinate} from {url}: {e}") from None
+    if h.hexdigest() != want:
+        os.remove(tmp)
+        raise GpuwmError(f"{url}: sha1 {h.hexdigest()} differs from the registry's {want}; not used")
+    os.replace(tmp, path)
+    with open(path + ".sha1", "w") as fh:
+        fh.write(want)
+    return path
 
 _SETTINGS = f"""<ivysettings>
   <settings defaultResolver="central"/>
