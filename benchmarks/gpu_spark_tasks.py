@@ -46,7 +46,10 @@ def build_plans() -> dict:
 def relocate(plan, root: str):
     from dataclasses import replace
 
-    return replace(plan, checkpoint=plan.checkpoint.replace(ROOT, root),
+    from gpuwm.spark.checkpoint import Checkpoint, Location
+
+    loc = plan.checkpoint.loc
+    return replace(plan, checkpoint=Checkpoint(Location(loc.uri.replace(ROOT, root), loc.options)),
                    sink=replace(plan.sink, path=plan.sink.path.replace(ROOT, root)))
 
 
@@ -78,7 +81,7 @@ def main() -> int:
             t0 = time.perf_counter()
             got, nparts = run_tasks(plan, data)
             took = time.perf_counter() - t0
-            held = sorted({o._backend.name for _, o in store._CACHE.values()})
+            held = sorted({entry[2]._backend.name for entry in store._CACHE.values()})
             why = mismatch(op, vnodes, got, nparts, run_operators(op, data))
         bad += why is not None
         rows = sum(g.num_rows for g in got if g is not None)
