@@ -60,17 +60,19 @@ def _offsets(ck, batch_id, *sources):
 
 
 def test_nexmark_range_comes_from_sparks_offset_log(tmp_path):
+    from gpuwm.spark.checkpoint import Checkpoint, Location
     from gpuwm.spark.direct import nexmark_range
 
     _offsets(tmp_path, 0, 100)
     _offsets(tmp_path, 1, 250)
     _offsets(tmp_path, 3, 400)
     _offsets(tmp_path, 4, 500, 7)  # two sources: not ours to read
-    assert nexmark_range(str(tmp_path), 0) == (0, 100)
-    assert nexmark_range(str(tmp_path), 1) == (100, 250)
-    assert nexmark_range(str(tmp_path), 2) is None  # batch 2 not logged
-    assert nexmark_range(str(tmp_path), 3) is None  # its start (batch 2's end) unknown
-    assert nexmark_range(str(tmp_path), 4) is None
+    ck = Checkpoint(Location.of(str(tmp_path)))
+    assert nexmark_range(ck, 0) == (0, 100)
+    assert nexmark_range(ck, 1) == (100, 250)
+    assert nexmark_range(ck, 2) is None  # batch 2 not logged
+    assert nexmark_range(ck, 3) is None  # its start (batch 2's end) unknown
+    assert nexmark_range(ck, 4) is None
 
 
 def test_generated_splits_equal_what_the_source_reads():
@@ -102,8 +104,11 @@ def test_drain_offsets_in_sparks_offset_log(tmp_path):
     (d / "0").write_text("\n".join(["v1", meta, '{"offset":100}', '{"drain":-1,"end":0}']))
     (d / "1").write_text("\n".join(["v1", meta, '{"offset":100}', '{"drain":0,"end":1}']))
     (d / "2").write_text("\n".join(["v1", meta, '{"offset":150}', '{"drain":0,"end":1}']))
-    assert nexmark_range(str(tmp_path), 1) == (100, 100) and nexmark_range(str(tmp_path), 2) == (100, 150)
-    assert drain_offset(str(tmp_path), 1) == {"drain": 0, "end": 1}
-    assert [ends_input(str(tmp_path), b) for b in range(4)] == [False, True, False, False]
+    from gpuwm.spark.checkpoint import Checkpoint, Location
+
+    ck = Checkpoint(Location.of(str(tmp_path)))
+    assert nexmark_range(ck, 1) == (100, 100) and nexmark_range(ck, 2) == (100, 150)
+    assert drain_offset(ck, 1) == {"drain": 0, "end": 1}
+    assert [ends_input(ck, b) for b in range(4)] == [False, True, False, False]
     req = {"offset": NO_DRAIN, "next": {"drain": 5, "end": 0}, "due": 100.0}
     assert latest(req, 99.9) == NO_DRAIN and latest(req, 100.0) == {"drain": 5, "end": 0} and latest(None, 0) == NO_DRAIN
