@@ -11,7 +11,6 @@ batch for batch."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -30,6 +29,7 @@ from gpuwm.spark import Pipeline, local_session  # noqa: E402
 from gpuwm.spark.checkpoint import Location  # noqa: E402
 
 from .s3_server import S3Server, spark_jars  # noqa: E402
+from .test_spark import kill_after_batches  # noqa: E402
 
 pytestmark = pytest.mark.spark
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -168,21 +168,10 @@ def test_sigkilled_repeatedly_on_an_s3_checkpoint_gives_the_uninterrupted_output
     hop_query(spark, src, s3.uri("killed/clean/ck"), s3.uri("killed/clean/out")).start(
         trigger={"availableNow": True}).awaitTermination()  # uninterrupted, in this process
     path = script("killed")
-    kills = 0
     for n in (1, 2, 1):  # SIGKILLed after 1, then 2 and 1 more batches of each restart
-        proc = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        seen = 0
-        for line in proc.stdout:
-            if line.startswith("BATCH"):
-                seen += 1
-                if seen == n:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    kills += 1
-                    break
-        proc.wait(timeout=120)
+        kill_after_batches(path, n)  # (asserts the run died of the SIGKILL)
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
-    assert kills == 3
     want = _read_all(Location.of(s3.uri("killed/clean/out"), s3.options()))
     got = _read_all(Location.of(s3.uri("killed/killed/out"), s3.options()))
     assert len(want) > 20 and got == want  # 0 lost, 0 duplicated, batch for batch

@@ -140,6 +140,12 @@ def _filesystem(scheme: str, netloc: str, options: tuple[tuple[str, str], ...]) 
         return fs
 
 
+def _not_found(e: OSError) -> bool:
+    """An error that says the file is not there (pyarrow's file systems word it in several ways)."""
+    msg = str(e).lower()
+    return isinstance(e, FileNotFoundError) or "not found" in msg or "no such" in msg or "does not exist" in msg
+
+
 def _first_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return s[0] if s else type(e).__name__
@@ -193,15 +199,8 @@ class Location:
             return u.path.rstrip("/") or "/"
         return f"{u.netloc}{u.path}".rstrip("/") if u.netloc else u.path.rstrip("/")
 
-    @property
-    def is_local(self) -> bool:
-        return self._parsed is None
-
     def path(self, rel: str = "") -> str:
         return f"{self.root}/{rel}" if rel else self.root
-
-    def child(self, rel: str) -> "Location":
-        return Location(f"{self.uri}/{rel}", self.options)
 
     def __str__(self) -> str:
         return self.uri
@@ -212,10 +211,8 @@ class Location:
         try:
             with self.fs.open_input_stream(self.path(rel)) as fh:
                 return fh.read()
-        except FileNotFoundError:
-            return None
         except OSError as e:
-            if "not found" in str(e).lower() or "no such" in str(e).lower():
+            if _not_found(e):
                 return None
             raise
 
@@ -231,9 +228,6 @@ class Location:
             return pa.ipc.open_stream(data).read_all()
         except pa.ArrowInvalid as e:
             raise StateError(f"gpuwm: state file {self.uri}/{rel} is damaged: {e}") from None
-
-    def exists(self, rel: str) -> bool:
-        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
 
     def missing(self, rels: Iterable[str]) -> list[str]:
         """Those of ``rels`` that do not exist (one call)."""
@@ -297,21 +291,18 @@ class Location:
         self.publish(rel, lambda out: pq.write_table(table, out))
 
     def delete(self, rel: str) -> None:
-        try:
-            self.fs.delete_file(self.path(rel))
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            if "not found" not in str(e).lower() and "no such" not in str(e).lower():
-                raise
+        """Delete the file ``rel``; one that is not there is no error."""
+        self._gone(self.fs.delete_file, rel)
 
     def delete_dir(self, rel: str) -> None:
+        """Delete the folder ``rel`` and all below it; one that is not there is no error."""
+        self._gone(self.fs.delete_dir, rel)
+
+    def _gone(self, delete, rel: str) -> None:
         try:
-            self.fs.delete_dir(self.path(rel))
-        except FileNotFoundError:
-            pass
+            delete(self.path(rel))
         except OSError as e:
-            if "not found" not in str(e).lower() and "no such" not in str(e).lower() and "does not exist" not in str(e):
+            if not _not_found(e):
                 raise
 
     def probe(self, what: str, under: str = "") -> None:
@@ -504,11 +495,12 @@ class Checkpoint:
         version names files of its own batch or older ones that the version
         before it named too)."""
         loc = self.loc
-        kept = [b for b in self.committed_batches() if b > batch_id - keep]
+        committed = self.committed_batches()
+        kept = [b for b in committed if b > batch_id - keep]
         live = set()
         if kept:
             live = set((self.commit(kept[0]) or {}).get("files", ()))
-        for b in [b for b in self.committed_batches() if b <= batch_id - keep]:
+        for b in [b for b in committed if b <= batch_id - keep]:
             c = self.commit(b) or {}
             dead = [f for f in c.get("files", ()) if f not in live]
             d = self.state_dir(b)
@@ -535,6 +527,10 @@ class Checkpoint:
         return now
 
     # -- Spark's logs --------------------------------------------------------------------------
+    def spark_log_entry(self, log: str, batch_id: int) -> bytes | None:
+        """Batch ``batch_id``'s entry in Spark's ``offsets`` or ``commits`` log, or None."""
+        return self.loc.read(f"{log}/{batch_id}")
+
     def spark_batches(self, log: str) -> list[int]:
         """The batch ids in Spark's ``offsets`` or ``commits`` log."""
         return sorted(int(n) for n in self.loc.list(log) if n.isdigit())

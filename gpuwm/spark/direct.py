@@ -241,9 +241,10 @@ def _local_path(uri: str) -> str | None:
 
 def logged_offsets(ck: Checkpoint, batch_id: int) -> list[dict | None]:
     """The end offsets of ``batch_id`` in Spark's offset log
-    (:meth:`Checkpoint.spark_offsets`) as JSON objects, None where a line is
-    not one. Raises OSError when the log entry cannot be read."""
-    data = ck.loc.read(f"offsets/{batch_id}")
+    (:meth:`Checkpoint.spark_log_entry`: "v1", the batch's metadata, then
+    one line per source) as JSON objects, None where a line is not one.
+    Raises OSError when the log entry cannot be read."""
+    data = ck.spark_log_entry("offsets", batch_id)
     if data is None:
         raise FileNotFoundError(f"{ck}/offsets/{batch_id}")
     out: list[dict | None] = []
