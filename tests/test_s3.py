@@ -45,7 +45,12 @@ def s3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spark(s3):
+    # a JVM already running without S3A (as after any earlier test module):
+    # the session asking for it must not get that JVM's class path
+    local_session(app="gpuwm-before-s3", cores=1)
     s = local_session(app="gpuwm-s3-tests", cores=2, conf={**s3.spark_conf(), "spark.jars": spark_jars()})
+    s._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem", True,
+                                   s._jvm.Thread.currentThread().getContextClassLoader())
     yield s
     s.stop()
 

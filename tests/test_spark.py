@@ -620,7 +620,7 @@ def test_bad_input_is_refused_before_the_first_batch(spark, tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
     (ro / "gpuwm").write_text("a file where a folder must go")
-    with pytest.raises(gpuwm.ConfigError, match=f"^checkpoint location '{ro}' cannot be used: .*Not a directory"):
+    with pytest.raises(gpuwm.ConfigError, match=f"^checkpoint location '{ro}' cannot be used: .*non-directory entry exists"):
         Pipeline(df, str(ro)).watermark("date_time", delay="1 second").sort().write_parquet(
             f"{tmp_path}/o2").start()
     assert not os.path.exists(f"{tmp_path}/o2") or not os.listdir(f"{tmp_path}/o2")

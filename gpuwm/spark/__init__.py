@@ -21,12 +21,49 @@ def register_sources(spark) -> None:
     spark.dataSource.register(NexmarkDataSource)
 
 
+# Spark conf read only when the driver's JVM starts: jars on its class path
+_LAUNCH_KEYS = ("spark.jars", "spark.jars.packages", "spark.jars.repositories",
+                "spark.driver.extraClassPath", "spark.driver.extraJavaOptions")
+
+
+def _jvm_for(launch: dict) -> None:
+    """Make the next session's JVM one started with ``launch``: a JVM this
+    process already runs (an earlier, stopped or running session) has its
+    class path fixed, so ``spark.jars`` given now would be ignored without a
+    word and fail later as ``ClassNotFoundException``; such a JVM is
+    stopped (its session first) and the next ``getOrCreate`` starts anew."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    gw = SparkContext._gateway
+    if gw is None or not launch or launch.items() <= getattr(gw, "_gpuwm_launch", {}).items():
+        return
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    elif SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    gw.shutdown()
+    proc = getattr(gw, "proc", None)
+    if proc is not None:  # the JVM exits when its stdin closes
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None = None):
     """A local-mode SparkSession set up for gpuwm: Python workers run this
-    interpreter, UTC session time zone, Arrow on, nexmark registered."""
+    interpreter, UTC session time zone, Arrow on, nexmark registered. Jars
+    in ``conf`` (``spark.jars``, ``spark.jars.packages``, ...) that the JVM
+    this process already runs lacks start a new JVM."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+    launch = {k: str(v) for k, v in (conf or {}).items() if k in _LAUNCH_KEYS}
+    _jvm_for(launch)
 
     b = (SparkSession.builder.master(f"local[{cores}]").appName(app)
          .config("spark.sql.session.timeZone", "UTC")
@@ -36,7 +73,10 @@ def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None 
          .config("spark.ui.showConsoleProgress", "false"))
     for k, v in (conf or {}).items():
         b = b.config(k, v)
+    fresh = SparkContext._gateway is None
     spark = b.getOrCreate()
+    if fresh:
+        SparkContext._gateway._gpuwm_launch = launch
     spark.sparkContext.setLogLevel("ERROR")
     register_sources(spark)
     return spark

@@ -39,14 +39,13 @@ events report.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Iterator
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, Location
 
 # file-source options that only decide which files make a micro-batch
 _LISTING_OPTIONS = {
@@ -184,7 +183,7 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
             yield from to_union(plan, {name: t}).to_batches()
 
 
-def report_input_rows(spark, checkpoint: str, rows: int | dict[str, int],
+def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
                       dirs: dict[str, str] | None = None) -> bool:
     """On the driver, during a batch gpuwm read directly: add the rows it
     read to the ``numOutputRows`` metric of the batch's scan in the query's
@@ -195,12 +194,10 @@ def report_input_rows(spark, checkpoint: str, rows: int | dict[str, int],
     when the query or its scan cannot be found — the progress then shows 0,
     as before; gpuwm's own metrics are unaffected."""
     try:
-        root = os.path.abspath(checkpoint)
         query = None
         for q in spark.streams.active:
             sq = q._jsq.streamingQuery()
-            got = _local_path(str(sq.resolvedCheckpointRoot()))
-            if got is not None and os.path.abspath(got) == root:
+            if _uri(sq.resolvedCheckpointRoot()) == checkpoint.loc.uri:
                 query = sq
                 break
         if query is None or query.lastExecution() is None:
@@ -211,7 +208,7 @@ def report_input_rows(spark, checkpoint: str, rows: int | dict[str, int],
             node = it.next()
             name = node.getClass().getSimpleName()
             if name == "FileSourceScanExec":
-                paths = [_local_path(str(p)) or "" for p in _scala_iter(node.relation().location().rootPaths())]
+                paths = [_uri(p) for p in _scala_iter(node.relation().location().rootPaths())]
                 scans.append((node, paths))
             elif name == "MicroBatchScanExec" and node.inputPartitions().size() > 0:  # not the drain source
                 scans.append((node, []))
@@ -234,9 +231,9 @@ def report_input_rows(spark, checkpoint: str, rows: int | dict[str, int],
         return False
 
 
-def _local_path(uri: str) -> str | None:
-    u = urlparse(uri)
-    return unquote(u.path) if u.scheme in ("file", "") else None
+def _uri(path) -> str:
+    """A Hadoop path or URI as :class:`Location` names it (``file:`` dropped, decoded)."""
+    return Location.of(unquote(str(path))).uri
 
 
 def logged_offsets(ck: Checkpoint, batch_id: int) -> list[dict | None]:
