@@ -4,8 +4,9 @@ gpuwm/spark/app.py`` with ``spark_conf/rapids-explain.conf`` give the
 output of the same specs with ``spark_conf/local.conf``, and the plugin
 says which operators it would place on a GPU.
 
-The jar (~1 GB) comes from Maven Central through Spark's package
-resolution on the first run and is cached after it. With
+The jar (~1 GB) is fetched from Maven Central as the one jar it is
+(:func:`gpuwm.spark.jars.rapids_jar`, sha1-checked) on the first run and
+cached after it; a fetch that fails fails the test with the reason. With
 ``GPUWM_RAPIDS_EXPLAIN_DIR`` set, the plugin's explain text of each run is
 kept there (``benchmarks/results/rapids/``)."""
 
@@ -24,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from gpuwm.spark.jars import RAPIDS, rapids_jar
+
 from .test_spark import read_out, rows_of
 
 pytestmark = [pytest.mark.rapids, pytest.mark.spark, pytest.mark.slow]
@@ -38,12 +41,11 @@ def _submit(conf: str, spec: dict, tmp: Path, name: str) -> str:
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(spec))
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    jars = ["--jars", rapids_jar()] if conf.startswith("rapids") else []
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--properties-file", str(ROOT / "spark_conf" / conf),
-           str(ROOT / "gpuwm" / "spark" / "app.py"), str(path)]
+           *jars, str(ROOT / "gpuwm" / "spark" / "app.py"), str(path)]
     p = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
     log = p.stdout + p.stderr
-    if p.returncode and "unresolved dependency" in log:  # Maven Central out of reach: nothing of gpuwm's ran
-        pytest.skip("the RAPIDS jar could not be fetched from Maven Central (spark.jars.packages)")
     assert p.returncode == 0, log[-4000:]
     return log
 
@@ -103,3 +105,16 @@ def test_rapids_plugin_explain_only_gives_the_same_output(tmp_path, source):
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         (Path(keep) / f"explain-{source}.txt").write_text("\n".join(explain) + "\n")
+
+
+def test_one_rapids_version_everywhere():
+    """``gpuwm jars``, the conf files, the README and the design notes name
+    the one RAPIDS release gpuwm is tested with, and no other."""
+    version = RAPIDS.rsplit(":", 1)[1]
+    named = {}
+    for f in [ROOT / "README.md", ROOT / "gpuwm" / "DESIGN.md", *sorted((ROOT / "spark_conf").glob("*.conf"))]:
+        for m in re.finditer(r"rapids-4-spark_2\.13[:-](\d+\.\d+(?:\.\d+)?)|RAPIDS(?: Accelerator)? (\d+\.\d+(?:\.\d+)?)",
+                             f.read_text()):
+            named.setdefault(m.group(1) or m.group(2), []).append(f.name)
+    assert set(named) == {version}, named
+    assert "rapids" in " ".join(named[version]) and "README.md" in named[version]

@@ -213,6 +213,8 @@ def _main(argv: list[str]) -> int:
     r.add_argument("--dry-run", action="store_true", help="check the spec and print the plan; run nothing")
     j = sub.add_parser("jars", help="fetch the Kafka connector, a Kafka broker and the RAPIDS jar (Maven Central)")
     j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
+    j.add_argument("--rapids-path", action="store_true",
+                   help="print only the RAPIDS jar's local path (fetched when not cached): spark-submit --jars")
     st = sub.add_parser("status", help="the last batches' metrics and the state size of a checkpoint")
     st.add_argument("checkpoint", help="the query's checkpoint location (a path, or a URI: s3a://bucket/ck, ...)")
     st.add_argument("--conf", action="append", default=[], metavar="spark.hadoop.fs.KEY=VALUE",
@@ -225,9 +227,12 @@ def _main(argv: list[str]) -> int:
     if args.cmd == "run":
         return _run_spec(args)
     if args.cmd == "jars":
-        from .jars import fetch
+        from .jars import fetch, rapids_jar
 
-        fetch(rapids=not args.no_rapids)
+        if args.rapids_path:
+            print(rapids_jar())
+        else:
+            fetch(rapids=not args.no_rapids)
         return 0
     if args.cmd == "status":
         print(status(args.checkpoint, args.conf))

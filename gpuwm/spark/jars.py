@@ -3,8 +3,10 @@
 * :data:`KAFKA` — Spark's Kafka connector, for ``"format": "kafka"`` sources
   (``gpuwm run`` adds it to ``spark.jars.packages`` itself; with
   ``spark-submit`` pass ``--packages`` with it);
-* :data:`RAPIDS` — the RAPIDS Accelerator (``spark_conf/rapids-explain.conf``
-  names the same release);
+* :data:`RAPIDS` — the RAPIDS Accelerator, one self-contained jar (~1 GB,
+  every Spark shim), fetched as it is by :func:`fetch_jar` (its parent POM is
+  not on Maven Central, so ``spark.jars.packages`` cannot resolve it): pass
+  ``--jars "$(gpuwm jars --rapids-path)"`` to ``spark-submit``;
 * :data:`BROKER` — an Apache Kafka broker (KRaft), which the tests and
   ``benchmarks/bench_kafka.py`` start on loopback;
 * :func:`hadoop_aws` — Hadoop's S3A file system for Spark's own checkpoint
@@ -12,7 +14,7 @@
 * :data:`S3PROXY` — an S3-compatible server the tests start on loopback,
   one self-contained jar (:func:`fetch_jar`: no dependency resolution).
 
-They are resolved with their dependencies by the Ivy that PySpark ships
+The others are resolved with their dependencies by the Ivy that PySpark ships
 (``pyspark/jars/ivy-*.jar``; only Java is needed), with a resolver named as
 Spark's own (``central``) into Spark's Ivy cache (``~/.ivy2.5.2/cache``), so a
 later ``spark.jars.packages`` of the same coordinates finds them there and
@@ -153,6 +155,11 @@ def spec_packages(sources: list[dict]) -> list[str]:
     return [KAFKA] if any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources) else []
 
 
+def rapids_jar() -> str:
+    """The local path of the RAPIDS Accelerator jar (:data:`RAPIDS`), fetched when not cached."""
+    return fetch_jar(RAPIDS)
+
+
 def fetch(rapids: bool = True, broker: bool = True, out=print) -> dict[str, list[str]]:
     """``gpuwm jars``: fetch the Kafka connector, the test broker and the
     RAPIDS jar; a line each with its size and time."""
@@ -161,9 +168,10 @@ def fetch(rapids: bool = True, broker: bool = True, out=print) -> dict[str, list
     got = {}
     for what, coord in wanted:
         t0 = time.perf_counter()
-        jars = resolve(coord)
+        jars = [rapids_jar()] if coord == RAPIDS else resolve(coord)
         size = sum(os.path.getsize(j) for j in jars)
         out(f"{what:<19} {coord:<50} {len(jars):3d} jar(s) {size / 2**20:8.1f} MiB  {time.perf_counter() - t0:6.1f} s")
         got[coord] = jars
-    out(f"cached under {ivy_cache()} (spark.jars.packages finds them there)")
+    out(f"cached under {ivy_cache()} (spark.jars.packages finds them there)"
+        + (f" and {jar_cache()} (the RAPIDS jar: spark-submit --jars)" if rapids else ""))
     return got
