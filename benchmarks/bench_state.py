@@ -112,7 +112,7 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
             # what the Spark runtime does next: save the new state version
             saved = state_store.save_operator(ck, i, 0, 0, op, places)
             places = saved.places
-            ck.write_commit(i, {"0/0": saved.name}, saved.files, b"", {})  # and what no version names goes
+            ck.write_commit(i, {"0/0": saved.name}, saved.files, "", {})  # and what no version names goes
             ds = time.perf_counter() - t0 - dt
             if i >= warm:
                 times.append(dt)

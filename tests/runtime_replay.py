@@ -102,9 +102,9 @@ def commit(plan, batch_id: int, res: pa.Table) -> tuple[bytes, store.Prev]:
     import json
 
     res = res.filter(res.column("__metrics").is_valid())
-    fstate = [s for s in res.column("__filter_state").to_pylist() if s][0]
-    versions, files = store.committed_versions([json.loads(m) for m in res.column("__metrics").to_pylist()])
-    plan.checkpoint.write_commit(batch_id, versions, files, fstate, {"batch_id": batch_id})
+    versions, files, filter_name = store.committed_versions([json.loads(m) for m in res.column("__metrics").to_pylist()])
+    plan.checkpoint.write_commit(batch_id, versions, files, filter_name, {"batch_id": batch_id})
+    fstate = plan.checkpoint.read_filter(filter_name)
     return fstate, store.Prev(batch_id, versions)
 
 

@@ -84,13 +84,11 @@ def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
 
 def test_jars_the_kafka_spec_needs_and_a_bad_coordinate():
     """``gpuwm run`` asks Spark for the Kafka connector only for Kafka
-    sources (``inputs`` included); the RAPIDS release ``gpuwm jars`` fetches
-    is the one ``spark_conf/rapids-explain.conf`` loads; a coordinate that
-    is not group:artifact:version is refused before Java runs."""
-    import os
-
-    from gpuwm.errors import ConfigError
-    from gpuwm.spark.jars import KAFKA, RAPIDS, resolve
+    sources (``inputs`` included); a coordinate that is not
+    group:artifact:version is refused before Java runs or anything is
+    fetched."""
+    from gpuwm.errors import ConfigError, GpuwmError
+    from gpuwm.spark.jars import KAFKA, fetch_jar, resolve
     from gpuwm.spark.spec import spec_conf
 
     kafka = {"format": "kafka", "options": {"subscribe": "t"}}
@@ -98,10 +96,14 @@ def test_jars_the_kafka_spec_needs_and_a_bad_coordinate():
     assert spec_conf({"inputs": {"a": {"source": {"format": "parquet"}}, "b": {"source": kafka}}}) == \
         {"spark.jars.packages": KAFKA}
     assert spec_conf({"source": {"format": "nexmark"}}) == {}
-    conf = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "spark_conf", "rapids-explain.conf")).read()
-    assert f"spark.jars.packages                            {RAPIDS}\n" in conf
     with pytest.raises(ConfigError, match="group:artifact:version"):
         resolve("org.apache.kafka:kafka_2.13")
+    with pytest.raises(ConfigError, match="group:artifact:version"):
+        fetch_jar("com.nvidia:rapids-4-spark_2.13")
+    # a release Maven Central does not have (the one the README used to name): the reason, nothing cached
+    with pytest.raises(GpuwmError, match=r"could not fetch com.nvidia:rapids-4-spark_2.13:26.06.0 from "
+                                         r"https://repo1.maven.org/.*404"):
+        fetch_jar("com.nvidia:rapids-4-spark_2.13:26.06.0")
 
 
 @pytest.mark.spark
@@ -176,9 +178,9 @@ def test_status_shows_the_rows_alignment_holds(tmp_path):
     ck, plain = (Checkpoint(Location.of(str(p))) for p in (tmp_path, tmp_path / "plain"))
     base = {"input_rows": 100, "late_rows": 0, "rows_emitted": 1, "state_rows": 2, "state_bytes": 48,
             "watermark": 7, "end_of_input": False, "idle_splits": [], "wall_s": 0.5}
-    ck.write_commit(0, {}, [], b"", {**base, "batch_id": 0, "held_back_splits": [1], "held_rows": 145,
+    ck.write_commit(0, {}, [], "", {**base, "batch_id": 0, "held_back_splits": [1], "held_rows": 145,
                                      "rows_released": 0})
-    ck.write_commit(1, {}, [], b"", {**base, "batch_id": 1, "held_back_splits": [], "held_rows": 0,
+    ck.write_commit(1, {}, [], "", {**base, "batch_id": 1, "held_back_splits": [], "held_rows": 0,
                                      "rows_released": 145})
     r = gpuwm("status", str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -186,5 +188,5 @@ def test_status_shows_the_rows_alignment_holds(tmp_path):
     cols = head.split()
     assert cols[-4:] == ["held_back_splits", "held_rows", "rows_released", "wall_s"]
     assert b0.split()[-3:] == ["145", "0", "0.500"] and b1.split()[-3:] == ["0", "145", "0.500"]
-    plain.write_commit(0, {}, [], b"", {**base, "batch_id": 0})
+    plain.write_commit(0, {}, [], "", {**base, "batch_id": 0})
     assert "held_rows" not in gpuwm("status", str(tmp_path / "plain")).stdout

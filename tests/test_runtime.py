@@ -199,3 +199,55 @@ def test_checkpoint_and_sinks_are_uris_as_spark_takes_them(tmp_path):
     with pytest.raises(ConfigError, match=r"^checkpoint location 'nosuchfs://x/ck' cannot be used: no file system "
                                           r"for nosuchfs: URIs"):
         Location.of("nosuchfs://x/ck").probe("checkpoint location")
+
+
+def test_a_task_uses_its_gpu_and_allocates_from_rmm_where_installed(monkeypatch):
+    """``use_task_gpu`` on stand-ins for CuPy, RMM and the task context (no
+    GPU here): the task's ``gpu`` resource picks the device, and where
+    ``rmm`` is importable (RAPIDS Python workers) CuPy's allocator becomes
+    RMM's — once per device — so gpuwm's kernels draw from the pool
+    ``spark.rapids.python.memory.gpu.allocFraction`` sizes; without RMM
+    CuPy keeps its own."""
+    import sys
+    import types
+
+    import gpuwm.spark.device as device
+
+    used, allocators = [], []
+    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 4),
+                                 Device=lambda d: types.SimpleNamespace(use=lambda: used.append(d)),
+                                 set_allocator=allocators.append)
+    fake_cupy = types.ModuleType("cupy")
+    fake_cupy.cuda = cuda
+    rmm_alloc = object()
+    fake_rmm = types.ModuleType("rmm.allocators.cupy")
+    fake_rmm.rmm_cupy_allocator = rmm_alloc
+
+    class Ctx:
+        def resources(self):
+            return {"gpu": types.SimpleNamespace(addresses=["2"])}
+
+        def partitionId(self):
+            return 7
+
+    import pyspark
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Ctx()))
+    monkeypatch.setattr("gpuwm.backend.gpu_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(device, "_CONFIGURED", set())
+    # no RMM: the device is chosen, CuPy's allocator left alone
+    monkeypatch.setitem(sys.modules, "rmm", None)
+    device.use_task_gpu("gpu")
+    assert used == [2] and allocators == []
+    # RMM installed: its allocator, set once for the device
+    monkeypatch.setattr(device, "_CONFIGURED", set())
+    for name in ("rmm", "rmm.allocators"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "rmm.allocators.cupy", fake_rmm)
+    device.use_task_gpu("gpu")
+    device.use_task_gpu("gpu")
+    assert used == [2, 2, 2] and allocators == [rmm_alloc]
+    device.use_task_gpu("cpu")  # the CPU backend touches no device
+    assert used == [2, 2, 2]

@@ -1,7 +1,8 @@
-"""spark-submit entry point: ``spark-submit [--properties-file spark_conf/...] gpuwm/spark/app.py SPEC.json``.
+"""spark-submit entry point: ``spark-submit [--properties-file spark_conf/...] gpuwm/spark/app.py SPEC.json [SPEC.json ...]``.
 
-Runs the pipeline a JSON spec describes (see :mod:`gpuwm.spark.spec`) in the
-SparkSession spark-submit configured.
+Runs the pipeline each JSON spec describes (see :mod:`gpuwm.spark.spec`),
+one after another, in the SparkSession spark-submit configured. Every spec
+is read and checked before the first runs.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: spark-submit gpuwm/spark/app.py SPEC.json", file=sys.stderr)
+    if not argv:
+        print("usage: spark-submit gpuwm/spark/app.py SPEC.json [SPEC.json ...]", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from pyspark.sql import SparkSession
@@ -21,10 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     from gpuwm.spark import register_sources
     from gpuwm.spark.spec import load_spec, run
 
-    spec = load_spec(argv[0])
+    specs = [load_spec(a) for a in argv]
     spark = SparkSession.builder.appName("gpuwm").getOrCreate()
     register_sources(spark)
-    run(spark, spec)
+    for spec in specs:
+        run(spark, spec)
     return 0
 
 

@@ -257,6 +257,15 @@ class Location:
         with self.fs.open_output_stream(self.path(rel)) as out:
             write(out)
 
+    def write_table(self, rel: str, table: pa.Table) -> None:
+        """``table`` as an Arrow IPC stream under a name no other attempt uses."""
+
+        def write(out):
+            with pa.ipc.new_stream(out, table.schema) as w:
+                w.write_table(table)
+
+        self.write_unique(rel, write)
+
     def publish(self, rel: str, write) -> None:
         """Write a fixed name whole or not at all: written beside it and
         renamed where a rename of a file is atomic (local, HDFS), else one
@@ -349,9 +358,10 @@ class Checkpoint:
         gpuwm/drain.json                   the drain request (gpuwm.spark.drain)
         gpuwm/now/<N>                      batch N's processing time
         gpuwm/commits/<N>.json             batch N committed: its state versions, filter state, metrics
-        gpuwm/state/<N>/filter.arrow       the watermark filter's state after N
+        gpuwm/state/<N>/filter-<attempt>.arrow    the watermark filter's state after N
         gpuwm/state/<N>/s<S>-v<V>-<attempt>.gwm   a state version of stage S on vnode V
-        gpuwm/exchange/<N>/<tag>/to-<R>-from-<V>-<attempt>.arrow   rows between segments
+        gpuwm/exchange/<N>/<tag>/to-<R>-from-<V>-<attempt>.arrow   rows between tasks: segments,
+                                           ranges, rows held by alignment, console output
         offsets/<N>, commits/<N>           Spark's
     """
 
@@ -385,14 +395,19 @@ class Checkpoint:
 
     @classmethod
     def filter_name(cls, batch_id: int) -> str:
-        return f"{cls.state_dir(batch_id)}/filter.arrow"
+        return f"{cls.state_dir(batch_id)}/filter-{attempt_id()}.arrow"
 
     @staticmethod
     def exchange_dir(batch_id: int) -> str:
         return f"gpuwm/exchange/{batch_id:010d}"
 
-    def exchange_piece(self, batch_id: int, tag: str, dest: int, vnode: int) -> str:
-        return f"{self.exchange_dir(batch_id)}/{tag}/to-{dest:05d}-from-{vnode:05d}-{attempt_id()}.arrow"
+    def write_piece(self, batch_id: int, tag: str, dest: int, vnode: int, rows: pa.Table) -> str:
+        """``rows`` from ``vnode`` to ``dest`` in batch ``batch_id``'s exchange
+        ``tag``: one attempt-unique Arrow IPC piece, deleted once the batch is
+        committed. Its name, which the flow row or the task's result carries."""
+        name = f"{self.exchange_dir(batch_id)}/{tag}/to-{dest:05d}-from-{vnode:05d}-{attempt_id()}.arrow"
+        self.loc.write_table(name, rows)
+        return name
 
     DRAIN = "gpuwm/drain.json"
     PIPELINE = "gpuwm/pipeline.json"
@@ -468,25 +483,36 @@ class Checkpoint:
         return sorted(int(n.removesuffix(".json")) for n in self.loc.list("gpuwm/commits")
                       if n.endswith(".json") and n.removesuffix(".json").isdigit())
 
-    def write_commit(self, batch_id: int, versions: dict[str, str], files: list[str], filter_state: bytes,
+    def write_filter(self, batch_id: int, table: pa.Table) -> str:
+        """The watermark filter's state after ``batch_id``, written by the
+        task that folded it (an attempt-unique name: the commit names the
+        winner). Its name."""
+        name = self.filter_name(batch_id)
+        self.loc.write_table(name, table)
+        return name
+
+    def read_filter(self, name: str) -> bytes:
+        data = self.loc.read(name)
+        if data is None:
+            raise StateError(f"gpuwm: the watermark filter's state {self.loc.uri}/{name} is missing")
+        return data
+
+    def write_commit(self, batch_id: int, versions: dict[str, str], files: list[str], filter_name: str,
                      metrics: dict, keep: int = 2) -> None:
         """Commit batch ``batch_id`` (the driver, after every task of it
-        succeeded): the filter state, then the commit naming the state
-        versions that won; written once. Then what no version kept still
+        succeeded): the commit naming the state versions and the filter
+        state that won; written once. Then what no version kept still
         names is deleted."""
-        self.loc.publish_bytes(self.filter_name(batch_id), filter_state)
         self.loc.publish_json(self.commit_name(batch_id), {
             "format": FORMAT, "batch_id": batch_id, "versions": versions, "files": sorted(set(files)),
-            "filter": self.filter_name(batch_id), "metrics": metrics})
+            "filter": filter_name, "metrics": metrics})
         self._collect(batch_id, keep)
 
     def filter_state(self, batch_id: int) -> bytes:
         c = self.commit(batch_id)
-        data = None if c is None else self.loc.read(c["filter"])
-        if data is None:
-            raise StateError(f"gpuwm: the watermark state of committed batch {batch_id} is missing "
-                             f"({self.loc.uri}/{self.filter_name(batch_id)})")
-        return data
+        if c is None:
+            raise StateError(f"gpuwm: batch {batch_id} has no commit under {self.loc.uri}/gpuwm")
+        return self.read_filter(c["filter"])
 
     def _collect(self, batch_id: int, keep: int) -> None:
         """After committing ``batch_id``: versions older than the last

@@ -5,7 +5,10 @@ A task writes the rows it sends as Arrow IPC pieces under the checkpoint
 one per destination and attempt, and only the pieces' names cross Spark's shuffle — one *flow
 row* per destination, so that every destination task runs (and drains its
 state) whether rows reach it or not. The same flow rows carry the tasks'
-results (metrics, the filter state, console payloads) through to the driver.
+results through to the driver: their metrics as JSON, naming what they
+wrote through the seam (state versions, the filter state, console output).
+Only integers and strings cross Spark — types the RAPIDS Accelerator's GPU
+``mapInArrow`` takes, so that it can place gpuwm's stages on the GPU.
 
 Two exchanges use it: between segments of a pipeline (rows hashed on the
 next segment's keys; a global segment on one task), and the stream sort's
@@ -31,15 +34,14 @@ from .checkpoint import Checkpoint
 #: ``__piece`` — "" when no row goes there —, ``__wm`` the watermark the
 #: destination drains with) and result rows (``__metrics`` set)
 FLOW_SCHEMA = pa.schema([("__dest", pa.int32()), ("__vnode", pa.int32()), ("__piece", pa.string()),
-                         ("__wm", pa.string()), ("__metrics", pa.string()), ("__filter_state", pa.binary()),
-                         ("__payload", pa.binary())])
+                         ("__wm", pa.string()), ("__metrics", pa.string())])
 
 
-def result_row(metrics: dict, filter_state: bytes = b"", payload: bytes = b"") -> pa.Table:
+def result_row(metrics: dict) -> pa.Table:
     return pa.table({"__dest": pa.nulls(1, pa.int32()), "__vnode": pa.array([metrics.get("vnode", -1)], pa.int32()),
                      "__piece": pa.nulls(1, pa.string()), "__wm": pa.nulls(1, pa.string()),
-                     "__metrics": [json.dumps(metrics)], "__filter_state": [filter_state], "__payload": [payload]},
-                    schema=FLOW_SCHEMA)
+                     "__metrics": [json.dumps(metrics)]}, schema=FLOW_SCHEMA)
+
 
 
 def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | None, dest: Any, ndest: int,
@@ -55,18 +57,10 @@ def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | N
         for r in range(ndest):
             lo, hi = int(bounds[r]), int(bounds[r + 1])
             if hi > lo:
-                pieces[r] = ck.exchange_piece(batch_id, tag, r, vnode)
-                piece = ordered.slice(lo, hi - lo)
-
-                def write(out, piece=piece):
-                    with pa.ipc.new_stream(out, piece.schema) as w:
-                        w.write_table(piece)
-
-                ck.loc.write_unique(pieces[r], write)
+                pieces[r] = ck.write_piece(batch_id, tag, r, vnode, ordered.slice(lo, hi - lo))
     wm = json.dumps(encode_instant(watermark))
     return pa.table({"__dest": pa.array(range(ndest), pa.int32()), "__vnode": pa.array([vnode] * ndest, pa.int32()),
-                     "__piece": pieces, "__wm": [wm] * ndest, "__metrics": pa.nulls(ndest, pa.string()),
-                     "__filter_state": pa.nulls(ndest, pa.binary()), "__payload": pa.nulls(ndest, pa.binary())},
+                     "__piece": pieces, "__wm": [wm] * ndest, "__metrics": pa.nulls(ndest, pa.string())},
                     schema=FLOW_SCHEMA)
 
 
@@ -123,6 +117,6 @@ def merge_task(plan: Any, batch_id: int, batches: Iterator[pa.RecordBatch]) -> I
         if rows.num_rows:
             op.push(rows)
             out = op.flush()
-        payload = write_output(plan.sink, batch_id, r, out)
-        m = {"range": r, "rows": 0 if out is None else out.num_rows, "merge_task_s": time.perf_counter() - t0}
-        yield from result_row(m, payload=payload).to_batches()
+        m = {"range": r, "rows": 0 if out is None else out.num_rows, **write_output(plan, batch_id, r, out),
+             "merge_task_s": time.perf_counter() - t0}
+        yield from result_row(m).to_batches()

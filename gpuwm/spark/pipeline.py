@@ -671,8 +671,9 @@ class Pipeline:
                 res = res.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
         res = [r for r in res.collect() if r["__metrics"] is not None]
         t_job = time.perf_counter() - t_job
-        versions, files = store.committed_versions([json.loads(r["__metrics"]) for r in res])
-        m = self._batch_metrics(plan, batch_id, res)
+        results = [json.loads(r["__metrics"]) for r in res]
+        versions, files, filter_name = store.committed_versions(results)
+        m = self._batch_metrics(plan, batch_id, results)
         m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
         if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
             from .direct import report_input_rows
@@ -682,21 +683,21 @@ class Pipeline:
                                   dict(zip(self.inputs, self._input_dirs)))
             else:
                 report_input_rows(self.spark, ck, m["input_rows"])
-        fstate = [bytes(r["__filter_state"]) for r in res if r["__filter_state"]][0]
-        filt = _driver_filter(plan.watermark, plan.input_schema, fstate)
+        filt = _driver_filter(plan.watermark, plan.input_schema, ck.read_filter(filter_name))
         t_now = datetime.fromisoformat(now)
         m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
                  idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
                  held_rows=filt.held_rows if plan.aligned else 0)
+        # the console sink's rows: exchange pieces, gone once the batch is committed
+        outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
         t_commit = time.perf_counter()
         self._owner.check()
-        ck.write_commit(batch_id, versions, files, fstate, m)
+        ck.write_commit(batch_id, versions, files, filter_name, m)
         m["commit_s"] = time.perf_counter() - t_commit
         due, ending = self._next_drain(plan, batch_id, filt, t_now)
         drain.write_request(ck, batch_id, due=due, end=ending)
         self.history.append(m)
         if plan.sink.kind == "console":
-            outs = [bytes_to_table(bytes(r["__payload"])) for r in res if r["__payload"]]
             print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
             if outs:
                 print(pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False))
@@ -785,10 +786,9 @@ class Pipeline:
         return True
 
     @staticmethod
-    def _batch_metrics(plan: Plan, batch_id: int, res: list) -> dict:
-        """One batch's metrics from its tasks' result rows: the filter's (from
+    def _batch_metrics(plan: Plan, batch_id: int, per: list[dict]) -> dict:
+        """One batch's metrics from its tasks' results: the filter's (from
         a first-segment task), per stage summed over the vnodes, the totals."""
-        per = [json.loads(r["__metrics"]) for r in res]
         tasks_ = sorted((p for p in per if "segment" in p), key=lambda p: (p["segment"], p["vnode"]))
         merged = [p for p in per if "range" in p]
         head = tasks_[0]

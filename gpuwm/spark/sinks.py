@@ -1,25 +1,24 @@
-"""Where a task's output goes: Parquet files per batch and part, or Arrow
-bytes for the driver to print (console) — through the storage seam, so a
-sink may be on any file system Spark's checkpoint may be on."""
+"""Where a task's output goes: Parquet files per batch and part, or an
+exchange piece for the driver to print (console) — through the storage
+seam, so a sink may be on any file system Spark's checkpoint may be on."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from ..frame import table_to_bytes
-from .plan import Sink
 
-
-def write_output(sink: Sink, batch_id: int, part: int, out: pa.Table | None) -> bytes:
+def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
     """The sink's output of one task: ``<path>/batch_id=<N>/part-<part>.parquet``
     (published whole: a replay rewrites it), or, for the console sink, the
-    rows as Arrow IPC bytes for the driver."""
+    rows as an exchange piece the driver prints. What the task's result
+    says of it: ``{"output": piece}`` for the console sink's rows, else ``{}``."""
     if out is None or not out.num_rows:
-        return b""
+        return {}
+    sink = plan.sink
     if sink.kind != "parquet":
-        return table_to_bytes(out)
+        return {"output": plan.checkpoint.write_piece(batch_id, "out", 0, part, out)}
     sink.location.publish_parquet(f"batch_id={batch_id}/part-{part:05d}.parquet", out)
-    return b""
+    return {}
 
 
 def clear_batch(plan, batch_id: int) -> None:

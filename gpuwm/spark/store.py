@@ -124,12 +124,18 @@ def keep_operator(plan: Any, stage: int, vnode: int, batch_id: int, saved: Saved
 
 
 # -- the driver's side ---------------------------------------------------------------
-def committed_versions(results: list[dict]) -> tuple[dict[str, str], list[str]]:
+def committed_versions(results: list[dict]) -> tuple[dict[str, str], list[str], str]:
     """From the tasks' result metrics of a batch: the state version of every
-    ``"<stage>/<vnode>"`` and every object those name."""
+    ``"<stage>/<vnode>"``, every object those name, and the watermark
+    filter's state (the name its vnode-0 task wrote)."""
     versions: dict[str, str] = {}
     files: set[str] = set()
+    filters = []
     for m in results:
         versions.update(m.get("versions", {}))
         files.update(m.get("files", ()))
-    return versions, sorted(files)
+        if "filter" in m:
+            filters.append(m["filter"])
+    if len(filters) != 1:
+        raise StateError(f"gpuwm: a batch's tasks wrote {len(filters)} watermark filter states, not one")
+    return versions, sorted(files), filters[0]

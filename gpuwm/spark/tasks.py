@@ -48,26 +48,26 @@ KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
 
 def stage1_schema(plan: Plan) -> pa.Schema:
     fields = [f.with_nullable(True) for f in shuffled_schema(plan)]
-    return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string()),
-                               ("__held", pa.binary())])
+    return pa.schema(fields + [("__vnode", pa.int32()), ("__kind", pa.int8()), ("__stats", pa.string())])
 
 
-def _held_bytes(plan: Plan, held: list | dict) -> bytes | None:
+def _write_held(plan: Plan, batch_id: int, part: int, held: list | dict) -> str | None:
     """A filter task's rows held back by alignment (``held_out`` of
-    ``filter_local``: tables, or ``{input: tables}``) as Arrow IPC bytes."""
+    ``filter_local``: tables, or ``{input: tables}``) as an exchange piece
+    for vnode 0, which saves the filter's state; its name (None: none held)."""
     if plan.multi:
         tables = {n: pa.concat_tables(ts) for n, ts in held.items() if ts}
         t = to_union(plan, tables) if any(x.num_rows for x in tables.values()) else None
     else:
         ts = [t for t in held if t.num_rows]
         t = None if not ts else pa.concat_tables(ts)
-    return None if t is None else store.table_to_bytes(t)
+    return None if t is None else plan.checkpoint.write_piece(batch_id, "held", 0, part, t)
 
 
-def _held_parts(plan: Plan, blobs: list[bytes]) -> list | dict:
-    """The inverse of :func:`_held_bytes` over every task's bytes, in order:
-    ``advance``'s ``held``."""
-    tables = [store.bytes_to_table(b) for b in blobs]
+def _held_parts(plan: Plan, names: list[str]) -> list | dict:
+    """The inverse of :func:`_write_held` over every task's pieces, in
+    order: ``advance``'s ``held``."""
+    tables = [plan.checkpoint.loc.read_table(n) for n in names]
     if not plan.multi:
         return tables
     out: dict = {}
@@ -207,15 +207,15 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         data = kept.append_column("__vnode", pa.array(vn, pa.int32()))
         data = data.append_column("__kind", pa.array([KIND_DATA] * n, pa.int8()))
         data = data.append_column("__stats", pa.nulls(n, pa.string()))
-        data = data.append_column("__held", pa.nulls(n, pa.binary()))
         yield from data.cast(out_schema).to_batches()
+    if plan.aligned:
+        stats["held"] = _write_held(plan, batch_id, partition, held)
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
     st = json.dumps(stats)
     cols = {f.name: pa.nulls(v, f.type) for f in schema}
     cols["__vnode"] = pa.array(range(v), pa.int32())
     cols["__kind"] = pa.array([KIND_STATS] * v, pa.int8())
     cols["__stats"] = pa.array([st] * v, pa.string())
-    cols["__held"] = pa.array([_held_bytes(plan, held) if plan.aligned else None] + [None] * (v - 1), pa.binary())
     yield from pa.table(cols, schema=out_schema).to_batches()
 
 
@@ -243,8 +243,7 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
             stats = [json.loads(s) for s in got.column("__stats").to_pylist()]
             held = None
             if plan.aligned and v == 0:  # vnode 0 saves the filter's state: the rows held, in partition order
-                blobs = sorted(zip([s["part"] for s in stats], got.column("__held").to_pylist()))
-                held = _held_parts(plan, [b for _, b in blobs if b is not None])
+                held = _held_parts(plan, [s["held"] for s in sorted(stats, key=lambda s: s["part"]) if s["held"]])
             wm = filt.advance(stats, now_iso, end, held)
         rows = table.filter(pa.array(mine & (kind == KIND_DATA))).select(schema.names).cast(schema)
         if plan.arrival_order:  # the shuffle mixed the input partitions: back in input order
@@ -342,7 +341,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         out = out.to_arrow()
     last = seg == len(plan.segments) - 1
     emitted = out.num_rows
-    payload = b""
+    written: dict = {}
     if not last:  # to the next segment's vnodes, by its keys
         from gpuwm.partition import vnode_of
 
@@ -354,14 +353,13 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         op_parts = op.range_parts(out, low, high, plan.vnodes) if out.num_rows else []
         flows.append(exchange.send(plan.checkpoint, batch_id, "ranges", vnode, out, op_parts, plan.vnodes, wm))
     else:
-        payload = write_output(plan.sink, batch_id, vnode, out)
-    metrics = {
+        written = write_output(plan, batch_id, vnode, out)
+    metrics = {**written,
         "segment": seg, "vnode": vnode, "rows_to_operator": _num_rows(rows), "rows_emitted": emitted,
         "stages": per_stage, "kernel_s": kernel_s, "state_save_s": save_s,
         "backend": gpuwm.get_backend(plan.backend).name, "vnode_task_s": time.perf_counter() - t_start,
         "versions": versions, "files": sorted(files),
     }
-    fstate = b""
     if filt is not None:
         f = filt.f
         metrics.update({
@@ -374,9 +372,9 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         if plan.multi:
             metrics["input_rows_by_input"] = {n: sum(s["inputs"][n]["rows"] for s in stats if n in s.get("inputs", {}))
                                               for n in plan.watermark.names}
-        if vnode == 0:
-            fstate = store.table_to_bytes(f.snapshot())
-    flows.append(exchange.result_row(metrics, fstate, payload))
+        if vnode == 0:  # the filter's state after this batch, for the driver's commit to name
+            metrics["filter"] = plan.checkpoint.write_filter(batch_id, f.snapshot())
+    flows.append(exchange.result_row(metrics))
     return pa.concat_tables(flows)
 
 
