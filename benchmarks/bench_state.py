@@ -17,7 +17,11 @@ Run:  .venv/bin/python benchmarks/bench_state.py [--skip-spark]
    (no delay): the left side holds ``delay`` of rows, 1 .. 50 s -> ~0.2 M
    .. 10 M rows (events per batch: 200 k per input).
    After each batch the state is saved as the Spark runtime saves it (a new
-   version, unchanged parts linked from the previous one), timed apart.
+   version, unchanged parts named in the previous one's objects, then the
+   commit and its garbage collection), timed apart: on local disk, or with
+   ``--store s3`` on an S3 server on loopback (``tests/s3_server.py``:
+   S3Proxy, objects on this machine's disk; every request a real HTTP
+   round trip through ``pyarrow.fs.S3FileSystem``).
 2. Spark local[2] (unless --skip-spark): the same stream as one Parquet file
    per micro-batch; Spark's native ``withWatermark`` + 1 s tumbling
    ``groupBy`` + append next to gpuwm's pipeline (profile spark), and
@@ -65,7 +69,8 @@ def batch(i: int, rng, keys: int = KEYS) -> pa.Table:
                      "k": rng.integers(0, keys, RATE), "price": rng.integers(1, 100_000, RATE)})
 
 
-def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dict]:
+def operator_curve(kind: str, delays_ms: list[int], timed: int = 12, s3=None) -> list[dict]:
+    """``s3``: an S3 server (``tests.s3_server.S3Server``) the state goes to; None: local disk."""
     from gpuwm.spark import store as state_store  # the state store (no pyspark needed)
     from gpuwm.spark.checkpoint import Checkpoint, Location
 
@@ -95,7 +100,8 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
                                        aggs={"n": ("*", "count"), "mx": ("price", "max")}, backend="cpu")
         warm = int(d / 1000) + 3
         times, saves, state, emitted = [], [], 0, 0
-        ck = Checkpoint(Location.of(tempfile.mkdtemp(prefix="gpuwm-store-")))
+        ck = Checkpoint(Location.of(s3.uri(f"state-{kind}-{d}"), s3.options()) if s3 is not None
+                        else Location.of(tempfile.mkdtemp(prefix="gpuwm-store-")))
         places = None
         for i in range(warm + timed):
             t = batch(i, rng, SESSION_KEYS if kind in ("session", "dedup", "join") else KEYS)
@@ -133,13 +139,13 @@ def operator_curve(kind: str, delays_ms: list[int], timed: int = 12) -> list[dic
                 assert end.size == 0 or end.max() <= wm, "session emitted before it closed"
                 emitted += int(pa.compute.sum(res.column("n")).as_py() or 0)
             state = op.state_rows
-        shutil.rmtree(ck.loc.uri, ignore_errors=True)
+        ck.loc.delete_dir("")
         if kind == "session":
             open_rows = int(op.snapshot()["state"].column("acc.n.n").to_numpy().sum())
             assert emitted + open_rows + op.late_rows == (warm + timed) * RATE, "session rows lost"
         if kind == "dedup":  # every row is a first row or a counted duplicate
             assert emitted + op.duplicate_rows == (warm + timed) * RATE and emitted > 0, "dedup rows lost"
-        out.append({"operator": kind, "delay_ms": d, "state_rows": int(state), "median_s": statistics.median(times),
+        out.append({"operator": kind, "store": "local" if s3 is None else "s3", "delay_ms": d, "state_rows": int(state), "median_s": statistics.median(times),
                     "mean_s": statistics.fmean(times),
                     "min_s": min(times), "max_s": max(times), "save_median_s": statistics.median(saves),
                     "save_mean_s": statistics.fmean(saves),
@@ -224,19 +230,35 @@ def main() -> int:
     ap.add_argument("--operators", default="sort,window,session,dedup", help="which operator curves to run")
     ap.add_argument("--spark-engines", default="window,sort",
                     help="on Spark: window (native and gpuwm), sort (gpuwm), or both")
+    ap.add_argument("--store", choices=("local", "s3"), default="local",
+                    help="where the operators' state versions go: local disk or an S3 server on loopback")
+    ap.add_argument("--delays", default=None, help="delays in ms for the operator curves (default: per operator)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "state-scaling"))
     args = ap.parse_args()
     delays = {"sort": [50, 500, 5_000, 50_000], "window": [0, 1_000, 10_000, 100_000],
               "session": [0, 1_000, 10_000, 50_000], "dedup": [1_000, 5_000, 20_000, 50_000],
               "join": [1_000, 5_000, 20_000, 50_000]}
-    ops = [] if args.skip_operators else [r for k in args.operators.split(",") for r in operator_curve(k, delays[k])]
+    if args.delays:
+        delays = {k: [int(x) for x in args.delays.split(",")] for k in delays}
+    s3 = None
+    if args.store == "s3":
+        from tests.s3_server import S3Server
+
+        s3 = S3Server(tempfile.mkdtemp(prefix="gpuwm-s3-")).start()
+    try:
+        ops = [] if args.skip_operators else [r for k in args.operators.split(",")
+                                              for r in operator_curve(k, delays[k], s3=s3)]
+    finally:
+        if s3 is not None:
+            s3.stop()
+            shutil.rmtree(s3.dir, ignore_errors=True)
     sp = [] if args.skip_spark else spark_curve([1, 10, 30], engines=tuple(args.spark_engines.split(",")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"operators": ops, "spark": sp, "date": time.strftime("%Y-%m-%d"),
                                                   "events_per_batch": RATE, "keys": KEYS}, indent=2))
     md = [f"# Per-batch cost vs state size ({time.strftime('%Y-%m-%d')}, 2 cores, {RATE:,} events/batch, "
-          f"{KEYS:,} keys)", "", "## Operators (CPU backend, push + drain per batch)", "",
+          f"{KEYS:,} keys)", "", f"## Operators (CPU backend, push + drain per batch; state saved to {args.store})", "",
           "| operator | delay | state rows | median ms | mean ms | spread ms | state save ms: median, mean (spread) |",
           "|---|---|---|---|---|---|---|"]
     md += [f"| {r['operator']} | {r['delay_ms'] / 1000:g} s | {r['state_rows']:,} | {r['median_s'] * 1e3:.1f} | "

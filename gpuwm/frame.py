@@ -251,7 +251,7 @@ class Frame:
         if not self.backend.is_gpu and len(items) > 1 and self.num_rows >= 100_000:
             # host gathers are memory-latency bound: one thread per column
             # (numpy and Arrow release the GIL)
-            return Frame(self.backend, self.schema, dict(_pool().map(one, items)), n)
+            return Frame(self.backend, self.schema, dict(staging.pool().map(one, items)), n)
         return Frame(self.backend, self.schema, dict(map(one, items)), n)
 
     def take(self, idx: Any, known: dict | None = None) -> "Frame":
@@ -335,18 +335,6 @@ def sort_table(table: pa.Table, columns: Sequence[str]) -> pa.Table:
     return table.take(idx)
 
 
-_POOL = None
-
-
-def _pool():
-    global _POOL
-    if _POOL is None:
-        import os
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1), thread_name_prefix="gpuwm")
-    return _POOL
-
 
 def filter_table(table: pa.Table, mask: np.ndarray) -> pa.Table:
     """``table.filter(mask)`` with the columns filtered in parallel threads
@@ -354,7 +342,7 @@ def filter_table(table: pa.Table, mask: np.ndarray) -> pa.Table:
     m = pa.array(mask, type=pa.bool_())
     if table.num_columns < 2 or table.num_rows < 100_000:
         return table.filter(m)
-    cols = list(_pool().map(lambda c: c.filter(m), table.columns))
+    cols = list(staging.pool().map(lambda c: c.filter(m), table.columns))
     return pa.Table.from_arrays(cols, schema=table.schema)
 
 

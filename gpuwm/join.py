@@ -252,6 +252,10 @@ class WindowJoinSpec(_JoinSpec):
     slide: Any
     how: str = "inner"
 
+    def filter_lateness(self, profile: Any) -> Any:
+        """Spark drops a (row, window) pair once the window closed, so rows up to a window behind still count."""
+        return self.size if profile.window_lateness == "window" else None
+
     _prefix: ClassVar[tuple[str, ...]] = ("window_start", "window_end")
 
     def __post_init__(self) -> None:
@@ -583,16 +587,16 @@ class _Join(Operator, Drained, Tiers):
         self._late_by = {self.spec.left: [], self.spec.right: []} if on else None
         return self
 
-    def take_late(self) -> dict[str, pa.Table] | None:
+    def take_late(self) -> dict[str | None, pa.Table]:
         """The rows dropped as late since the last call, ``{input: rows}`` in
         each input's schema (a window join's row once per closed window it
-        missed: as many as ``late_rows`` counted), or None."""
+        missed: as many as ``late_rows`` counted); ``{}`` when none (see
+        :meth:`gpuwm.operator.Operator.take_late`)."""
         got = self._late_by
         if got is None:
-            return None
+            return {}
         self._late_by = {n: [] for n in got}
-        out = {n: t[0] if len(t) == 1 else pa.concat_tables(t) for n, t in got.items() if t}
-        return out or None
+        return {n: t[0] if len(t) == 1 else pa.concat_tables(t) for n, t in got.items() if t}
 
     def _set_aside_input(self, name: str, frame: Frame, rows: Any) -> None:
         """Keep input ``name``'s rows ``rows`` of ``frame`` as late, when asked to."""

@@ -23,7 +23,8 @@ out, and can be driven from a plain Python loop:
   ``load_state(tables, parts)`` on a fresh operator;
 - ``keep_late()`` / ``take_late()``: on request, the rows ``push`` drops
   as late (behind a window or session that closed, behind a sort's last
-  drain) are kept, in the input schema, until taken — a late-row side
+  drain) are kept, in the input schema, until taken as ``{input: rows}``
+  (``None`` for an operator's one input; ``{}``: none) — a late-row side
   output (``late_reason`` names them);
 - ``counters()``: cumulative row counts (``rows_in``, ``rows_out``,
   ``late_rows``, ``null_rows``, and any of its own, e.g. ``duplicate_rows``);
@@ -81,6 +82,9 @@ class Capabilities:
         it as rows with the columns the vnodes are hashed on, by value, and
         ``rescale_absorb(rows)`` / ``rescale_meta(olds, first)`` build a
         fresh operator from some of them.
+    passes_rows : its output rows are its input rows as they came (a
+        union): what the watermark filter must let through is decided by
+        the stage after it (:meth:`OperatorSpec.filter_lateness`).
     """
 
     partials: bool = False
@@ -88,6 +92,7 @@ class Capabilities:
     arrival_order: bool = False
     needs_order: bool = False
     rescale: bool = False
+    passes_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,14 @@ class OperatorSpec:
         raises :class:`~gpuwm.ConfigError` when ``nxt`` cannot follow it."""
         return self
 
+    def filter_lateness(self, profile: Any) -> Any:
+        """As the first stage that takes rows from the watermark filter: how
+        far behind the watermark a row may be and still count here, so the
+        filter lets it through (None: not at all; ``profile``: the
+        watermark's :class:`~gpuwm.profiles.Profile`). A session window: its
+        gap; under ``window_lateness="window"`` (Spark) a window: its size."""
+        return None
+
     def describe(self) -> dict:
         """A JSON-able description (the checkpoint remembers it)."""
         from dataclasses import fields
@@ -164,16 +177,18 @@ class Operator:
         self._late_kept = [] if on else None
         return self
 
-    def take_late(self) -> pa.Table | None:
-        """The rows dropped as late since the last call, in the input schema
-        (a hopping window's row once per closed window it missed: as many as
-        ``late_rows`` counted), or None."""
+    def take_late(self) -> dict[str | None, pa.Table]:
+        """The rows dropped as late since the last call, by input — ``None``
+        for an operator's one input, the input's name for one over several
+        (a join) — each in its input's schema (a hopping window's row once
+        per closed window it missed: as many as ``late_rows`` counted);
+        ``{}`` when none."""
         got = self._late_kept
         if got is not None:
             self._late_kept = []
         if not got:
-            return None
-        return got[0] if len(got) == 1 else pa.concat_tables(got)
+            return {}
+        return {None: got[0] if len(got) == 1 else pa.concat_tables(got)}
 
     def _set_aside(self, frame: Any, rows: Any, into: list | None = None) -> None:
         """Keep ``frame``'s rows at ``rows`` (a bool mask or indexes on the

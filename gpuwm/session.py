@@ -154,6 +154,10 @@ class SessionSpec(AggregateSpec):
 
     windows: ClassVar[tuple[type, ...]] = (Session,)
 
+    def filter_lateness(self, profile: Any) -> Any:
+        """A row behind the watermark whose own session ``[ts, ts + gap)`` is open can still join one (as Spark)."""
+        return self.window.gap
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.emit == "on-update":

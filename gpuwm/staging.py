@@ -98,6 +98,21 @@ class PinnedRing:
 RING = PinnedRing()
 
 
+_POOL = None
+
+
+def pool():
+    """The process's thread pool for host copies and per-column Arrow work
+    (NumPy's copies and Arrow's kernels release the GIL)."""
+    global _POOL
+    if _POOL is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1), thread_name_prefix="gpuwm")
+    return _POOL
+
+
 def _fill(dst: np.ndarray, moves: Sequence[tuple[int, np.ndarray]]) -> None:
     """``dst[o:o+len(src)] = src`` for each move; large ones in parallel
     pieces (NumPy's copies release the GIL)."""
@@ -114,13 +129,11 @@ def _fill(dst: np.ndarray, moves: Sequence[tuple[int, np.ndarray]]) -> None:
         o, src = pieces[0]
         dst[o:o + src.shape[0]] = src
         return
-    from .frame import _pool
-
     def put(move: tuple[int, np.ndarray]) -> None:
         o, src = move
         dst[o:o + src.shape[0]] = src
 
-    list(_pool().map(put, pieces))
+    list(pool().map(put, pieces))
 
 
 def _layout(parts: Sequence[Any | None]) -> tuple[list[int], int]:

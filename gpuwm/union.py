@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from .errors import ConfigError, SchemaError
 from .join import input_schemas
-from .operator import Operator, OperatorSpec
+from .operator import Capabilities, Operator, OperatorSpec
 from .watermark import same_schema
 
 
@@ -28,6 +28,7 @@ class UnionSpec(OperatorSpec):
     column: str
 
     kind: ClassVar[str] = "union"
+    capabilities: ClassVar[Capabilities] = Capabilities(passes_rows=True)
 
     def __post_init__(self) -> None:
         names = tuple(self.names)

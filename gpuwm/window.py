@@ -32,7 +32,7 @@ from .aggregates import _I64, AGG_FUNCS, EMIT_MODES, WINDOW_TIME, AggregateOpera
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
 from .profiles import Profile
-from .session import Session, SessionAggregate
+from .session import Session, SessionAggregate, SessionSpec
 from .timecol import TimeDomain, positive_interval as _positive
 from .watermark import same_schema
 
@@ -118,6 +118,15 @@ class WindowSpec(AggregateSpec):
     """
 
     windows: ClassVar[tuple[type, ...]] = ()  # (Tumble, Hop): set below, once they exist
+
+    def __new__(cls, window: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if cls is WindowSpec and isinstance(window, Session):  # WindowSpec(Session(...)) is a SessionSpec
+            return SessionSpec(window, *args, **kwargs)
+        return super().__new__(cls)
+
+    def filter_lateness(self, profile: Any) -> Any:
+        """Spark drops a (row, window) pair once the window closed, so rows up to a window behind still count."""
+        return self.window.size if profile.window_lateness == "window" else None
 
     def build(self, profile: Any, backend: str | None = None) -> "WindowAggregate":
         return WindowAggregate(self.window, by=self.by, aggs=self.agg_dict, emit=self.emit, profile=profile,

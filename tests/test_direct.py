@@ -61,7 +61,7 @@ def _offsets(ck, batch_id, *sources):
 
 def test_nexmark_range_comes_from_sparks_offset_log(tmp_path):
     from gpuwm.spark.checkpoint import Checkpoint, Location
-    from gpuwm.spark.direct import nexmark_range
+    from gpuwm.spark.nexmark import nexmark_range
 
     _offsets(tmp_path, 0, 100)
     _offsets(tmp_path, 1, 250)
@@ -95,7 +95,7 @@ def test_drain_offsets_in_sparks_offset_log(tmp_path):
     input only when its drain offset is the end asked for after the batch
     before it."""
     pytest.importorskip("pyspark")
-    from gpuwm.spark.direct import nexmark_range
+    from gpuwm.spark.nexmark import nexmark_range
     from gpuwm.spark.drain import NO_DRAIN, drain_offset, ends_input, latest
 
     d = tmp_path / "offsets"

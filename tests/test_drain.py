@@ -299,7 +299,7 @@ def test_late_rows_kept_aside_equal_the_late_metrics(spark, tmp_path, vnodes):
         f.advance([stats])
         a.push(kept)
         outs.append(a.drain(f.output_watermark))
-        late_w += [x for x in [a.take_late()] if x is not None]
+        late_w += list(a.take_late().values())
     outs.append(a.drain(f.finish()))
     ids = lambda ts: sorted(i for t in ts for i in t.column("id").to_pylist())  # noqa: E731
     got = read_out(f"{tmp_path}/late")

@@ -112,7 +112,7 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="defau
         assert j.state_rows == ref.state_rows
         assert j.late_rows == ref.late and j.null_rows == ref.nulls
         # the late rows kept aside, per input: as many as counted
-        late = j.take_late() or {}
+        late = j.take_late()
         assert sum(t.num_rows for t in late.values()) == j.late_rows - late0
         assert set(late) <= {"a", "b"}
         store.save(j)

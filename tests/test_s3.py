@@ -127,6 +127,9 @@ def test_query_on_s3_equals_the_same_query_on_local_disk(spark, s3, tmp_path, ki
         out, late = Location.of(f"{base}/out", s3.options()), Location.of(f"{base}/late", s3.options())
         late_rows = _read_all(late) + [r for i in ("a/", "b/") for r in _read_all(late, i)]
         got[where] = (_read_all(out), late_rows, [m["input_rows"] for m in p.history])
+        # the tasks read the S3 input files themselves, as local ones (gpuwm.spark.direct); the
+        # join's inputs are projections of the sources (columns renamed): Spark's rows
+        assert {m["read"] for m in p.history if m["input_rows"]} == {"spark" if kind == "join" else "direct"}, where
     assert got["s3"][2] == got["local"][2] and sum(got["s3"][2]) == 200 * len(src) * 4
     assert len(got["s3"][0]) > 5 and got["s3"][0] == got["local"][0]
     assert got["s3"][1] == got["local"][1]
@@ -146,32 +149,50 @@ def hop_query(spark, src: str, ck: str, out: str, on_batch=None) -> Pipeline:
 
 
 KILLED = """
-import sys
+import os, sys
 sys.path.insert(0, {root!r})
 from gpuwm.spark import local_session
 from tests.test_s3 import hop_query
+
+
+def pids(batches):  # each task's process id (defined here: pickled by value for the executors)
+    import pyarrow as pa
+    for b in batches:
+        yield pa.RecordBatch.from_pydict({{"pid": [os.getpid()] * b.num_rows}})
+
+
 spark = local_session(app="s3-crash", cores=2, conf={conf!r})
 p = hop_query(spark, {src!r}, {ck!r}, {out!r}, on_batch=lambda m: print("BATCH", m["batch_id"], flush=True))
 p.start(trigger={{"availableNow": True}}).awaitTermination()
+tasks = spark.range(0, 8, 1, 8).mapInArrow(pids, "pid long").collect()
+print("EXECUTORS", spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1,
+      "PYTHON WORKERS", len({{r.pid for r in tasks}} - {{os.getpid()}}), flush=True)
 print("DONE", flush=True)
 """
 
 
 def test_sigkilled_repeatedly_on_an_s3_checkpoint_gives_the_uninterrupted_output(spark, s3, tmp_path):
+    """The uninterrupted run on ``local-cluster[2,1,1024]`` — two executor
+    processes that share no directory for gpuwm's state (all of it, and the
+    input, the output and Spark's checkpoint, on S3) —, the interrupted one
+    in local mode, SIGKILLed three times and restarted on its S3
+    checkpoint: the same output, batch for batch."""
     rng = np.random.default_rng(5)
     src = _put_batches(s3, "killed/in", _rows(rng, 5, 300, 5, 20))
     conf = {**s3.spark_conf(), "spark.jars": spark_jars()}
 
-    def script(name: str) -> str:
-        code = KILLED.format(root=ROOT, conf=conf, src=src, ck=s3.uri(f"killed/{name}/ck"),
+    def script(name: str, **more) -> str:
+        code = KILLED.format(root=ROOT, conf={**conf, **more}, src=src, ck=s3.uri(f"killed/{name}/ck"),
                              out=s3.uri(f"killed/{name}/out"))
         path = f"{tmp_path}/{name}.py"
         with open(path, "w") as fh:
             fh.write(textwrap.dedent(code))
         return path
 
-    hop_query(spark, src, s3.uri("killed/clean/ck"), s3.uri("killed/clean/out")).start(
-        trigger={"availableNow": True}).awaitTermination()  # uninterrupted, in this process
+    r = subprocess.run([sys.executable, script("clean", **{"spark.master": "local-cluster[2,1,1024]"})],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert "EXECUTORS 2 PYTHON WORKERS 2" in r.stdout, r.stdout  # the tasks ran in two processes apart
     path = script("killed")
     for n in (1, 2, 1):  # SIGKILLed after 1, then 2 and 1 more batches of each restart
         kill_after_batches(path, n)  # (asserts the run died of the SIGKILL)

@@ -561,6 +561,39 @@ class Checkpoint:
         """The batch ids in Spark's ``offsets`` or ``commits`` log."""
         return sorted(int(n) for n in self.loc.list(log) if n.isdigit())
 
+    def logged_offsets(self, batch_id: int) -> list[dict | None]:
+        """The end offsets of ``batch_id`` in Spark's offset log ("v1", the
+        batch's metadata, then one line per source) as JSON objects, None
+        where a line is not one. Raises OSError when the entry cannot be read."""
+        data = self.spark_log_entry("offsets", batch_id)
+        if data is None:
+            raise FileNotFoundError(f"{self}/offsets/{batch_id}")
+        out: list[dict | None] = []
+        for line in data.decode().splitlines()[2:]:
+            try:
+                v = json.loads(line)
+            except ValueError:
+                v = None
+            out.append(v if isinstance(v, dict) else None)
+        return out
+
+    def logged_offset(self, batch_id: int, key: str) -> dict | None:
+        """The offset of ``batch_id``'s one source whose offsets have ``key``
+        (gpuwm's sources': ``offset`` for Nexmark, ``drain`` for
+        :mod:`gpuwm.spark.drain`), or None when the log does not say (no
+        entry, no such source, several that differ: the Nexmark inputs of a
+        join, one per event kind, share their offsets)."""
+        try:
+            got = [o for o in self.logged_offsets(batch_id) if o is not None and key in o]
+        except OSError:
+            return None
+        return got[0] if got and all(o == got[0] for o in got) else None
+
+    def newest_logged_batch(self) -> int | None:
+        """The newest batch id in Spark's offset log (None: no log yet)."""
+        ids = self.spark_batches("offsets")
+        return max(ids) if ids else None
+
 
 class Owner:
     """The lease of the query running on a checkpoint (``gpuwm/owner.json``):

@@ -16,7 +16,8 @@ Used only when it gives the same rows as Spark's reader would:
 * the pipeline's DataFrame is the source itself (``readStream...parquet(p)``,
   no projection, filter or new column in between), a ``parquet`` source
   whose options only choose files (see ``_LISTING_OPTIONS``);
-* every file of the batch is on the local file system (``file:``) and holds
+* every file of the batch is on a file system :class:`~gpuwm.spark.checkpoint.Location`
+  serves (local, ``s3a://`` ... with Spark's ``spark.hadoop.fs.*`` settings) and holds
   every input column with a type that casts exactly (same kind: integer to a
   wider integer, timestamp to timestamp, float to double, string/binary);
 * ``Pipeline(read="auto")`` (the default) or ``"direct"``; ``"spark"``
@@ -26,7 +27,7 @@ The embedded Nexmark source (:func:`gpuwm.spark.read_nexmark`, the
 DataFrame itself) works the same way: Spark plans each micro-batch's offset
 range and logs it (``<checkpoint>/offsets/<batch_id>``); the task generates
 those events with the generator the source would have run
-(:func:`nexmark_range`, :func:`generate_nexmark`), split by split.
+(:func:`gpuwm.spark.nexmark.nexmark_range`, :func:`generate_nexmark`), split by split.
 
 Otherwise the batch goes through Spark's reader as before, decided per batch
 and logged once. Spark's scan of a batch read directly does not run, so its
@@ -38,9 +39,8 @@ events report.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterator
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -95,8 +95,9 @@ def source_path(df) -> str | None:
 
 
 def batch_files(df, scans_allowed: int = 1) -> list[str] | None:
-    """The local paths of a micro-batch's files, in the order Spark's scan
-    would read them, or None when they cannot be found (or are not local).
+    """A micro-batch's files — local paths, or URIs (``s3a://...``) as
+    :class:`~gpuwm.spark.checkpoint.Location` names them — in the order
+    Spark's scan would read them, or None when they cannot be found.
     ``scans_allowed``: how many file scans the batch may hold (one per
     input of a union of file streams)."""
     try:
@@ -111,10 +112,7 @@ def batch_files(df, scans_allowed: int = 1) -> list[str] | None:
                 parts = r.filePartitions()
                 for i in range(parts.length()):
                     for f in parts.apply(i).files():
-                        u = urlparse(str(f.filePath().toString()))
-                        if u.scheme not in ("", "file"):
-                            return None
-                        p = unquote(u.path)
+                        p = _uri(f.filePath().toString())
                         if p not in paths:
                             paths.append(p)
                 continue
@@ -141,11 +139,19 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     return any(any(k(src) for k in ks) and any(k(dst) for k in ks) for ks in kinds)
 
 
-def check_files(paths: list[str], schema: pa.Schema) -> str | None:
+def _file(uri: str, options: tuple = ()) -> tuple[Any, str]:
+    """(file system, path in it) of a file :func:`batch_files` named; ``options``:
+    Spark's ``spark.hadoop.fs.*`` settings (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)."""
+    loc = Location.of(uri, options)
+    return loc.fs, loc.root
+
+
+def check_files(paths: list[str], schema: pa.Schema, options: tuple = ()) -> str | None:
     """Why these files cannot be read directly into ``schema``, or None."""
     for p in paths:
         try:
-            fs = pq.read_schema(p)
+            fsys, path = _file(p, options)
+            fs = pq.read_schema(path, filesystem=fsys)
         except Exception as e:
             return f"{p}: {e}"
         for field in schema:
@@ -157,16 +163,19 @@ def check_files(paths: list[str], schema: pa.Schema) -> str | None:
     return None
 
 
-def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch],
+               options: tuple = ()) -> Iterator[pa.RecordBatch]:
     """In a task: the rows of the files whose indexes (into ``paths``) the
     task's input carries, in order, cast to the stream's schema."""
     for b in ids:
         for i in b.column(0).to_pylist():
-            t = pq.read_table(paths[i], columns=schema.names)
+            fs, path = _file(paths[i], options)
+            t = pq.read_table(path, columns=schema.names, filesystem=fs)
             yield from t.cast(schema).to_batches()
 
 
-def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch],
+                     options: tuple = ()) -> Iterator[pa.RecordBatch]:
     """:func:`read_files` for several inputs: ``files`` as ``[input index,
     path]``; each file's rows as the inputs' union rows
     (:func:`gpuwm.spark.plan.to_union`)."""
@@ -177,9 +186,10 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
     named = list(input_schemas(plan.input_schema).items())
     for b in ids:
         for i in b.column(0).to_pylist():
-            k, path = files[i]
+            k, uri = files[i]
             name, schema = named[k]
-            t = pq.read_table(path, columns=schema.names).cast(schema)
+            fs, path = _file(uri, options)
+            t = pq.read_table(path, columns=schema.names, filesystem=fs).cast(schema)
             yield from to_union(plan, {name: t}).to_batches()
 
 
@@ -234,63 +244,6 @@ def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
 def _uri(path) -> str:
     """A Hadoop path or URI as :class:`Location` names it (``file:`` dropped, decoded)."""
     return Location.of(unquote(str(path))).uri
-
-
-def logged_offsets(ck: Checkpoint, batch_id: int) -> list[dict | None]:
-    """The end offsets of ``batch_id`` in Spark's offset log
-    (:meth:`Checkpoint.spark_log_entry`: "v1", the batch's metadata, then
-    one line per source) as JSON objects, None where a line is not one.
-    Raises OSError when the log entry cannot be read."""
-    data = ck.spark_log_entry("offsets", batch_id)
-    if data is None:
-        raise FileNotFoundError(f"{ck}/offsets/{batch_id}")
-    out: list[dict | None] = []
-    for line in data.decode().splitlines()[2:]:
-        try:
-            v = json.loads(line)
-        except ValueError:
-            v = None
-        out.append(v if isinstance(v, dict) else None)
-    return out
-
-
-def logged_offset(ck: Checkpoint, batch_id: int, key: str) -> dict | None:
-    """The offset of ``batch_id``'s one source whose offsets have ``key``
-    (our sources': ``offset`` for Nexmark, ``drain`` for
-    :mod:`gpuwm.spark.drain`), or None when the log does not say (no file,
-    no such source, several that differ: the Nexmark inputs of a join,
-    one per event kind, share their offsets)."""
-    try:
-        got = [o for o in logged_offsets(ck, batch_id) if o is not None and key in o]
-    except OSError:
-        return None
-    return got[0] if got and all(o == got[0] for o in got) else None
-
-
-def newest_logged_batch(ck: Checkpoint) -> int | None:
-    """The newest batch id in Spark's offset log (None: no log yet)."""
-    ids = ck.spark_batches("offsets")
-    return max(ids) if ids else None
-
-
-def nexmark_end(ck: Checkpoint, batch_id: int) -> int | None:
-    """The Nexmark source's end offset (an event number) in ``batch_id``'s
-    log entry, or None when the log does not say."""
-    off = logged_offset(ck, batch_id, "offset")
-    try:
-        return None if off is None else int(off["offset"])
-    except (TypeError, ValueError):
-        return None
-
-
-def nexmark_range(ck: Checkpoint, batch_id: int) -> tuple[int, int] | None:
-    """The event range ``[start, end)`` of a Nexmark micro-batch, as Spark
-    planned and logged it, or None when the log does not say."""
-    end = nexmark_end(ck, batch_id)
-    start = 0 if batch_id == 0 else nexmark_end(ck, batch_id - 1)
-    if end is None or start is None or end < start:
-        return None
-    return start, end
 
 
 def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -108,9 +108,7 @@ def with_drains(df, ck: Checkpoint):
 # -- the offset log -------------------------------------------------------------------
 def drain_offset(ck: Checkpoint, batch_id: int) -> dict | None:
     """The drain source's offset in ``batch_id``'s log entry (None: no entry)."""
-    from .direct import logged_offset
-
-    return logged_offset(ck, batch_id, "drain")
+    return ck.logged_offset(batch_id, "drain")
 
 
 def ends_input(ck: Checkpoint, batch_id: int) -> bool:

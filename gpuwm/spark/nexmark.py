@@ -34,7 +34,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from ..errors import ConfigError
 from ..nexmark import GENERATORS, NexmarkConfig
-from .direct import nexmark_end, newest_logged_batch
+from .checkpoint import Checkpoint
 
 SCHEMA = "auction bigint, bidder bigint, price bigint, date_time timestamp, split int, event_id bigint"
 
@@ -84,12 +84,32 @@ def _resume_offset(checkpoint: str | None, fs_options: str | None = None) -> int
     pairs (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)."""
     if not checkpoint:
         return 0
-    from .checkpoint import Checkpoint, Location
+    from .checkpoint import Location
 
     opts = [tuple(p) for p in json.loads(fs_options)] if fs_options else ()
     ck = Checkpoint(Location.of(checkpoint, opts))
-    last = newest_logged_batch(ck)
+    last = ck.newest_logged_batch()
     return 0 if last is None else nexmark_end(ck, last) or 0
+
+
+def nexmark_end(ck: Checkpoint, batch_id: int) -> int | None:
+    """The Nexmark source's end offset (an event number) in ``batch_id``'s
+    log entry, or None when the log does not say."""
+    off = ck.logged_offset(batch_id, "offset")
+    try:
+        return None if off is None else int(off["offset"])
+    except (TypeError, ValueError):
+        return None
+
+
+def nexmark_range(ck: Checkpoint, batch_id: int) -> tuple[int, int] | None:
+    """The event range ``[start, end)`` of a Nexmark micro-batch, as Spark
+    planned and logged it, or None when the log does not say."""
+    end = nexmark_end(ck, batch_id)
+    start = 0 if batch_id == 0 else nexmark_end(ck, batch_id - 1)
+    if end is None or start is None or end < start:
+        return None
+    return start, end
 
 
 class NexmarkStreamReader(DataSourceStreamReader):

@@ -36,7 +36,6 @@ from ..join import input_schemas, inputs_schema
 from ..operator import OperatorSpec
 from ..sort import SortSpec
 from ..watermark import EXPR_COLUMN, WatermarkSpec
-from ..session import Session, SessionSpec
 from ..window import WindowSpec
 from . import store, tasks
 from .checkpoint import FORMAT, Checkpoint, Location, Owner, spark_fs_options
@@ -297,7 +296,7 @@ class Pipeline:
         watermark's column for the first stage, ``window_time`` after a
         window."""
         self._need_watermark("window")
-        spec = (SessionSpec if isinstance(window, Session) else WindowSpec)(window, by, aggs, emit)
+        spec = WindowSpec(window, by, aggs, emit)  # a SessionSpec for a Session
         if window.column != self._event_time():
             raise ConfigError(f"window column {window.column!r} differs from the event-time column of its input, "
                               f"{self._event_time()!r}" + (" (after a window stage: 'window_time')"
@@ -425,10 +424,7 @@ class Pipeline:
             missing = [n for n in self.inputs if n not in self._wms]
             if missing:
                 raise ConfigError(f"input(s) {missing} have no watermark: call .watermark(..., input=name) for each")
-            # the first stage that windows: a window join, or the stage after a union
-            windows = self._stages[0] if self._stages and self._stages[0].kind == "join" else \
-                self._stages[1] if len(self._stages) > 1 else None
-            lateness = _filter_lateness(windows, next(iter(self._wms.values())).resolved_profile)
+            lateness = _filter_lateness(self._stages, next(iter(self._wms.values())).resolved_profile)
             wms = {n: w if lateness is None else replace(w, allowed_lateness=lateness) for n, w in self._wms.items()}
             return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes,
                         InputsSpec(tuple((n, wms[n]) for n in self.inputs)), tuple(self._stages),
@@ -438,7 +434,7 @@ class Pipeline:
         self._sink_or_raise()
         wm = self._wm
         lateness = None if self._lateness_given else \
-            _filter_lateness(self._stages[0] if self._stages else None, wm.resolved_profile)
+            _filter_lateness(self._stages, wm.resolved_profile)
         if lateness is not None:
             wm = replace(wm, allowed_lateness=lateness)
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
@@ -492,7 +488,6 @@ class Pipeline:
     def _prepare_checkpoint(self, plan: Plan) -> None:
         """Before the query starts: the checkpoint is usable, its state is
         whole and of this pipeline, and no other query runs on it."""
-        from .direct import logged_offsets, newest_logged_batch
         from .drain import drain_offset
 
         ck = self.checkpoint
@@ -505,8 +500,8 @@ class Pipeline:
         if fmt is not None and fmt.get("format") != FORMAT:
             raise ConfigError(f"checkpoint {ck} holds gpuwm state of format {fmt.get('format')}; this gpuwm reads "
                               f"format {FORMAT}: use the gpuwm that wrote it, or a new checkpoint location")
-        last = newest_logged_batch(ck)
-        if last is not None and drain_offset(ck, last) is None and logged_offsets(ck, last):
+        last = ck.newest_logged_batch()
+        if last is not None and drain_offset(ck, last) is None and ck.logged_offsets(last):
             raise ConfigError(
                 f"checkpoint {ck} was written by a gpuwm without drain batches: Spark's offset log has "
                 "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
@@ -761,7 +756,7 @@ class Pipeline:
         nex = getattr(self.df, "_gpuwm_nexmark", None)
         if nex is None:
             return False
-        from .direct import nexmark_end
+        from .nexmark import nexmark_end
         from .nexmark import config_from_options
 
         total = config_from_options(nex["options"])[1]
@@ -845,7 +840,8 @@ class Pipeline:
         goes through Spark (nothing to read)."""
         if not self._direct:
             return None, 0
-        from .direct import batch_files, check_files, nexmark_range
+        from .direct import batch_files, check_files
+        from .nexmark import nexmark_range
 
         nex = getattr(self.df, "_gpuwm_nexmark", None)
         if plan.multi:  # each file to the input whose directory holds it
@@ -863,7 +859,7 @@ class Pipeline:
                         break
                     tagged.append([k, f])
                 for k, s in enumerate(named):
-                    why = why or check_files([f for j, f in tagged if j == k], s)
+                    why = why or check_files([f for j, f in tagged if j == k], s, plan.checkpoint.loc.options)
                 if why is None:
                     return {"files": tagged}, len(tagged)
         elif nex is not None:
@@ -881,7 +877,7 @@ class Pipeline:
             if files == []:
                 return None, 0
             why = "its files could not be found in the batch's scan" if files is None else \
-                check_files(files, plan.input_schema)
+                check_files(files, plan.input_schema, plan.checkpoint.loc.options)
             if why is None:
                 return {"files": files}, len(files)
         if self.read == "direct":
@@ -892,27 +888,12 @@ class Pipeline:
         return None, 0
 
 
-def _filter_lateness(stage: OperatorSpec | None, profile: Any) -> Any:
-    """The allowed lateness the watermark filter needs before ``stage``, the
-    first stage that windows (None: none):
-
-    - a session window: its gap — a row behind the watermark whose own
-      session ``[ts, ts + gap)`` is open can still join one (as Spark does);
-    - under ``window_lateness="window"`` (Spark), a tumbling or hopping
-      window or a window join: the window size — Spark drops a (row, window)
-      pair when the window has closed, not a row behind the watermark, so
-      rows up to a window size behind may still count."""
-    from ..join import WindowJoinSpec
-
-    if isinstance(stage, SessionSpec):
-        return stage.window.gap
-    if profile.window_lateness != "window":
-        return None
-    if isinstance(stage, WindowSpec):
-        return stage.window.size
-    if isinstance(stage, WindowJoinSpec):
-        return stage.size
-    return None
+def _filter_lateness(stages: Sequence[OperatorSpec], profile: Any) -> Any:
+    """The allowed lateness the watermark filter needs: that of the first
+    stage that takes the filter's rows as more than rows passed through
+    (:meth:`~gpuwm.operator.OperatorSpec.filter_lateness`; None: none)."""
+    first = next((s for s in stages if not s.capabilities.passes_rows), None)
+    return None if first is None else first.filter_lateness(profile)
 
 
 def _union_inputs(inputs: Mapping[str, Any]):

@@ -44,23 +44,25 @@ def clear_batch(plan, batch_id: int) -> None:
 LATE_REASON = "late_reason"
 
 
-def write_late(plan, batch_id: int, stage: int | None, part: int, rows: pa.Table | dict | None, reason: str,
-               input: str | None = None) -> None:
+def write_late(plan, batch_id: int, stage: int | None, part: int, rows: dict[str | None, pa.Table],
+               reason: str) -> None:
     """Rows dropped as late, kept aside: ``<late>/batch_id=<N>/<name>.parquet``
     with their columns and ``late_reason`` — ``filter-<input partition>``
     for the watermark filter's, ``stage0-<vnode>`` for the first stage's
     (both in the input's schema) — and, for a later stage of a chain (whose
     input has other columns), ``<late>/_stage<i>/batch_id=<N>/vnode-<V>.parquet``
     (a folder Spark's and Arrow's dataset readers skip when reading ``<late>``).
-    Published whole: a replay rewrites it. Several inputs' rows (``rows`` a
-    dict by input, from a join; or ``input`` named) go below
+    Published whole: a replay rewrites it. ``rows`` by input, as
+    :meth:`~gpuwm.operator.Operator.take_late` gives them: a named input's
+    (of a join, or of the filter of several inputs) go below
     ``<late>/<input>/``, each in its input's schema."""
-    if isinstance(rows, dict):
-        for name, t in rows.items():
-            write_late(plan, batch_id, stage, part, t, reason, input=name)
-        return
-    if rows is None or not rows.num_rows:
-        return
+    for input, t in rows.items():
+        if t.num_rows:
+            _write_late(plan, batch_id, stage, part, t, reason, input)
+
+
+def _write_late(plan, batch_id: int, stage: int | None, part: int, rows: pa.Table, reason: str,
+                input: str | None) -> None:
     root = "" if input is None else f"{input}/"
     if stage is None:
         rel = f"{root}batch_id={batch_id}/filter-{part:05d}"

@@ -339,11 +339,10 @@ def _kafka_replay_failure(e, sources: list, ck) -> bool:
     the replay of the batch in flight at the crash, after that batch ran and
     was committed; the next start reads on from the committed offsets. True
     for that failure, with the newest logged batch committed."""
-    from .direct import newest_logged_batch
 
     msg = str(e)
     if not ("IterableOps.map" in msg and "Option.get()" in msg
             and any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources)):
         return False
-    last = newest_logged_batch(ck)
+    last = ck.newest_logged_batch()
     return last is not None and last in ck.spark_batches("commits")

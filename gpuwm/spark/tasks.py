@@ -127,15 +127,13 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
                 for n, t in split_union(plan, table).items()}
         late_by: dict | None = None if plan.late is None else {}
         kept, stats = filt.f.filter_local(data, late_out=late_by, **align)
-        for n, got in (late_by or {}).items():
-            if got:
-                write_late(plan, batch_id, None, part, got[0], "filter", input=n)
+        write_late(plan, batch_id, None, part, {n: got[0] for n, got in (late_by or {}).items() if got}, "filter")
     else:
         data = Frame.from_arrow(table, backend) if backend.is_gpu else table
         late: list | None = None if plan.late is None else []
         kept, stats = filt.f.filter_local(data, late_out=late, **align)
         if late:
-            write_late(plan, batch_id, None, part, late[0], "filter")
+            write_late(plan, batch_id, None, part, {None: late[0]}, "filter")
     stats["read_s"] = t_read - t_start
     stats["t_read"] = t_read
     stats["part"] = part
@@ -150,10 +148,11 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -
         return batches
     from .direct import generate_nexmark, read_files, read_union_files
 
+    options = plan.checkpoint.loc.options  # Spark's spark.hadoop.fs.* settings: the input's file system's too
     if plan.multi:
-        return read_union_files(plan, direct["files"], batches)
+        return read_union_files(plan, direct["files"], batches, options)
     if "files" in direct:
-        return read_files(direct["files"], plan.input_schema, batches)
+        return read_files(direct["files"], plan.input_schema, batches, options)
     return generate_nexmark(direct["nexmark"], batches)
 
 
