@@ -7,32 +7,27 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import subprocess
-import time
 import uuid
 
 import pyarrow as pa
 
 from gpuwm.spark.jars import BROKER, _java, resolve
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .loopback import LoopbackServer, free_port
 
 
-class Broker:
+class Broker(LoopbackServer):
     """``with Broker(dir) as b:`` — a one-node cluster at ``b.bootstrap``,
     its data and log under ``dir``; stopped (and its JVM killed if need be)
     on exit."""
 
+    what = "the Kafka broker"
+
     def __init__(self, workdir: str, heap: str = "512m"):
         self.dir, self.heap = str(workdir), heap
-        self.port, self.controller = _free_port(), _free_port()
+        self.port, self.controller = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> Broker:
         os.makedirs(self.dir, exist_ok=True)
@@ -56,35 +51,8 @@ class Broker:
                        check=True, capture_output=True, timeout=120)
         self._log = open(os.path.join(self.dir, "broker.log"), "w")
         self.proc = subprocess.Popen([*java, "kafka.Kafka", props], stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the Kafka broker exited with {self.proc.returncode}: see {self._log.name}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                _admin(self.bootstrap).list_topics(timeout=5)
-                return self
-            except Exception:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise
-                time.sleep(0.5)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def __enter__(self) -> Broker:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        self._wait_ready(lambda: _admin(self.bootstrap).list_topics(timeout=5), timeout, 0.5)
+        return self
 
 
 

@@ -8,30 +8,25 @@ settings (:meth:`S3Server.spark_conf`)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
 
 from gpuwm.spark.jars import S3PROXY, _java, fetch_jar, hadoop_aws, resolve
+
+from .loopback import LoopbackServer, free_port
 
 KEY, SECRET = "gpuwm-test", "gpuwm-test-secret"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class S3Server:
+class S3Server(LoopbackServer):
     """``with S3Server(dir) as s3:`` — S3 at ``s3.endpoint`` with bucket
     ``s3.bucket``, its objects as files under ``dir/data``."""
 
+    what = "S3Proxy"
+
     def __init__(self, workdir: str, bucket: str = "gpuwm"):
         self.dir, self.bucket = str(workdir), bucket
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> "S3Server":
         data = os.path.join(self.dir, "data")
@@ -46,34 +41,11 @@ class S3Server:
         self._log = open(os.path.join(self.dir, "s3proxy.log"), "w")
         self.proc = subprocess.Popen([_java(), "-Xmx256m", "-jar", fetch_jar(S3PROXY), "--properties", props],
                                      stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"S3Proxy exited with {self.proc.returncode}: see {self._log.name}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                self.fs().get_file_info(self.bucket)
-                return self
-            except Exception:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise
-                time.sleep(0.3)
+        self._wait_ready(lambda: self.fs().get_file_info(self.bucket), timeout, 0.3)
+        return self
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> "S3Server":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def stop(self, grace: float = 20) -> None:
+        super().stop(grace)
 
     def uri(self, key: str) -> str:
         return f"s3a://{self.bucket}/{key}"
