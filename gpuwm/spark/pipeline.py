@@ -137,6 +137,7 @@ class Pipeline:
         self._fs_options = spark_fs_options(self.spark)
         self.checkpoint = Checkpoint(Location.of(checkpoint, self._fs_options, "checkpoint"))
         self._owner: Owner | None = None
+        self._last_filter: tuple[str | None, bytes | None] = (None, None)  # (name, bytes) of the last commit's
         self.vnodes = vnodes
         self.backend = backend or self.spark.conf.get("spark.gpuwm.backend", "auto")
         self.on_batch = on_batch
@@ -631,7 +632,10 @@ class Pipeline:
             raise StateError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm "
                              f"(have {committed}); the checkpoint was damaged")
         prev = None if prev_commit is None else store.Prev.of(prev_commit)
-        fstate = ck.filter_state(batch_id - 1) if prev is not None else None
+        fstate = None
+        if prev is not None:  # the filter's state after batch_id - 1: read already if this driver committed it
+            name = prev_commit["filter"]
+            fstate = self._last_filter[1] if self._last_filter[0] == name else ck.read_filter(name)
         now = ck.now_for_batch(batch_id, datetime.now(timezone.utc).isoformat())
         end = drain.ends_input(ck, batch_id)
         flow = _spark_schema(FLOW_SCHEMA)
@@ -678,7 +682,8 @@ class Pipeline:
                                   dict(zip(self.inputs, self._input_dirs)))
             else:
                 report_input_rows(self.spark, ck, m["input_rows"])
-        filt = _driver_filter(plan.watermark, plan.input_schema, ck.read_filter(filter_name))
+        new_filter = ck.read_filter(filter_name)
+        filt = _driver_filter(plan.watermark, plan.input_schema, new_filter)
         t_now = datetime.fromisoformat(now)
         m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
                  idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
@@ -688,6 +693,7 @@ class Pipeline:
         t_commit = time.perf_counter()
         self._owner.check()
         ck.write_commit(batch_id, versions, files, filter_name, m)
+        self._last_filter = (filter_name, new_filter)  # an attempt-unique name: the same name, the same bytes
         m["commit_s"] = time.perf_counter() - t_commit
         due, ending = self._next_drain(plan, batch_id, filt, t_now)
         drain.write_request(ck, batch_id, due=due, end=ending)
