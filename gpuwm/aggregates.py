@@ -23,7 +23,7 @@ from .drained import Drained
 from .errors import ConfigError, SchemaError
 from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
-from .operator import Capabilities, Operator, OperatorSpec
+from .operator import Capabilities, Operator, OperatorSpec, StageContext
 from .profiles import Profile, resolve
 from .timecol import event_time_domain
 from .watermark import same_schema, schema_from_text, schema_to_text
@@ -148,6 +148,13 @@ class AggregateSpec(OperatorSpec):
 
     def keys(self) -> tuple[str, ...]:
         return self.by
+
+    def check(self, ctx: StageContext) -> None:
+        if self.window.column != ctx.event_time:
+            raise ConfigError(f"window column {self.window.column!r} differs from the event-time column of its "
+                              f"input, {ctx.event_time!r}" + (" (after a window stage: 'window_time')"
+                                                               if ctx.previous is not None else
+                                                               " (the watermark's column)"))
 
     def event_time(self, upstream: str) -> str:
         return WINDOW_TIME

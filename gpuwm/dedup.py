@@ -36,7 +36,7 @@ from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
-from .operator import Capabilities, Operator, OperatorSpec
+from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
 from .runs import Tiers
 from .timecol import TimeDomain, event_time_domain
 from .watermark import _check_delay, same_schema, schema_from_text, schema_to_text
@@ -63,6 +63,14 @@ class DedupSpec(OperatorSpec):
             raise ConfigError(f"dedup needs key columns, e.g. key=['id'], got {self.key!r}")
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "delay", _check_delay(self.delay))
+
+    @classmethod
+    def from_json(cls, options: dict, ctx: StageContext) -> "DedupSpec":
+        """``{"dedup": {"key": [columns]}}``: within the watermark's delay of the input's event time."""
+        o = json_options("dedup", options, {"key"}, ("key",), '{"dedup": {"key": ["id"]}}')
+        if None not in ctx.watermarks and ctx.inputs:
+            raise ConfigError("dedup after several inputs is not supported yet (it takes the watermark's delay)")
+        return cls(o["key"], ctx.event_time, ctx.watermark().delay)
 
     def build(self, profile: Any = None, backend: str | None = None) -> "Dedup":
         return Dedup(self.key, self.column, self.delay, backend=backend)

@@ -23,3 +23,19 @@ class BackendError(GpuwmError, RuntimeError):
 
 class StateError(GpuwmError, RuntimeError):
     """Saved state is missing or damaged (a checkpoint's file, part or batch)."""
+
+
+def unknown_keys(where: str, unknown: set, allowed) -> str:
+    """The message for keys of ``where`` outside ``allowed``, with the near
+    miss of each where there is one (``'tumbel': did you mean 'tumble'?``).
+
+    >>> unknown_keys("window", {"tumbel"}, {"tumble", "hop", "by"})
+    "window: unknown key 'tumbel': did you mean 'tumble'?; expected one of ['by', 'hop', 'tumble']"
+    """
+    import difflib
+
+    said = []
+    for k in sorted(map(str, unknown)):
+        near = difflib.get_close_matches(k, [str(a) for a in allowed], n=1, cutoff=0.6)
+        said.append(f"{k!r}: did you mean {near[0]!r}?" if near else repr(k))
+    return f"{where}: unknown key{'s' if len(said) > 1 else ''} {', '.join(said)}; expected one of {sorted(allowed)}"

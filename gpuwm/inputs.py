@@ -29,9 +29,23 @@ import pyarrow as pa
 from kernels import NONE
 
 from .errors import ConfigError, SchemaError
-from .join import input_schemas
 from .profiles import Profile
 from .watermark import WatermarkFilter, WatermarkSpec, _now
+
+
+def inputs_schema(schemas: Mapping[str, pa.Schema]) -> pa.Schema:
+    """Named inputs as one schema: a struct field per input.
+
+    >>> s = inputs_schema({"a": pa.schema([("x", pa.int64())]), "b": pa.schema([("y", pa.int64())])})
+    >>> list(input_schemas(s))
+    ['a', 'b']
+    """
+    return pa.schema([pa.field(name, pa.struct(list(s))) for name, s in schemas.items()])
+
+
+def input_schemas(schema: pa.Schema) -> dict[str, pa.Schema]:
+    """The named inputs of :func:`inputs_schema`, back."""
+    return {f.name: pa.schema(list(f.type)) for f in schema}
 
 
 @dataclass(frozen=True)

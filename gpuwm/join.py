@@ -70,8 +70,9 @@ from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
+from .inputs import input_schemas, inputs_schema  # noqa: F401  (inputs_schema: the join's input form)
 from .keys import KeyCodec
-from .operator import Operator, OperatorSpec
+from .operator import Operator, OperatorSpec, StageContext, json_options
 from .profiles import Profile, resolve
 from .runs import Tiers
 from .timecol import TimeDomain, event_time_domain, parse_interval
@@ -80,21 +81,6 @@ from .watermark import same_schema, schema_from_text, schema_to_text
 HOWS = ("inner", "left", "right", "full")
 MATCHED = "__matched"
 TIME = "__time"  # a state row's join time (a window join's: its window start)
-
-
-def inputs_schema(schemas: Mapping[str, pa.Schema]) -> pa.Schema:
-    """Named inputs as one schema: a struct field per input.
-
-    >>> s = inputs_schema({"a": pa.schema([("x", pa.int64())]), "b": pa.schema([("y", pa.int64())])})
-    >>> list(input_schemas(s))
-    ['a', 'b']
-    """
-    return pa.schema([pa.field(name, pa.struct(list(s))) for name, s in schemas.items()])
-
-
-def input_schemas(schema: pa.Schema) -> dict[str, pa.Schema]:
-    """The named inputs of :func:`inputs_schema`, back."""
-    return {f.name: pa.schema(list(f.type)) for f in schema}
 
 
 def _signed(value: Any, what: str) -> Any:
@@ -117,6 +103,7 @@ class _JoinSpec(OperatorSpec):
     right_time: str
 
     kind: ClassVar[str] = "join"
+    takes_inputs: ClassVar[bool] = True
     #: columns the output has before the left input's
     _prefix: ClassVar[tuple[str, ...]] = ()
 
@@ -130,6 +117,42 @@ class _JoinSpec(OperatorSpec):
             raise ConfigError(f"join 'on' must be pairs [left column, right column], e.g. [['a_id', 'b_aid']], "
                               f"got {self.on!r}")
         object.__setattr__(self, "on", on)
+
+    @classmethod
+    def from_json(cls, options: dict, ctx: StageContext) -> "_JoinSpec":
+        """``{"join": {"left": name, "right": name, "on": [[left col, right
+        col], ...], "between": [t1, t2, lower, upper] | "window": {"tumble":
+        size} | {"hop": size, "slide": s}, "how": ...}}``: an interval join
+        (:meth:`IntervalJoinSpec.between`) or a window join on the inputs'
+        watermark columns."""
+        o = json_options("join", options, {"left", "right", "on", "between", "how", "window"},
+                         ("left", "right", "on"),
+                         '{"left": "auctions", "right": "bids", "on": [["a_id", "b_aid"]], "between": ["b_ts", '
+                         '"a_ts", "0 seconds", "20 seconds"], "how": "inner"}')
+        left, right, how = o["left"], o["right"], o.get("how", "inner")
+        lw, rw = ctx.watermark(left), ctx.watermark(right)
+        between, window = o.get("between"), o.get("window")
+        if (between is None) == (window is None):
+            raise ConfigError("a join needs either between=[t1, t2, lower, upper] (an interval join) or "
+                              "window={'tumble': size} / {'hop': size, 'slide': slide} (a window join)")
+        if between is not None:
+            return IntervalJoinSpec.between(left, right, o["on"], between, ctx.inputs, how)
+        w = dict(window) if isinstance(window, Mapping) else {}
+        if set(w) == {"tumble"}:
+            size = slide = w["tumble"]
+        elif set(w) == {"hop", "slide"}:
+            size, slide = w["hop"], w["slide"]
+        else:
+            raise ConfigError(f"join window must be {{'tumble': size}} or {{'hop': size, 'slide': slide}}, "
+                              f"got {window!r}")
+        return WindowJoinSpec(left, right, tuple(tuple(p) for p in o["on"]), lw.column, rw.column, size, slide, how)
+
+    def check(self, ctx: StageContext) -> None:
+        for name, col in ((self.left, self.left_time), (self.right, self.right_time)):
+            wm = ctx.watermark(name)
+            if col != wm.column:
+                raise ConfigError(f"join time column {name}.{col} is not input {name!r}'s watermark column "
+                                  f"({wm.column!r}): the join's state is cleaned by the watermark on it")
 
     def inputs(self) -> tuple[str, str]:
         return self.left, self.right

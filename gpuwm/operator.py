@@ -37,14 +37,24 @@ layer knows specs and their declared :class:`Capabilities`, never operator
 kinds: partition keys, pre-aggregated partials, the event-time range
 exchange of an ordered output, and the output schema (checked before the
 first micro-batch).
+
+The **stage registry**: a spec class that defines :meth:`OperatorSpec.from_json`
+is the parser of its ``kind``'s JSON stages (``{"<kind>": {options}}``) —
+defining the class registers it. :func:`stage_from_json` makes any
+registered stage from its options and the :class:`StageContext` it joins
+(the event-time column, the watermarks, the named inputs, the stage
+before), so the runtime and the JSON spec know no operator by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 import pyarrow as pa
+
+from .errors import ConfigError, unknown_keys
 
 
 class Released(NamedTuple):
@@ -96,16 +106,138 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class StageContext:
+    """What a stage joins, as a builder knows it before the stage is made.
+
+    Attributes
+    ----------
+    event_time : the event-time column of the stage's input (the
+        watermark's column for a first stage; the output of
+        :meth:`OperatorSpec.event_time` of the stage before), None before
+        any watermark.
+    watermarks : the watermark specs by input: ``None`` the one input's,
+        else each named input's that has one.
+    inputs : the named inputs' Arrow schemas (empty for one input).
+    previous : the stage before, or None for the first.
+    """
+
+    event_time: str | None
+    watermarks: Mapping[str | None, Any] = field(default_factory=dict)
+    inputs: Mapping[str, pa.Schema] = field(default_factory=dict)
+    previous: "OperatorSpec | None" = None
+
+    def watermark(self, name: str | None = None) -> Any:
+        """Input ``name``'s watermark spec (None: the one input's); a
+        :class:`~gpuwm.ConfigError` saying what to call when there is none."""
+        if name is None:
+            if None not in self.watermarks:
+                raise ConfigError(f"this stage takes the watermark of one input; the pipeline has inputs "
+                                  f"{list(self.inputs)}" if self.inputs else
+                                  "call .watermark(...) before the stages: they drain by the watermark")
+            return self.watermarks[None]
+        if not self.inputs:
+            raise ConfigError(f"input {name!r}: this pipeline has one input; a stage over named inputs needs "
+                              "Pipeline({name: df, ...}) (a spec's 'inputs')")
+        if name not in self.inputs:
+            raise ConfigError(f"unknown input {name!r}; the inputs are {list(self.inputs)}")
+        if name not in self.watermarks:
+            raise ConfigError(f"input {name!r} has no watermark: call .watermark(..., input={name!r}) before this "
+                              "stage: its state is cleaned by the watermark")
+        return self.watermarks[name]
+
+
+#: kind -> the spec class whose ``from_json`` parses that kind's JSON stages
+_REGISTRY: dict[str, type] = {}
+#: the modules whose specs are gpuwm's own stages (imported on the first look-up)
+_BUILTIN = ("gpuwm.window", "gpuwm.sort", "gpuwm.dedup", "gpuwm.over", "gpuwm.join", "gpuwm.union")
+
+
+def stage_kinds() -> dict[str, type]:
+    """Every registered stage kind and its spec class (gpuwm's own, and any
+    spec class defined since that has a ``from_json``)."""
+    for m in _BUILTIN:
+        importlib.import_module(m)
+    return dict(_REGISTRY)
+
+
+def stage_class(kind: str) -> type:
+    """The spec class of stage ``kind``."""
+    kinds = stage_kinds()
+    if kind not in kinds:
+        import difflib
+
+        near = difflib.get_close_matches(kind, list(kinds), n=1)
+        raise ConfigError(f"unknown stage kind {kind!r}" + (f": did you mean {near[0]!r}?" if near else "")
+                          + f"; the kinds are {sorted(kinds)}")
+    return kinds[kind]
+
+
+def stage_from_json(kind: str, options: Mapping[str, Any], ctx: StageContext) -> "OperatorSpec":
+    """The spec of a JSON stage ``{kind: options}`` joining ``ctx``."""
+    cls = stage_class(kind)
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"a {kind} stage's options are an object {{...}}, got {options!r}")
+    return cls.from_json(dict(options), ctx)
+
+
+def json_options(kind: str, options: Mapping[str, Any], allowed: set[str], required: tuple[str, ...] = (),
+                 example: str = "") -> dict:
+    """``options`` of a JSON ``kind`` stage, checked: no key outside
+    ``allowed``, every key in ``required`` (``example``: a whole stage, for
+    the message)."""
+    unknown = set(options) - allowed
+    if unknown:
+        raise ConfigError(unknown_keys(kind, unknown, allowed))
+    for k in required:
+        if k not in options:
+            raise ConfigError(f"{kind} needs {k!r}" + (f", e.g. {example}" if example else ""))
+    return dict(options)
+
+
+@dataclass(frozen=True)
 class OperatorSpec:
     """Base of the operator specs: frozen, picklable, validated on creation.
 
     Subclasses set :attr:`capabilities` and implement :meth:`build`,
-    :meth:`keys`, :meth:`event_time` and :meth:`output_schema`.
+    :meth:`keys`, :meth:`event_time` and :meth:`output_schema`; one class
+    per ``kind`` implements :meth:`from_json` (which registers it).
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: the key of this spec in a JSON ``stages`` list and in the pipeline description
     kind: ClassVar[str] = ""
+    #: it takes the pipeline's named inputs (:meth:`inputs`), as its first stage
+    takes_inputs: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "from_json" in cls.__dict__:
+            if not cls.kind:
+                raise ConfigError(f"{cls.__qualname__} defines from_json but no kind")
+            old = _REGISTRY.get(cls.kind)
+            if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+                raise ConfigError(f"stage kind {cls.kind!r} is {old.__module__}.{old.__qualname__}'s already; "
+                                  f"give {cls.__qualname__} another kind")
+            _REGISTRY[cls.kind] = cls
+
+    @classmethod
+    def from_json(cls, options: dict, ctx: StageContext) -> "OperatorSpec":
+        """The spec of a JSON stage ``{kind: options}`` joining ``ctx``
+        (:func:`json_options` checks the keys); raises
+        :class:`~gpuwm.ConfigError` for what the options or the context
+        lack."""
+        raise ConfigError(f"stage kind {cls.kind!r} has no JSON form")
+
+    def inputs(self) -> tuple[str, ...]:
+        """The named inputs this stage takes (a join's two, a union's all;
+        :attr:`takes_inputs`); () for a stage over the stream before it.
+        Only a pipeline's first stage takes named inputs."""
+        return ()
+
+    def check(self, ctx: StageContext) -> None:
+        """Raise :class:`~gpuwm.ConfigError` when this stage cannot join
+        ``ctx`` (a window on another column than its input's event time, a
+        join time column that is not its input's watermark column)."""
 
     def build(self, profile: Any, backend: str | None = None) -> "Operator":
         """The operator, on ``backend``, with ``profile``'s conventions."""

@@ -30,7 +30,7 @@ from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Column, Frame, _fixed_dtype, _to_cudf, sort_table
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
-from .operator import Capabilities, Operator, OperatorSpec
+from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
 from .timecol import TimeDomain, event_time_domain
 from .watermark import same_schema, schema_from_text, schema_to_text
 
@@ -99,6 +99,20 @@ class OverSpec(OperatorSpec):
         names = [f[0] for f in self.funcs]
         if len(set(names)) != len(names):
             raise ConfigError(f"over function names repeat: {names}")
+
+    @classmethod
+    def from_json(cls, options: dict, ctx: StageContext) -> "OverSpec":
+        """``{"over": {"by": [...], "funcs": {...}}}`` right after a sort: on its
+        event time, ties in its key's order."""
+        o = json_options("over", options, {"by", "funcs"}, ("funcs",),
+                         '{"over": {"by": ["k"], "funcs": {"prev": ["lag", "v", 1]}}}')
+        if not isinstance(o["funcs"], dict):
+            raise ConfigError(f"over 'funcs' is {{output: [function, column, n]}}, got {o['funcs']!r}")
+        prev = ctx.previous
+        if prev is None or not prev.capabilities.range_exchange:
+            raise ConfigError("an over-window needs the event-time ordered stream: call .sort(key=[...]) right "
+                              "before .over(...) ({\"sort\": {...}} right before {\"over\": {...}})")
+        return cls(o.get("by", ()), o["funcs"], prev.column, prev.key)
 
     def build(self, profile: Any = None, backend: str | None = None) -> "Over":
         return Over(self.by, self.funcs, self.column, self.order, backend=backend)

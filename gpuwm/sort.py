@@ -30,7 +30,7 @@ from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame, sort_table
 from .keys import KeyCodec
-from .operator import Capabilities, Operator, OperatorSpec
+from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
 from .profiles import Profile, resolve
 from .timecol import TimeDomain, event_time_domain
 from .watermark import same_schema
@@ -74,6 +74,12 @@ class SortSpec(OperatorSpec):
         if not all(isinstance(k, str) for k in key):
             raise ConfigError(f"sort key must be column names, got {self.key!r}")
         object.__setattr__(self, "key", key)
+
+    @classmethod
+    def from_json(cls, options: dict, ctx: StageContext) -> "SortSpec":
+        """``{"sort": {"key": [columns]}}``: on the input's event time."""
+        o = json_options("sort", options, {"key"})
+        return cls(ctx.event_time, o.get("key", ()))
 
     def build(self, profile: Any, backend: str | None = None) -> "StreamSort":
         return StreamSort(self.column, key=self.key, profile=profile, backend=backend)

@@ -11,8 +11,8 @@ from typing import Any, ClassVar, Mapping
 import pyarrow as pa
 
 from .errors import ConfigError, SchemaError
-from .join import input_schemas
-from .operator import Capabilities, Operator, OperatorSpec
+from .inputs import input_schemas
+from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
 from .watermark import same_schema
 
 
@@ -28,6 +28,7 @@ class UnionSpec(OperatorSpec):
     column: str
 
     kind: ClassVar[str] = "union"
+    takes_inputs: ClassVar[bool] = True
     capabilities: ClassVar[Capabilities] = Capabilities(passes_rows=True)
 
     def __post_init__(self) -> None:
@@ -35,6 +36,17 @@ class UnionSpec(OperatorSpec):
         if len(names) < 2 or len(set(names)) != len(names):
             raise ConfigError(f"a union takes two or more distinct inputs, got {list(names)}")
         object.__setattr__(self, "names", names)
+
+    @classmethod
+    def from_json(cls, options: dict, ctx: StageContext) -> "UnionSpec":
+        """``{"union": {}}``: every input, their watermarks on one column."""
+        json_options("union", options, set())
+        if not ctx.inputs:
+            raise ConfigError("a union needs two inputs: give Pipeline({name: df, ...}) (a spec's 'inputs')")
+        cols = {ctx.watermark(n).column for n in ctx.inputs}
+        if len(cols) != 1:
+            raise ConfigError(f"a union's inputs need their watermarks on one column, got {sorted(cols)}")
+        return cls(tuple(ctx.inputs), cols.pop())
 
     def inputs(self) -> tuple[str, ...]:
         return self.names

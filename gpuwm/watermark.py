@@ -175,6 +175,12 @@ class WatermarkSpec:
     def resolved_profile(self) -> Profile:
         return resolve(self.profile, emit=self.emit, **dict(self.knobs))
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The named inputs whose watermarks this is: none, one input's
+        (:class:`~gpuwm.inputs.InputsSpec` has several)."""
+        return ()
+
     def build(self, backend: str | None = None) -> "WatermarkFilter":
         return WatermarkFilter(self.column, self.delay, profile=self.profile, emit=self.emit, split=self.split,
                                idle_timeout=self.idle_timeout, max_drift=self.max_drift,

@@ -31,6 +31,7 @@ from kernels.xp import mask_index
 from .aggregates import _I64, AGG_FUNCS, EMIT_MODES, WINDOW_TIME, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
+from .operator import StageContext, json_options
 from .profiles import Profile
 from .session import Session, SessionAggregate, SessionSpec
 from .timecol import TimeDomain, positive_interval as _positive
@@ -123,6 +124,29 @@ class WindowSpec(AggregateSpec):
         if cls is WindowSpec and isinstance(window, Session):  # WindowSpec(Session(...)) is a SessionSpec
             return SessionSpec(window, *args, **kwargs)
         return super().__new__(cls)
+
+    @classmethod
+    def from_json(cls, options: dict, ctx: StageContext) -> AggregateSpec:
+        """``{"window": {"tumble": size | "hop": size, "slide": s | "session":
+        gap, "by": [...], "aggs": {out: [column, fn]}, "emit": ..., "on":
+        column}}`` (``on``: default the input's event-time column; ``aggs``:
+        default a row count, ``count``)."""
+        o = json_options("window", options, {"tumble", "hop", "slide", "session", "by", "aggs", "emit", "on"})
+        col = o.get("on") or ctx.event_time
+        given = [k for k in ("tumble", "hop", "session") if k in o]
+        if len(given) != 1:
+            raise ConfigError("window needs one of 'tumble': size, 'hop': size with 'slide', or 'session': gap"
+                              + (f"; got {given}" if given else ""))
+        if ("slide" in o) != ("hop" in o):
+            raise ConfigError("a 'hop' window needs 'slide'" if "hop" in o else
+                              "'slide' goes with 'hop': a tumbling window's slide is its size")
+        window = Tumble(col, o["tumble"]) if "tumble" in o else Hop(col, size=o["hop"], slide=o["slide"]) \
+            if "hop" in o else Session(col, o["session"])
+        aggs = o.get("aggs", {"count": ["*", "count"]})
+        if not isinstance(aggs, dict):
+            raise ConfigError(f"window 'aggs' must be {{output: [column, function]}}, got {aggs!r}")
+        return WindowSpec(window, by=o.get("by", ()), aggs={k: tuple(v) for k, v in aggs.items()},
+                          emit=o.get("emit", "on-window-close"))
 
     def filter_lateness(self, profile: Any) -> Any:
         """Spark drops a (row, window) pair once the window closed, so rows up to a window behind still count."""

@@ -23,8 +23,10 @@ def test_a_missing_spec_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"source": {}, "checkpoint": "ck", "watermark": {}, "sink": {}, "sorting": {}}')
     r = gpuwm("run", str(bad))
-    assert r.returncode == 2 and r.stderr.startswith("gpuwm: error: pipeline spec") and "unknown key(s) ['sorting']" \
-        in r.stderr and r.stderr.count("\n") == 1
+    assert r.returncode == 2 and r.stderr.startswith("gpuwm: error: pipeline spec") and \
+        "unknown key 'sorting': did you mean 'sort'?" in r.stderr and r.stderr.count("\n") == 1
+    r = gpuwm("--version")
+    assert (r.returncode, r.stdout) == (0, f"gpuwm {__import__('gpuwm').__version__}\n")
     r = gpuwm("run", str(bad), "--debug")  # the traceback, for a bug report
     assert r.returncode == 1 and "Traceback" in r.stderr and "ConfigError" in r.stderr
 

@@ -44,6 +44,43 @@ def test_tasks_equal_operators(backend, op, vnodes, tmp_path, monkeypatch):
     assert mismatch(op, vnodes, got, nparts, exp) is None
 
 
+@pytest.mark.parametrize("vnodes", [1, 3])
+def test_a_toy_operator_runs_through_the_registry_alone(tmp_path, vnodes):
+    """tests/toy_operator.py's ``hold`` stage — no file of gpuwm/ names it:
+    defining its spec registered the kind — added as the JSON spec's stage
+    ``{"hold": {"by": ["auction"]}}``, runs in the Spark tasks (state saved
+    every batch, read back from the store every other batch, over 1 and 3
+    vnodes) and gives what a row-at-a-time model of it gives: each row the
+    filter passed, released in the batch whose watermark reaches it."""
+    from datetime import timedelta
+
+    from gpuwm.operator import stage_kinds
+    from gpuwm.spark.spec import add_stage
+
+    from . import toy_operator
+
+    assert stage_kinds()["hold"] is toy_operator.HoldSpec
+    batches = _batches()
+    p = _pipeline(tmp_path, "none", "cpu", vnodes)
+    add_stage(p, 0, {"hold": {"by": ["auction"]}})
+    plan = p._plan()
+    assert [s.kind for s in plan.stages] == ["hold"] and plan.segments[0].keys == (("auction",) if vnodes > 1 else ())
+    got, _ = run_tasks(plan, batches)
+
+    f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile="spark",
+                              backend="cpu")
+    held, exp, carried = [], [], []
+    for parts in batches:
+        held += f.process(pa.concat_tables(parts)).to_pylist()
+        w = f.output_watermark
+        due = [w is not None and r["date_time"] <= w for r in held]
+        exp.append(sorted((r for r, d in zip(held, due) if d), key=repr))
+        held = [r for r, d in zip(held, due) if not d]
+        carried.append(len(held))
+    assert sum(map(len, exp)) > 1_000 and min(carried) > 0  # rows held across every batch
+    assert [sorted(g.to_pylist(), key=repr) if g is not None else [] for g in got] == exp
+
+
 def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, monkeypatch):
     """Saving the state fails after the operator took the batch: Spark
     retries the task, which must start again from batch_id - 1, not from the

@@ -245,7 +245,7 @@ def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):
         Pipeline({"auctions": a, "bids": b}, f"{tmp_path}/ck").watermark("a_ts", "1 second", input="auctions") \
             .watermark("b_ts", "1 second", input="bids", profile="spark").join("auctions", "bids", on, between) \
             .write_parquet(f"{tmp_path}/o").explain()
-    with pytest.raises(gpuwm.ConfigError, match="a join needs two inputs"):
+    with pytest.raises(gpuwm.ConfigError, match="a join takes named inputs: give Pipeline"):
         Pipeline(a, f"{tmp_path}/ck").watermark("a_ts", "1 second").join("x", "y", on, between)
     spec = _spec(tmp_path, "inner")
     spec["stages"][0]["join"]["left"] = "nope"

@@ -193,6 +193,9 @@ def _main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ap = argparse.ArgumentParser(prog="gpuwm", description=__doc__.split("\n\n")[0],
                                  epilog="--debug (anywhere): show the traceback of an error")
+    from .. import __version__
+
+    ap.add_argument("--version", action="version", version=f"gpuwm {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run the operators on the embedded Nexmark source")
     d.add_argument("--events", type=int, default=1_000_000, help="total events (default 1,000,000)")

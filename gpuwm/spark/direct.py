@@ -77,6 +77,29 @@ def parquet_source(df) -> str | None:
     return None
 
 
+def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str | None, list[str]]:
+    """Why gpuwm's tasks cannot make the query's input themselves (None:
+    they can), and, with several named ``inputs``, each one's directory
+    (a file goes to the input whose directory holds it)."""
+    if inputs is not None:
+        dirs = []
+        for name, d in inputs.items():
+            why = parquet_source(d)
+            if why is None and source_path(d) is None:
+                why = "its directory is not known"
+            if why is not None:
+                return f"input {name!r}: {why}", []
+            dirs.append(Location.of(source_path(d), what="source path").uri.rstrip("/") + "/")
+        if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
+            return "one input's directory holds another's", []
+        return None, dirs
+    nex = getattr(df, "_gpuwm_nexmark", None)
+    if nex is not None:  # offsets come from this query's own offset log
+        return (None if nex["checkpoint"] == checkpoint.loc.uri else
+                "read_nexmark() was given another checkpoint than the Pipeline"), []
+    return parquet_source(df), []
+
+
 def _scala_iter(it) -> Iterator[Any]:
     it = it.iterator() if hasattr(it, "iterator") else it
     while it.hasNext():
@@ -179,7 +202,7 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
     """:func:`read_files` for several inputs: ``files`` as ``[input index,
     path]``; each file's rows as the inputs' union rows
     (:func:`gpuwm.spark.plan.to_union`)."""
-    from gpuwm.join import input_schemas
+    from gpuwm.inputs import input_schemas
 
     from .plan import to_union
 

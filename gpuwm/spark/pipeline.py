@@ -10,11 +10,13 @@
 
 (``tests/test_spark.py`` runs this shape end to end.)
 
-Each micro-batch runs through ``foreachBatch`` as one Spark job (see
-:mod:`gpuwm.spark.tasks`); the driver only fixes the batch's processing
-time, reads the previous watermark-filter state (a few bytes per split) and
-commits the new one with the batch's metrics. Configuration is validated in
-Python before the query starts.
+The builder knows no operator kind: each stage is a spec from the stage
+registry (:func:`gpuwm.operator.stage_from_json`; :meth:`Pipeline.add`,
+:meth:`Pipeline.stage`), checked against what it joins
+(:class:`~gpuwm.operator.StageContext`) and the stages before it, before
+the query starts. Each micro-batch runs through ``foreachBatch`` as one
+Spark job (:mod:`gpuwm.spark.driver` on the driver, :mod:`gpuwm.spark.tasks`
+in the tasks).
 """
 
 from __future__ import annotations
@@ -22,26 +24,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime, timezone
-from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from ..backend import log
-from ..errors import ConfigError, SchemaError, StateError
-from ..frame import bytes_to_table
-from ..inputs import InputsSpec
-from ..join import input_schemas, inputs_schema
-from ..operator import OperatorSpec
-from ..sort import SortSpec
+from ..errors import ConfigError, SchemaError
+from ..inputs import InputsSpec, input_schemas, inputs_schema
+from ..operator import OperatorSpec, StageContext
 from ..watermark import EXPR_COLUMN, WatermarkSpec
-from ..window import WindowSpec
-from . import store, tasks
-from .checkpoint import FORMAT, Checkpoint, Location, Owner, spark_fs_options
-from .exchange import FLOW_SCHEMA, merge_task
-from .plan import INPUT, Plan, Sink, is_timestamp, union_column
-from .sinks import clear_batch
+from .checkpoint import Checkpoint, Location, spark_fs_options
+from .driver import driver_filter
+from .plan import INPUT, Plan, Sink, check_stages, union_column
 
 _INT_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 
@@ -130,14 +123,10 @@ class Pipeline:
         if read not in ("auto", "direct", "spark"):
             raise ConfigError(f"read must be 'auto', 'direct' or 'spark', got {read!r}")
         self.read = read
-        self._direct: bool = False  # the input qualifies for gpuwm.spark.direct
-        self._warned_direct = False
         self.df = df
         self.spark = df.sparkSession
         self._fs_options = spark_fs_options(self.spark)
         self.checkpoint = Checkpoint(Location.of(checkpoint, self._fs_options, "checkpoint"))
-        self._owner: Owner | None = None
-        self._last_filter: tuple[str | None, bytes | None] = (None, None)  # (name, bytes) of the last commit's
         self.vnodes = vnodes
         self.backend = backend or self.spark.conf.get("spark.gpuwm.backend", "auto")
         self.on_batch = on_batch
@@ -210,10 +199,10 @@ class Pipeline:
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
         if self.inputs is not None:
-            _driver_filter(wm, _arrow_schema(schema))
+            driver_filter(wm, _arrow_schema(schema))
             self._wms[input] = wm
         else:
-            _driver_filter(wm, self._input_arrow_schema())
+            driver_filter(wm, self._input_arrow_schema())
             self._wm = wm
         return self
 
@@ -247,47 +236,16 @@ class Pipeline:
         a window join (Flink's, Nexmark Q8): rows with equal keys in the same
         window, emitted with ``window_start`` and ``window_end`` when the
         watermark closes it (see :class:`gpuwm.join.WindowJoin`)."""
-        from ..join import IntervalJoinSpec, WindowJoinSpec
-
-        if self.inputs is None:
-            raise ConfigError("a join needs two inputs: give Pipeline({name: df, ...})")
-        for name in (left, right):
-            if name not in self.inputs:
-                raise ConfigError(f"unknown input {name!r}; the inputs are {list(self.inputs)}")
-            if name not in self._wms:
-                raise ConfigError(f"input {name!r} has no watermark: call .watermark(..., input={name!r}) before "
-                                  ".join(...): the join's state is cleaned by the watermark")
-        schemas = input_schemas(self._input_arrow_schema())
-        if (between is None) == (window is None):
-            raise ConfigError("a join needs either between=[t1, t2, lower, upper] (an interval join) or "
-                              "window={'tumble': size} / {'hop': size, 'slide': slide} (a window join)")
-        if window is not None:
-            w = dict(window) if isinstance(window, Mapping) else {}
-            if set(w) == {"tumble"}:
-                size = slide = w["tumble"]
-            elif set(w) == {"hop", "slide"}:
-                size, slide = w["hop"], w["slide"]
-            else:
-                raise ConfigError(f"join window must be {{'tumble': size}} or {{'hop': size, 'slide': slide}}, "
-                                  f"got {window!r}")
-            spec = WindowJoinSpec(left, right, tuple(tuple(p) for p in on), self._wms[left].column,
-                                  self._wms[right].column, size, slide, how)
-            spec.output_schema(self._input_arrow_schema())
-            return self._add(spec)
-        spec = IntervalJoinSpec.between(left, right, on, between, schemas, how)
-        for name, col in ((left, spec.left_time), (right, spec.right_time)):
-            if col != self._wms[name].column:
-                raise ConfigError(f"join time column {name}.{col} is not input {name!r}'s watermark column "
-                                  f"({self._wms[name].column!r}): the join's state is cleaned by the watermark on it")
-        return self._add(spec)
+        opts = {"left": left, "right": right, "on": on, "how": how}
+        opts.update({k: v for k, v in (("between", between), ("window", window)) if v is not None})
+        return self.add("join", **opts)
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
         """Release rows in event-time order, append-only: one ordered stream,
         batch after batch and, within a batch, part file after part file
         (``vnodes > 1``: the vnodes' released rows are merged by event-time
         range). The last stage of a pipeline."""
-        self._need_watermark("sort")
-        return self._add(SortSpec(self._event_time(), key))
+        return self.add("sort", key=key)
 
     def window(self, window: Any, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
                emit: str = "on-window-close") -> "Pipeline":
@@ -296,13 +254,9 @@ class Pipeline:
         window's column is the event-time column of its input: the
         watermark's column for the first stage, ``window_time`` after a
         window."""
-        self._need_watermark("window")
-        spec = WindowSpec(window, by, aggs, emit)  # a SessionSpec for a Session
-        if window.column != self._event_time():
-            raise ConfigError(f"window column {window.column!r} differs from the event-time column of its input, "
-                              f"{self._event_time()!r}" + (" (after a window stage: 'window_time')"
-                                                           if self._stages else " (the watermark's column)"))
-        return self._add(spec)
+        from ..window import WindowSpec  # the one builder method whose argument is an object, not JSON
+
+        return self.stage(WindowSpec(window, by, aggs, emit))  # a SessionSpec for a Session
 
     def dedup(self, key: Sequence[str]) -> "Pipeline":
         """Spark's ``dropDuplicatesWithinWatermark(key)``: a key's first row
@@ -310,52 +264,50 @@ class Pipeline:
         event time + the watermark's delay <= the watermark (see
         :class:`gpuwm.Dedup`); the dropped rows are counted per stage
         (``duplicate_rows``)."""
-        self._need_watermark("dedup")
-        from ..dedup import DedupSpec
-
-        if self._wm is None:
-            raise ConfigError("dedup after several inputs is not supported yet (it takes the watermark's delay)")
-
-        return self._add(DedupSpec(key, self._event_time(), self._wm.delay))
+        return self.add("dedup", key=key)
 
     def over(self, by: Sequence[str] = (), funcs: Mapping[str, Sequence[Any]] | None = None) -> "Pipeline":
         """Over-window functions per partition key on the sorted stream (after
         :meth:`sort`, ordered by its event time and key): ``funcs`` as
         ``{output: ["lag", col, n] | ["lead", col, n] | ["row_number"] |
         ["sum" | "count" | "min" | "max", col]}`` (see :class:`gpuwm.Over`)."""
-        self._need_watermark("over")
-        from ..over import OverSpec
-
-        prev = self._stages[-1] if self._stages else None
-        if prev is None or not prev.capabilities.range_exchange:
-            raise ConfigError("an over-window needs the event-time ordered stream: call .sort(key=[...]) right "
-                              "before .over(...)")
-        return self._add(OverSpec(by, funcs or {}, prev.column, prev.key))
-
-    def stage(self, spec: OperatorSpec) -> "Pipeline":
-        """Append any operator spec as the next stage (what :meth:`sort`,
-        :meth:`window`, :meth:`dedup` and :meth:`over` do)."""
-        self._need_watermark(spec.kind or "stage")
-        return self._add(spec)
+        return self.add("over", by=by, funcs=dict(funcs or {}))
 
     def union(self) -> "Pipeline":
         """All the inputs' rows as one stream (inputs with one schema, their
         watermarks on one column): the stages after it see one input whose
         watermark is the minimum over the inputs' (Spark's ``union`` of
         watermarked streams)."""
-        from ..union import UnionSpec
+        return self.add("union")
 
-        if self.inputs is None:
-            raise ConfigError("a union needs two inputs: give Pipeline({name: df, ...})")
-        missing = [n for n in self.inputs if n not in self._wms]
-        if missing:
-            raise ConfigError(f"input(s) {missing} have no watermark: call .watermark(..., input=name) before .union()")
-        cols = {w.column for w in self._wms.values()}
-        if len(cols) != 1:
-            raise ConfigError(f"a union's inputs need their watermarks on one column, got {sorted(cols)}")
-        return self._add(UnionSpec(tuple(self.inputs), cols.pop()))
+    def add(self, kind: str, **options: Any) -> "Pipeline":
+        """Append a stage of any registered kind from its JSON options
+        (``p.add("sort", key=["id"])`` is ``{"sort": {"key": ["id"]}}``;
+        :func:`gpuwm.operator.stage_from_json`)."""
+        from ..operator import stage_class
 
-    def _event_time(self) -> str:
+        self._need_watermark(kind, stage_class(kind).takes_inputs)
+        return self.stage(stage_class(kind).from_json(options, self._context()))
+
+    def stage(self, spec: OperatorSpec) -> "Pipeline":
+        """Append any operator spec as the next stage (what :meth:`add` and
+        the builder methods do): checked against what it joins
+        (:meth:`~gpuwm.operator.OperatorSpec.check`, the stage order of
+        :func:`~gpuwm.spark.plan.check_stages`, every stage's columns)."""
+        self._need_watermark(spec.kind or "stage", spec.takes_inputs)
+        for name in spec.inputs():
+            self._context().watermark(name)  # an input it takes is one of the pipeline's, with a watermark
+        spec.check(self._context())
+        return self._add(spec)
+
+    def _context(self) -> StageContext:
+        """What the next stage joins."""
+        wms: dict[str | None, WatermarkSpec] = dict(self._wms) if self.inputs is not None else \
+            {} if self._wm is None else {None: self._wm}
+        inputs = {} if self.inputs is None else input_schemas(self._input_arrow_schema())
+        return StageContext(self._event_time(), wms, inputs, self._stages[-1] if self._stages else None)
+
+    def _event_time(self) -> str | None:
         col = None if self._wm is None else self._wm.column
         for st in self._stages:
             col = st.event_time(col)
@@ -363,12 +315,14 @@ class Pipeline:
 
     def _add(self, spec: OperatorSpec) -> "Pipeline":
         """Append a stage: the stage before learns what follows it (a window
-        adds ``window_time``), and every stage's columns are checked against
-        the stream's schema now, not in the first micro-batch."""
+        adds ``window_time``), and the stages' order and every stage's
+        columns are checked against the stream's schema now, not in the
+        first micro-batch."""
         stages = list(self._stages)
         if stages:
             stages[-1] = stages[-1].with_next(spec)
         stages.append(spec)
+        check_stages(stages, tuple(self.inputs or ()))
         schema = self._input_arrow_schema()
         for st in stages:
             schema = st.output_schema(schema)
@@ -408,14 +362,18 @@ class Pipeline:
         self._sink = Sink("console", rows=rows)
         return self
 
-    def _need_watermark(self, what: str) -> None:
-        if self.inputs is not None:
-            if not self._stages:
-                raise ConfigError(f"a pipeline with inputs {list(self.inputs)} starts with .join(...) or "
-                                  f".union(), then .{what}(...)")
-            return
-        if self._wm is None:
-            raise ConfigError(f"call .watermark(...) before .{what}(...): the operator drains by the watermark")
+    def _need_watermark(self, what: str, takes_inputs: bool) -> None:
+        """A stage ``what`` (one that takes the named inputs, or not) may come next."""
+        if self.inputs is None:
+            if takes_inputs:
+                raise ConfigError(f"a {what} takes named inputs: give Pipeline({{name: df, ...}}) (a spec's 'inputs')")
+            if self._wm is None:
+                raise ConfigError(f"call .watermark(...) before .{what}(...): the operator drains by the watermark")
+        elif not self._stages and not takes_inputs:
+            raise ConfigError(f"a pipeline with inputs {list(self.inputs)} starts with a stage that takes them, "
+                              f".join(...) or .union(), then .{what}(...)")
+        elif self._stages and takes_inputs:
+            raise ConfigError(f"a {what} takes the pipeline's named inputs: only as its first stage")
 
     # -- plan ------------------------------------------------------------------
     def _plan(self) -> Plan:
@@ -450,7 +408,7 @@ class Pipeline:
         """The plan :meth:`start` would run, checked as it would be, as text
         (``gpuwm run --dry-run``): the watermark, each stage with its keys and
         segment, the sinks, the read mode and the trigger gpuwm gives Spark."""
-        from .direct import parquet_source
+        from .direct import direct_reason
         from .drain import trigger_for
 
         plan = self._plan()
@@ -475,8 +433,7 @@ class Pipeline:
         lines.append(f"sink         {plan.sink.kind} {plan.sink.path or ''}".rstrip())
         if plan.late is not None:
             lines.append(f"late rows    parquet {plan.late.path}")
-        nex = getattr(self.df, "_gpuwm_nexmark", None)
-        why = None if nex is not None else self._inputs_direct() if plan.multi else parquet_source(self.df)
+        why = direct_reason(self.df, self.inputs, self.checkpoint)[0]
         lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
                                                       "the task makes the input itself" if why is None else
                                                       f"Spark's rows ({why})"))
@@ -485,77 +442,6 @@ class Pipeline:
         lines.append(f"trigger      {given or 'default'}" + (f" -> run as {run_with}, stopped by gpuwm at the end "
                                                              "of the input" if finish else ""))
         return "\n".join(lines)
-
-    def _prepare_checkpoint(self, plan: Plan) -> None:
-        """Before the query starts: the checkpoint is usable, its state is
-        whole and of this pipeline, and no other query runs on it."""
-        from .drain import drain_offset
-
-        ck = self.checkpoint
-        ck.loc.probe("checkpoint location", "gpuwm")
-        fmt = ck.loc.read_json(Checkpoint.FORMAT_FILE)
-        if fmt is None and ck.loc.list("gpuwm/state"):
-            raise ConfigError(f"checkpoint {ck} holds gpuwm state in an older layout (hard-linked state directories, "
-                              f"before format {FORMAT}), which this gpuwm does not read: finish it with the gpuwm that "
-                              "wrote it, or start from a new checkpoint location")
-        if fmt is not None and fmt.get("format") != FORMAT:
-            raise ConfigError(f"checkpoint {ck} holds gpuwm state of format {fmt.get('format')}; this gpuwm reads "
-                              f"format {FORMAT}: use the gpuwm that wrote it, or a new checkpoint location")
-        last = ck.newest_logged_batch()
-        if last is not None and drain_offset(ck, last) is None and ck.logged_offsets(last):
-            raise ConfigError(
-                f"checkpoint {ck} was written by a gpuwm without drain batches: Spark's offset log has "
-                "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
-                "checkpoint location.")
-        self._check_state(ck)
-        desc = plan.describe()
-        old = ck.loc.read(Checkpoint.PIPELINE)
-        old = None if old is None else old.decode()
-        if old is not None and old != desc and not self._rescales(plan, old, desc):
-            raise ConfigError(
-                f"the pipeline differs from the one that wrote checkpoint {ck}; "
-                "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
-                f"checkpoint: {old}\nnow:        {desc}")
-        self._owner = Owner.take(ck)
-        if fmt is None:
-            ck.loc.publish_json(Checkpoint.FORMAT_FILE, {"format": FORMAT})
-        if old != desc:  # a new checkpoint, or a rescale (the next batch re-partitions the state)
-            ck.loc.publish_bytes(Checkpoint.PIPELINE, desc.encode())
-
-    @staticmethod
-    def _check_state(ck: Checkpoint) -> None:
-        """gpuwm's state reaches Spark's last committed batch and every file
-        its last commit names is there; else the checkpoint is refused (it
-        would restart from other state than Spark's offsets say)."""
-        spark_done = ck.spark_batches("commits")
-        ours = ck.committed_batches()
-        if spark_done and (not ours or ours[-1] < spark_done[-1]):
-            have = f"gpuwm's last commit is batch {ours[-1]}" if ours else \
-                f"there is no gpuwm state ({ck}/gpuwm/commits is empty or missing)"
-            raise StateError(f"gpuwm: checkpoint {ck} is damaged: Spark has committed batch {spark_done[-1]} but "
-                             f"{have}; restore {ck}/gpuwm from a backup, or start from a new checkpoint location")
-        if ours:
-            c = ck.commit(ours[-1])
-            missing = ck.loc.missing(list(c.get("files", ())) + [c["filter"]])
-            if missing:
-                raise StateError(f"gpuwm: checkpoint {ck} is damaged: batch {ours[-1]}'s state is missing "
-                                 f"{len(missing)} file(s), e.g. {ck}/{missing[0]}; restore it from a backup, or start "
-                                 "from a new checkpoint location")
-
-    def _rescales(self, plan: Plan, old: str, new: str) -> bool:
-        """The pipelines differ only in ``vnodes`` (online rescale): True when
-        every stage's state can be re-partitioned, else a ConfigError."""
-        a, b = json.loads(old), json.loads(new)
-        if {k: v for k, v in a.items() if k != "vnodes"} != {k: v for k, v in b.items() if k != "vnodes"}:
-            return False
-        fixed = [f"stage {i} ({s.kind})" for i, s in enumerate(plan.stages) if not s.capabilities.rescale]
-        if fixed:
-            raise ConfigError(f"checkpoint {self.checkpoint!r} was written with vnodes={a.get('vnodes')}; rescaling to "
-                              f"vnodes={plan.vnodes} re-partitions every stage's state by key, which "
-                              f"{', '.join(fixed)} cannot do yet: keep vnodes={a.get('vnodes')}")
-        log.info("gpuwm: rescaling %s from vnodes=%s to %s: the next batch re-partitions the state by key",
-                 self.checkpoint, a.get("vnodes"), plan.vnodes)
-        return True
 
     # -- run -------------------------------------------------------------------
     def start(self, *, trigger: Mapping[str, Any] | None = None, query_name: str | None = None):
@@ -576,31 +462,25 @@ class Pipeline:
         Nexmark source, ``availableNow``) when the profile's
         ``end_of_input`` is ``all``."""
         from . import drain
+        from .direct import direct_reason
+        from .driver import Driver, prepare_checkpoint
 
         plan = self._plan()
         trigger, finish = drain.trigger_for(dict(trigger) if trigger else None)
-        if self.read != "spark":
-            from .direct import parquet_source
-
-            nex = getattr(self.df, "_gpuwm_nexmark", None)
-            if plan.multi:
-                why = self._inputs_direct()
-            elif nex is not None:  # offsets come from this query's own offset log
-                why = None if nex["checkpoint"] == self.checkpoint.loc.uri else \
-                    "read_nexmark() was given another checkpoint than the Pipeline"
-            else:
-                why = parquet_source(self.df)
-            if why is not None and self.read == "direct":
-                raise ConfigError(f"read='direct' cannot read this input itself: {why}")
-            self._direct = why is None
+        why, dirs = ("read='spark'", []) if self.read == "spark" else \
+            direct_reason(self.df, self.inputs, self.checkpoint)
+        if why is not None and self.read == "direct":
+            raise ConfigError(f"read='direct' cannot read this input itself: {why}")
         for what, sink in (("Parquet sink", plan.sink), ("late-row sink", plan.late)):
-            if sink is not None and sink.kind == "parquet":
+            if sink is not None and sink.path:
                 sink.location.probe(what)
-        self._prepare_checkpoint(plan)
+        owner = prepare_checkpoint(self.checkpoint, plan)
+        driver = Driver(plan, self.spark, self.df, inputs=tuple(self.inputs or ()), read=self.read,
+                        direct=why is None, input_dirs=dirs, owner=owner, history=self.history,
+                        on_batch=self.on_batch, verbose=self.verbose, name=self.name)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         df = drain.with_drains(self.df, self.checkpoint)
-        writer = df.writeStream.foreachBatch(partial(self._run_batch, plan)).option(
-            "checkpointLocation", self.checkpoint.loc.uri)
+        writer = df.writeStream.foreachBatch(driver.run_batch).option("checkpointLocation", self.checkpoint.loc.uri)
         if trigger:
             writer = writer.trigger(**trigger)
         if query_name or self.name:
@@ -608,290 +488,12 @@ class Pipeline:
         try:
             q = writer.start()
         except BaseException:
-            self._owner.release()
+            owner.release()
             raise
-        self._owner.watch(q)
+        owner.watch(q)
         if finish:
-            drain.Finisher(q, partial(self._ask_end, plan))
+            drain.Finisher(q, driver.ask_end)
         return q
-
-    def _run_batch(self, plan: Plan, df, batch_id: int) -> None:
-        import time
-
-        from . import drain
-
-        t0 = time.perf_counter()
-        ck = plan.checkpoint
-        self._owner.check()
-        committed = ck.committed_batches()
-        if batch_id in committed:  # committed before a crash that Spark's commit did not outlive:
-            # its output and state are all written; only the drain request may be missing
-            return self._recommit(plan, batch_id)
-        prev_commit = ck.commit(batch_id - 1) if (batch_id - 1) in committed else None
-        if prev_commit is None and committed and min(committed) < batch_id:
-            raise StateError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm "
-                             f"(have {committed}); the checkpoint was damaged")
-        prev = None if prev_commit is None else store.Prev.of(prev_commit)
-        fstate = None
-        if prev is not None:  # the filter's state after batch_id - 1: read already if this driver committed it
-            name = prev_commit["filter"]
-            fstate = self._last_filter[1] if self._last_filter[0] == name else ck.read_filter(name)
-        now = ck.now_for_batch(batch_id, datetime.now(timezone.utc).isoformat())
-        end = drain.ends_input(ck, batch_id)
-        flow = _spark_schema(FLOW_SCHEMA)
-        t_job = time.perf_counter()
-        clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
-        direct, parts = self._direct_input(plan, df, batch_id)
-        if direct is not None:  # the tasks read / generate the input; Spark hands them part numbers
-            df = self.spark.range(0, parts, 1, parts if plan.vnodes > 1 else 1)
-        if plan.vnodes == 1:
-            # one state partition: one narrow stage, no shuffle (input
-            # partitions are concatenated in order inside the task)
-            res = df.coalesce(1).mapInArrow(
-                partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct, end=end), flow)
-        else:
-            s1 = tasks.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id,
-                                           now_iso=now, end=end), _spark_schema(s1))
-            if plan.aligned:  # one more task reads the rows alignment held back (before the new rows)
-                stage1 = stage1.unionByName(self.spark.range(0, 1, 1, 1).mapInArrow(
-                    partial(tasks.filter_task, plan, fstate, direct={"held": True}, partition=-1,
-                            batch_id=batch_id, now_iso=now, end=end), _spark_schema(s1)))
-            ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
-                                                             f"cast({tasks.KIND_TICK} as tinyint) as __kind")
-            rows = stage1.unionByName(ticks, allowMissingColumns=True)
-            # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
-            res = rows.repartition(plan.vnodes, "__vnode").mapInArrow(
-                partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev, end=end), flow)
-            for seg in range(1, len(plan.segments)):  # each later segment: its own exchange, same job
-                res = res.repartition(plan.segments[seg].tasks, "__dest").mapInArrow(
-                    partial(tasks.segment_task, plan, seg, batch_id, prev), flow)
-            if plan.range_exchange:  # the sort's released rows, by event-time range, merged range by range
-                res = res.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
-        res = [r for r in res.collect() if r["__metrics"] is not None]
-        t_job = time.perf_counter() - t_job
-        results = [json.loads(r["__metrics"]) for r in res]
-        versions, files, filter_name = store.committed_versions(results)
-        m = self._batch_metrics(plan, batch_id, results)
-        m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
-        if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
-            from .direct import report_input_rows
-
-            if plan.multi:
-                report_input_rows(self.spark, ck, m.get("input_rows_by_input", {}),
-                                  dict(zip(self.inputs, self._input_dirs)))
-            else:
-                report_input_rows(self.spark, ck, m["input_rows"])
-        new_filter = ck.read_filter(filter_name)
-        filt = _driver_filter(plan.watermark, plan.input_schema, new_filter)
-        t_now = datetime.fromisoformat(now)
-        m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
-                 idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
-                 held_rows=filt.held_rows if plan.aligned else 0)
-        # the console sink's rows: exchange pieces, gone once the batch is committed
-        outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
-        t_commit = time.perf_counter()
-        self._owner.check()
-        ck.write_commit(batch_id, versions, files, filter_name, m)
-        self._last_filter = (filter_name, new_filter)  # an attempt-unique name: the same name, the same bytes
-        m["commit_s"] = time.perf_counter() - t_commit
-        due, ending = self._next_drain(plan, batch_id, filt, t_now)
-        drain.write_request(ck, batch_id, due=due, end=ending)
-        self.history.append(m)
-        if plan.sink.kind == "console":
-            print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
-            if outs:
-                print(pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False))
-        if self.verbose:
-            wm = m["output_watermark"]
-            if end and plan.watermark.resolved_profile.end_of_input == "all":
-                wm = "+inf (end)"
-            elif wm is not None and is_timestamp(plan):
-                wm = gpuwm_time(wm)
-            what = "end of input" if end else "no new data" if direct is None and not m["input_rows"] else \
-                f"{m['input_rows'] / m['wall_s']:9,.0f} events/s"
-            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
-                  f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
-                  f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})", flush=True)
-        if self.on_batch:
-            self.on_batch(m)
-
-    def _recommit(self, plan: Plan, batch_id: int) -> None:
-        """Spark replays ``batch_id``, which gpuwm committed before the
-        driver stopped: nothing runs again (a commit is written once); the
-        drain request after it is asked for again."""
-        from . import drain
-
-        c = self.checkpoint.commit(batch_id)
-        m = dict(c["metrics"])
-        filt = _driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(batch_id))
-        due, ending = self._next_drain(plan, batch_id, filt, datetime.fromisoformat(m["processing_time"]))
-        drain.write_request(self.checkpoint, batch_id, due=due, end=ending)
-        m["replayed"] = True
-        self.history.append(m)
-        if self.verbose:
-            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: committed by gpuwm before the restart; "
-                  "Spark's replay of it writes nothing again", flush=True)
-        if self.on_batch:
-            self.on_batch(m)
-
-    def _next_drain(self, plan: Plan, batch_id: int, filt: Any, now: datetime) -> tuple[float | None, bool]:
-        """When (wall time, seconds) the micro-batch after ``batch_id`` should
-        run even without new data, and whether it ends the input; (None,
-        False): not before new data."""
-        if filt.ended and filt.profile.end_of_input == "all":
-            return None, False  # everything was released; later rows are late
-        due: float | None = None
-        w, drained = filt.watermark_raw, filt.output_watermark_raw
-        if w is not None and w != drained:  # spark's lag: the next batch drains with a newer watermark
-            due = now.timestamp()
-        ending = not filt.ended and (filt.profile.end_of_input == "all" or (plan.aligned and filt.held_rows > 0)) \
-            and self._input_ended(batch_id)
-        if ending:
-            due = now.timestamp()
-        if plan.aligned and filt.releasable(now):  # alignment: a split held back may read on
-            due = now.timestamp()
-        idle_at = filt.next_idle(now)
-        if idle_at is not None and due is None:  # a split goes idle then: the combined watermark may move
-            due = idle_at.timestamp()
-        return due, ending
-
-    def _input_ended(self, batch_id: int) -> bool:
-        """The input is bounded and ``batch_id`` read its last rows (a Nexmark
-        source with ``totalEvents``)."""
-        nex = getattr(self.df, "_gpuwm_nexmark", None)
-        if nex is None:
-            return False
-        from .nexmark import nexmark_end
-        from .nexmark import config_from_options
-
-        total = config_from_options(nex["options"])[1]
-        return total > 0 and nexmark_end(self.checkpoint, batch_id) == total
-
-    def _ask_end(self, plan: Plan) -> bool:
-        """(:class:`~gpuwm.spark.drain.Finisher`, the query idle) Ask for the
-        end-of-input drain when the profile's end releases more than the
-        final watermark and it has not run; True when asked."""
-        from . import drain
-
-        committed = self.checkpoint.committed_batches()
-        if not committed:
-            return False
-        last = committed[-1]
-        filt = _driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(last))
-        if filt.ended:
-            return False
-        if plan.watermark.resolved_profile.end_of_input != "all" and not (plan.aligned and filt.held_rows):
-            return False  # (rows held back by alignment are read at the end, whatever the profile)
-        drain.write_request(self.checkpoint, last, due=0.0, end=True)
-        return True
-
-    @staticmethod
-    def _batch_metrics(plan: Plan, batch_id: int, per: list[dict]) -> dict:
-        """One batch's metrics from its tasks' results: the filter's (from
-        a first-segment task), per stage summed over the vnodes, the totals."""
-        tasks_ = sorted((p for p in per if "segment" in p), key=lambda p: (p["segment"], p["vnode"]))
-        merged = [p for p in per if "range" in p]
-        head = tasks_[0]
-        last = [p for p in tasks_ if p["segment"] == len(plan.segments) - 1]
-        emitted = sum(p["rows_emitted"] for p in last)
-        if merged and sum(x["rows"] for x in merged) != emitted:
-            raise StateError(f"gpuwm: batch {batch_id}: the sort's vnodes released {emitted} rows but its ranges "
-                             f"wrote {sum(x['rows'] for x in merged)}; the batch is not committed")
-        stages: dict[str, dict] = {}
-        for p in tasks_:
-            for i, st in p["stages"].items():
-                acc = stages.setdefault(i, {"kind": plan.stages[int(i)].kind})
-                for k, v in st.items():
-                    acc[k] = acc.get(k, 0) + v
-        return {
-            "batch_id": batch_id, "input_rows": head["input_rows"], "late_rows": head["late_rows"],
-            "null_rows": head["null_rows"], "rows_emitted": emitted,
-            "state_rows": sum(st["state_rows"] for st in stages.values()),
-            "state_bytes": sum(st["state_bytes"] for st in stages.values()),
-            "watermark": head["watermark"], "output_watermark": head["output_watermark"],
-            "kernel_s": sum(p["kernel_s"] for p in tasks_), "state_save_s": sum(p["state_save_s"] for p in tasks_),
-            "backend": head["backend"], "vnodes": plan.vnodes, "max_event_time": head["max_event_time"],
-            "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
-            else head["max_event_time"] - head["watermark"],
-            "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
-            "rows_released": head.get("rows_released", 0),
-            **({"input_rows_by_input": head["input_rows_by_input"]} if "input_rows_by_input" in head else {}),
-            "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
-            "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
-            "stages": [stages.get(str(i), {"kind": s.kind}) for i, s in enumerate(plan.stages)],
-        }
-
-    def _inputs_direct(self) -> str | None:
-        """Why several inputs cannot be read directly (None: each is a plain
-        local Parquet file stream, and their directories tell their files apart)."""
-        from .direct import parquet_source, source_path
-
-        dirs = []
-        for name, d in self.inputs.items():
-            why = parquet_source(d)
-            if why is None and source_path(d) is None:
-                why = "its directory is not known"
-            if why is not None:
-                return f"input {name!r}: {why}"
-            dirs.append(Location.of(source_path(d), what="source path").uri.rstrip("/") + "/")
-        if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
-            return "one input's directory holds another's"
-        self._input_dirs = dirs
-        return None
-
-    def _direct_input(self, plan: Plan, df, batch_id: int) -> tuple[dict | None, int]:
-        """What the tasks make this batch's input from themselves (and into
-        how many parts), or (None, 0): Spark's rows. A batch with no input
-        goes through Spark (nothing to read)."""
-        if not self._direct:
-            return None, 0
-        from .direct import batch_files, check_files
-        from .nexmark import nexmark_range
-
-        nex = getattr(self.df, "_gpuwm_nexmark", None)
-        if plan.multi:  # each file to the input whose directory holds it
-            files = batch_files(df, scans_allowed=len(self.inputs))
-            if files == []:
-                return None, 0
-            why = "its files could not be found in the batch's scans" if files is None else None
-            if why is None:
-                named = list(input_schemas(plan.input_schema).values())
-                tagged = []
-                for f in files:
-                    k = next((k for k, d in enumerate(self._input_dirs) if f.startswith(d)), None)
-                    if k is None:
-                        why = f"file {f} is in no input's directory"
-                        break
-                    tagged.append([k, f])
-                for k, s in enumerate(named):
-                    why = why or check_files([f for j, f in tagged if j == k], s, plan.checkpoint.loc.options)
-                if why is None:
-                    return {"files": tagged}, len(tagged)
-        elif nex is not None:
-            rng = nexmark_range(self.checkpoint, batch_id)
-            if rng is not None and rng[0] == rng[1]:
-                return None, 0
-            if rng is not None:
-                from .nexmark import config_from_options
-
-                splits = config_from_options(nex["options"])[0].splits
-                return {"nexmark": {"options": nex["options"], "start": rng[0], "end": rng[1]}}, splits
-            why = "its offsets are not in Spark's offset log"
-        else:
-            files = batch_files(df)
-            if files == []:
-                return None, 0
-            why = "its files could not be found in the batch's scan" if files is None else \
-                check_files(files, plan.input_schema, plan.checkpoint.loc.options)
-            if why is None:
-                return {"files": files}, len(files)
-        if self.read == "direct":
-            raise ConfigError(f"read='direct' cannot read this micro-batch itself: {why}")
-        if not self._warned_direct:
-            self._warned_direct = True
-            log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
-        return None, 0
 
 
 def _filter_lateness(stages: Sequence[OperatorSpec], profile: Any) -> Any:
@@ -934,21 +536,3 @@ def _describe_wm(wm: WatermarkSpec) -> str:
             + ("" if wm.max_drift is None else f"; splits more than {wm.max_drift} ahead held back") + ")")
 
 
-def _driver_filter(spec: Any, schema: pa.Schema, state: bytes | None = None) -> Any:
-    """The watermark filter on the driver (CPU; a few values per split), bound
-    to the input schema — which checks the delay's unit — and restored from
-    a committed batch's state."""
-    f = spec.build("cpu").bind(schema)
-    return f if state is None else f.restore(bytes_to_table(state))
-
-
-def gpuwm_time(raw_us: int) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(raw_us / 1e6, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-
-
-def _spark_schema(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Sequence
+
 import pyarrow as pa
 
 from ..errors import ConfigError
-from .checkpoint import Checkpoint, Location
-from ..inputs import InputsSpec
-from ..join import input_schemas
+from ..inputs import InputsSpec, input_schemas
 from ..operator import OperatorSpec
 from ..watermark import EXPR_COLUMN, WatermarkSpec
+from .checkpoint import Checkpoint, Location
 
 
 @dataclass(frozen=True)
@@ -80,42 +81,16 @@ class Plan:
         if self.vnodes < 1:
             raise ConfigError(f"vnodes must be >= 1, got {self.vnodes}")
         stages = tuple(self.stages)
-        self._check_inputs(stages)
+        check_stages(stages, self.watermark.names)
         if self.aligned and self.vnodes > 1 and self.watermark.resolved_profile.emit != "on-batch":
             raise ConfigError("alignment (max_drift) with vnodes > 1 needs emit='on-batch': under on-event a split's "
                               "held rows and its new ones must be read in one task; use vnodes=1 or emit='on-batch'")
-        for i, s in enumerate(stages):
-            ordered = i > 0 and stages[i - 1].capabilities.range_exchange
-            if s.capabilities.needs_order and not ordered:
-                raise ConfigError(f"stage {i} ({s.kind}) needs the event-time ordered stream: put a sort "
-                                  "(.sort(key=[...]) / {\"sort\": {...}}) right before it")
-            if ordered and not s.capabilities.needs_order:
-                raise ConfigError(f"stage {i - 1} ({stages[i - 1].kind}) must be the last stage or be followed by "
-                                  f"an over-window: its output is one ordered stream across the vnodes, which a "
-                                  f"following {s.kind} would not keep")
         schemas = [self.filtered_schema]
         for s in stages:
             schemas.append(s.output_schema(schemas[-1]))
         object.__setattr__(self, "stages", stages)
         object.__setattr__(self, "schemas", tuple(schemas))
         object.__setattr__(self, "segments", self._cut())
-
-    def _check_inputs(self, stages: tuple[OperatorSpec, ...]) -> None:
-        """Several inputs go into a first stage that takes them (a join);
-        one input into stages that take one."""
-        takes = [i for i, s in enumerate(stages) if hasattr(s, "inputs")]
-        if not self.multi:
-            if takes:
-                raise ConfigError(f"stage {takes[0]} ({stages[takes[0]].kind}) joins two inputs; this pipeline has "
-                                  "one: give Pipeline({name: df, ...}) or a spec's 'inputs'")
-            return
-        if takes != [0]:
-            raise ConfigError(f"a pipeline with inputs {list(self.watermark.names)} needs a join or a union as its "
-                              "first stage (and only there)")
-        used = set(stages[0].inputs())
-        extra = [n for n in self.watermark.names if n not in used]
-        if extra:
-            raise ConfigError(f"input(s) {extra} are not used: a join takes two inputs; drop them")
 
     @property
     def filtered_schema(self) -> pa.Schema:
@@ -134,7 +109,7 @@ class Plan:
     @property
     def multi(self) -> bool:
         """Several named inputs (their rows reach the tasks as :func:`union_schema` rows)."""
-        return isinstance(self.watermark, InputsSpec)
+        return bool(self.watermark.names)
 
     def _cut(self) -> tuple[Segment, ...]:
         if not self.stages:
@@ -191,6 +166,37 @@ class Plan:
              "stages": [s.describe() for s in self.stages],
              "input_schema": [(f.name, str(f.type)) for f in self.input_schema]}
         return json.dumps(d, sort_keys=True, default=str)
+
+
+def check_stages(stages: Sequence[OperatorSpec], inputs: Sequence[str]) -> None:
+    """What any list of stages must be, whatever their kinds (a builder checks
+    each prefix, the plan the whole): with named ``inputs``, a first stage
+    that takes them all (:meth:`~gpuwm.operator.OperatorSpec.inputs`) and
+    none after; with one input, no stage that takes named ones; a stage
+    that needs the ordered stream right after one that makes it, and an
+    ordered stream ended there or by such a stage."""
+    takes = [i for i, s in enumerate(stages) if s.takes_inputs]
+    if not inputs and takes:
+        raise ConfigError(f"stage {takes[0]} ({stages[takes[0]].kind}) takes named inputs "
+                          f"{list(stages[takes[0]].inputs())}; this pipeline has one: give Pipeline({{name: df, ...}}) "
+                          "or a spec's 'inputs'")
+    if inputs and stages:
+        if takes != [0]:
+            raise ConfigError(f"a pipeline with inputs {list(inputs)} needs a stage that takes them (a join or a "
+                              "union) as its first stage, and only there")
+        extra = [n for n in inputs if n not in stages[0].inputs()]
+        if extra:
+            raise ConfigError(f"input(s) {extra} are not used: a {stages[0].kind} takes {list(stages[0].inputs())}; "
+                              "drop them")
+    for i, s in enumerate(stages):
+        ordered = i > 0 and stages[i - 1].capabilities.range_exchange
+        if s.capabilities.needs_order and not ordered:
+            raise ConfigError(f"stage {i} ({s.kind}) needs the event-time ordered stream: put a sort "
+                              "(.sort(key=[...]) / {\"sort\": {...}}) right before it")
+        if ordered and not s.capabilities.needs_order:
+            raise ConfigError(f"stage {i - 1} ({stages[i - 1].kind}) must be the last stage or be followed by "
+                              f"an over-window: its output is one ordered stream across the vnodes, which a "
+                              f"following {s.kind} would not keep")
 
 
 def is_timestamp(plan: Plan) -> bool:

@@ -58,8 +58,9 @@ Operators: ``stages``, a list of stages, each one of
   {...}}, ...}}`` (see ``Pipeline.join``), or ``{"union": {}}`` there:
   every input's rows, inputs with one schema (see ``Pipeline.union``),
 
-or, for one stage, ``window`` or ``sort`` at the top level (as before);
-neither: filter only. Two chained windows (the second over the first's
+or any stage kind a spec class registers (:mod:`gpuwm.operator`: each
+parses its own options); for one stage, its kind at the top level
+(``"window": {...}``); none: filter only. Two chained windows (the second over the first's
 ``window_time``)::
 
     "stages": [
@@ -85,14 +86,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ConfigError
-from ..session import Session
-from ..window import Hop, Tumble
+from ..errors import ConfigError, SchemaError, unknown_keys
+from ..operator import stage_class, stage_kinds
 
-_TOP = {"source", "checkpoint", "watermark", "window", "sort", "stages", "sink", "trigger", "vnodes", "backend",
-        "read", "late", "inputs", "conf"}
-_STAGES = ("window", "sort", "dedup", "over", "join", "union")
-_JOIN = {"left", "right", "on", "between", "how", "window"}
+_TOP = {"source", "checkpoint", "watermark", "stages", "sink", "trigger", "vnodes", "backend", "read", "late",
+        "inputs", "conf"}
 
 
 def load_spec(path: str) -> dict:
@@ -103,9 +101,10 @@ def load_spec(path: str) -> dict:
         raise ConfigError(f"pipeline spec {path!r} not found") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"pipeline spec {path!r} is not valid JSON: {e}") from None
-    unknown = set(spec) - _TOP
+    kinds = stage_kinds()
+    unknown = set(spec) - _TOP - set(kinds)
     if unknown:
-        raise ConfigError(f"pipeline spec {path!r}: unknown key(s) {sorted(unknown)}; expected {sorted(_TOP)}")
+        raise ConfigError(unknown_keys(f"pipeline spec {path!r}", unknown, _TOP | set(kinds)))
     if "inputs" in spec:
         both = [k for k in ("source", "watermark") if k in spec]
         if both:
@@ -123,9 +122,9 @@ def load_spec(path: str) -> dict:
     for k in required:
         if k not in spec:
             raise ConfigError(f"pipeline spec {path!r} needs {k!r}")
-    given = [k for k in ("window", "sort", "stages") if k in spec]  # (dedup: only as a stage)
+    given = [k for k in spec if k in kinds or k == "stages"]
     if len(given) > 1:
-        raise ConfigError(f"pipeline spec {path!r}: choose one of 'window', 'sort' and 'stages' (a list of "
+        raise ConfigError(f"pipeline spec {path!r}: give one stage at the top level or 'stages' (a list of "
                           f"stages), got {given}")
     if "stages" in spec and not (isinstance(spec["stages"], list) and spec["stages"]):
         raise ConfigError(f"pipeline spec {path!r}: 'stages' must be a non-empty list of stages, "
@@ -134,68 +133,31 @@ def load_spec(path: str) -> dict:
 
 
 def stages_of(spec: dict) -> list[dict]:
-    """The spec's stages, each ``{kind: options}`` (a top-level ``window`` or ``sort`` is one stage)."""
-    if "stages" in spec:
-        out = spec["stages"]
-    else:
-        out = [{k: spec[k]} for k in _STAGES if k in spec]
+    """The spec's stages, each ``{kind: options}`` (a stage kind at the top level is one stage)."""
+    kinds = stage_kinds()
+    out = spec["stages"] if "stages" in spec else [{k: spec[k]} for k in spec if k in kinds]
     for i, st in enumerate(out):
-        if not (isinstance(st, dict) and len(st) == 1 and next(iter(st)) in _STAGES
+        if not (isinstance(st, dict) and len(st) == 1 and next(iter(st)) in kinds
                 and isinstance(next(iter(st.values())), dict)):
-            raise ConfigError(f"stage {i} must be one of {[{k: {}} for k in _STAGES]} with its options, got {st!r}")
+            kind = next(iter(st)) if isinstance(st, dict) and len(st) == 1 else None
+            if isinstance(kind, str) and kind not in kinds:
+                try:
+                    stage_class(kind)
+                except ConfigError as e:  # an unknown kind: its near miss
+                    raise ConfigError(f"stage {i}: {e}") from None
+            raise ConfigError(f"stage {i} must be one of {[{k: {}} for k in sorted(kinds)]} with its options, "
+                              f"got {st!r}")
     return out
 
 
 def add_stage(p, i: int, stage: dict) -> None:
-    """Append one JSON stage to Pipeline ``p``."""
+    """Append one JSON stage ``{kind: options}`` to Pipeline ``p`` (any
+    registered kind: :func:`gpuwm.operator.stage_kinds`)."""
     (kind, opts), = stage.items()
-    opts = dict(opts)
-    if kind == "union":
-        if opts:
-            raise ConfigError(f"stage {i} (union): takes no options, got {sorted(opts)}")
-        p.union()
-        return
-    if kind == "join":
-        unknown = set(opts) - _JOIN
-        if unknown:
-            raise ConfigError(f"stage {i} (join): unknown key(s) {sorted(unknown)}; expected {sorted(_JOIN)}")
-        for k in ("left", "right", "on"):
-            if k not in opts:
-                raise ConfigError(f"stage {i}: join needs {k!r}, e.g. {{\"left\": \"auctions\", \"right\": "
-                                  f"\"bids\", \"on\": [[\"a_id\", \"b_aid\"]], \"between\": [\"b_ts\", "
-                                  f"\"a_ts\", \"0 seconds\", \"20 seconds\"], \"how\": \"inner\"}}")
-        p.join(opts["left"], opts["right"], opts["on"], opts.get("between"), opts.get("how", "inner"),
-               opts.get("window"))
-        return
-    if kind == "sort":
-        p.sort(key=opts.pop("key", []))
-    elif kind == "dedup":
-        if "key" not in opts:
-            raise ConfigError(f"stage {i}: dedup needs 'key': [columns]")
-        p.dedup(opts.pop("key"))
-    elif kind == "over":
-        if not isinstance(opts.get("funcs"), dict):
-            raise ConfigError(f"stage {i}: over needs 'funcs': {{output: [function, column, n]}}")
-        p.over(by=opts.pop("by", []), funcs=opts.pop("funcs"))
-    else:
-        col = opts.pop("on", None) or p._event_time()
-        if "tumble" in opts:
-            window = Tumble(col, opts.pop("tumble"))
-        elif "hop" in opts:
-            if "slide" not in opts:
-                raise ConfigError(f"stage {i}: a 'hop' window needs 'slide'")
-            window = Hop(col, size=opts.pop("hop"), slide=opts.pop("slide"))
-        elif "session" in opts:
-            window = Session(col, opts.pop("session"))
-        else:
-            raise ConfigError(f"stage {i}: window needs 'tumble': size, 'hop': size with 'slide', or 'session': gap")
-        aggs = opts.pop("aggs", {"count": ["*", "count"]})
-        if not isinstance(aggs, dict):
-            raise ConfigError(f"stage {i}: 'aggs' must be {{output: [column, function]}}, got {aggs!r}")
-        p.window(window, by=opts.pop("by", []), aggs={k: tuple(v) for k, v in aggs.items()},
-                 emit=opts.pop("emit", "on-window-close"))
-    if opts:
-        raise ConfigError(f"stage {i} ({kind}): unknown key(s) {sorted(opts)}")
+    try:
+        p.add(kind, **opts)
+    except (ConfigError, SchemaError) as e:
+        raise type(e)(f"stage {i} ({kind}): {e}") from None
 
 
 def build(spark, spec: dict, verbose: bool = True):

@@ -1,0 +1,408 @@
+"""The driver's side of a running query: the checkpoint made ready before
+Spark starts, then each micro-batch (Spark's ``foreachBatch``) — its
+processing time, the watermark filter's state it starts from, the job of
+:mod:`gpuwm.spark.tasks`, the commit of what the tasks wrote, its metrics,
+and the drain batches it asks for (:mod:`gpuwm.spark.drain`).
+
+Operator kinds do not appear here: the :class:`~gpuwm.spark.plan.Plan`'s
+stages, segments and capabilities say what runs where.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from ..backend import log
+from ..errors import ConfigError, StateError
+from ..frame import bytes_to_table
+from ..inputs import input_schemas
+from . import store, tasks
+from .checkpoint import FORMAT, Checkpoint, Owner
+from .exchange import FLOW_SCHEMA, merge_task
+from .plan import Plan, is_timestamp
+from .sinks import clear_batch
+
+
+def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
+    """Before the query starts: the checkpoint is usable, its state is
+    whole and of this pipeline, and no other query runs on it."""
+    from .drain import drain_offset
+
+    ck.loc.probe("checkpoint location", "gpuwm")
+    fmt = ck.loc.read_json(Checkpoint.FORMAT_FILE)
+    if fmt is None and ck.loc.list("gpuwm/state"):
+        raise ConfigError(f"checkpoint {ck} holds gpuwm state in an older layout (hard-linked state directories, "
+                          f"before format {FORMAT}), which this gpuwm does not read: finish it with the gpuwm that "
+                          "wrote it, or start from a new checkpoint location")
+    if fmt is not None and fmt.get("format") != FORMAT:
+        raise ConfigError(f"checkpoint {ck} holds gpuwm state of format {fmt.get('format')}; this gpuwm reads "
+                          f"format {FORMAT}: use the gpuwm that wrote it, or a new checkpoint location")
+    last = ck.newest_logged_batch()
+    if last is not None and drain_offset(ck, last) is None and ck.logged_offsets(last):
+        raise ConfigError(
+            f"checkpoint {ck} was written by a gpuwm without drain batches: Spark's offset log has "
+            "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
+            "checkpoint location.")
+    check_state(ck)
+    desc = plan.describe()
+    old = ck.loc.read(Checkpoint.PIPELINE)
+    old = None if old is None else old.decode()
+    if old is not None and old != desc and not _rescales(ck, plan, old, desc):
+        raise ConfigError(
+            f"the pipeline differs from the one that wrote checkpoint {ck}; "
+            "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
+            f"checkpoint: {old}\nnow:        {desc}")
+    owner = Owner.take(ck)
+    if fmt is None:
+        ck.loc.publish_json(Checkpoint.FORMAT_FILE, {"format": FORMAT})
+    if old != desc:  # a new checkpoint, or a rescale (the next batch re-partitions the state)
+        ck.loc.publish_bytes(Checkpoint.PIPELINE, desc.encode())
+    return owner
+
+def check_state(ck: Checkpoint) -> None:
+    """gpuwm's state reaches Spark's last committed batch and every file
+    its last commit names is there; else the checkpoint is refused (it
+    would restart from other state than Spark's offsets say)."""
+    spark_done = ck.spark_batches("commits")
+    ours = ck.committed_batches()
+    if spark_done and (not ours or ours[-1] < spark_done[-1]):
+        have = f"gpuwm's last commit is batch {ours[-1]}" if ours else \
+            f"there is no gpuwm state ({ck}/gpuwm/commits is empty or missing)"
+        raise StateError(f"gpuwm: checkpoint {ck} is damaged: Spark has committed batch {spark_done[-1]} but "
+                         f"{have}; restore {ck}/gpuwm from a backup, or start from a new checkpoint location")
+    if ours:
+        c = ck.commit(ours[-1])
+        missing = ck.loc.missing(list(c.get("files", ())) + [c["filter"]])
+        if missing:
+            raise StateError(f"gpuwm: checkpoint {ck} is damaged: batch {ours[-1]}'s state is missing "
+                             f"{len(missing)} file(s), e.g. {ck}/{missing[0]}; restore it from a backup, or start "
+                             "from a new checkpoint location")
+
+def _rescales(ck: Checkpoint, plan: Plan, old: str, new: str) -> bool:
+    """The pipelines differ only in ``vnodes`` (online rescale): True when
+    every stage's state can be re-partitioned, else a ConfigError."""
+    a, b = json.loads(old), json.loads(new)
+    if {k: v for k, v in a.items() if k != "vnodes"} != {k: v for k, v in b.items() if k != "vnodes"}:
+        return False
+    fixed = [f"stage {i} ({s.kind})" for i, s in enumerate(plan.stages) if not s.capabilities.rescale]
+    if fixed:
+        raise ConfigError(f"checkpoint {ck!r} was written with vnodes={a.get('vnodes')}; rescaling to "
+                          f"vnodes={plan.vnodes} re-partitions every stage's state by key, which "
+                          f"{', '.join(fixed)} cannot do yet: keep vnodes={a.get('vnodes')}")
+    log.info("gpuwm: rescaling %s from vnodes=%s to %s: the next batch re-partitions the state by key",
+             ck, a.get("vnodes"), plan.vnodes)
+    return True
+
+
+class Driver:
+    """Runs a started query's micro-batches on the driver (see the module
+    docstring); ``history`` gets each batch's metrics."""
+
+    def __init__(self, plan: Plan, spark, df, *, inputs: tuple[str, ...], read: str, direct: bool,
+                 input_dirs: list[str], owner: Owner, history: list[dict],
+                 on_batch: Callable[[dict], None] | None, verbose: bool, name: str | None):
+        self.plan = plan
+        self.spark = spark
+        self.df = df
+        self.checkpoint = plan.checkpoint
+        self.inputs = inputs
+        self.read = read
+        self._direct = direct  # the input qualifies for gpuwm.spark.direct
+        self._input_dirs = input_dirs
+        self._warned_direct = False
+        self._owner = owner
+        self._last_filter: tuple[str | None, bytes | None] = (None, None)  # (name, bytes) of the last commit's
+        self.history = history
+        self.on_batch = on_batch
+        self.verbose = verbose
+        self.name = name
+
+    def run_batch(self, df, batch_id: int) -> None:
+        """Spark's ``foreachBatch``: run micro-batch ``batch_id`` and commit it."""
+        import time
+
+        from . import drain
+
+        t0 = time.perf_counter()
+        plan = self.plan
+        ck = plan.checkpoint
+        self._owner.check()
+        committed = ck.committed_batches()
+        if batch_id in committed:  # committed before a crash that Spark's commit did not outlive:
+            # its output and state are all written; only the drain request may be missing
+            return self._recommit(batch_id)
+        prev_commit = ck.commit(batch_id - 1) if (batch_id - 1) in committed else None
+        if prev_commit is None and committed and min(committed) < batch_id:
+            raise StateError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm "
+                             f"(have {committed}); the checkpoint was damaged")
+        prev = None if prev_commit is None else store.Prev.of(prev_commit)
+        fstate = None
+        if prev is not None:  # the filter's state after batch_id - 1: read already if this driver committed it
+            name = prev_commit["filter"]
+            fstate = self._last_filter[1] if self._last_filter[0] == name else ck.read_filter(name)
+        now = ck.now_for_batch(batch_id, datetime.now(timezone.utc).isoformat())
+        end = drain.ends_input(ck, batch_id)
+        flow = spark_schema(FLOW_SCHEMA)
+        t_job = time.perf_counter()
+        clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
+        direct, parts = self._direct_input(df, batch_id)
+        if direct is not None:  # the tasks read / generate the input; Spark hands them part numbers
+            df = self.spark.range(0, parts, 1, parts if plan.vnodes > 1 else 1)
+        if plan.vnodes == 1:
+            # one state partition: one narrow stage, no shuffle (input
+            # partitions are concatenated in order inside the task)
+            res = df.coalesce(1).mapInArrow(
+                partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct, end=end), flow)
+        else:
+            s1 = tasks.stage1_schema(plan)
+            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id,
+                                           now_iso=now, end=end), spark_schema(s1))
+            if plan.aligned:  # one more task reads the rows alignment held back (before the new rows)
+                stage1 = stage1.unionByName(self.spark.range(0, 1, 1, 1).mapInArrow(
+                    partial(tasks.filter_task, plan, fstate, direct={"held": True}, partition=-1,
+                            batch_id=batch_id, now_iso=now, end=end), spark_schema(s1)))
+            ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
+                                                             f"cast({tasks.KIND_TICK} as tinyint) as __kind")
+            rows = stage1.unionByName(ticks, allowMissingColumns=True)
+            # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
+            res = rows.repartition(plan.vnodes, "__vnode").mapInArrow(
+                partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev, end=end), flow)
+            for seg in range(1, len(plan.segments)):  # each later segment: its own exchange, same job
+                res = res.repartition(plan.segments[seg].tasks, "__dest").mapInArrow(
+                    partial(tasks.segment_task, plan, seg, batch_id, prev), flow)
+            if plan.range_exchange:  # the sort's released rows, by event-time range, merged range by range
+                res = res.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
+        res = [r for r in res.collect() if r["__metrics"] is not None]
+        t_job = time.perf_counter() - t_job
+        results = [json.loads(r["__metrics"]) for r in res]
+        versions, files, filter_name = store.committed_versions(results)
+        m = self._batch_metrics(plan, batch_id, results)
+        m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
+        if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
+            from .direct import report_input_rows
+
+            if plan.multi:
+                report_input_rows(self.spark, ck, m.get("input_rows_by_input", {}),
+                                  dict(zip(self.inputs, self._input_dirs)))
+            else:
+                report_input_rows(self.spark, ck, m["input_rows"])
+        new_filter = ck.read_filter(filter_name)
+        filt = driver_filter(plan.watermark, plan.input_schema, new_filter)
+        t_now = datetime.fromisoformat(now)
+        m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
+                 idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
+                 held_rows=filt.held_rows if plan.aligned else 0)
+        # the console sink's rows: exchange pieces, gone once the batch is committed
+        outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
+        t_commit = time.perf_counter()
+        self._owner.check()
+        ck.write_commit(batch_id, versions, files, filter_name, m)
+        self._last_filter = (filter_name, new_filter)  # an attempt-unique name: the same name, the same bytes
+        m["commit_s"] = time.perf_counter() - t_commit
+        due, ending = self._next_drain(batch_id, filt, t_now)
+        drain.write_request(ck, batch_id, due=due, end=ending)
+        self.history.append(m)
+        if plan.sink.kind == "console":
+            print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
+            if outs:
+                print(pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False))
+        if self.verbose:
+            wm = m["output_watermark"]
+            if end and plan.watermark.resolved_profile.end_of_input == "all":
+                wm = "+inf (end)"
+            elif wm is not None and is_timestamp(plan):
+                wm = gpuwm_time(wm)
+            what = "end of input" if end else "no new data" if direct is None and not m["input_rows"] else \
+                f"{m['input_rows'] / m['wall_s']:9,.0f} events/s"
+            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
+                  f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
+                  f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})", flush=True)
+        if self.on_batch:
+            self.on_batch(m)
+
+    def _recommit(self, batch_id: int) -> None:
+        """Spark replays ``batch_id``, which gpuwm committed before the
+        driver stopped: nothing runs again (a commit is written once); the
+        drain request after it is asked for again."""
+        from . import drain
+
+        plan = self.plan
+        c = self.checkpoint.commit(batch_id)
+        m = dict(c["metrics"])
+        filt = driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(batch_id))
+        due, ending = self._next_drain(batch_id, filt, datetime.fromisoformat(m["processing_time"]))
+        drain.write_request(self.checkpoint, batch_id, due=due, end=ending)
+        m["replayed"] = True
+        self.history.append(m)
+        if self.verbose:
+            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: committed by gpuwm before the restart; "
+                  "Spark's replay of it writes nothing again", flush=True)
+        if self.on_batch:
+            self.on_batch(m)
+
+    def _next_drain(self, batch_id: int, filt: Any, now: datetime) -> tuple[float | None, bool]:
+        """When (wall time, seconds) the micro-batch after ``batch_id`` should
+        run even without new data, and whether it ends the input; (None,
+        False): not before new data."""
+        plan = self.plan
+        if filt.ended and filt.profile.end_of_input == "all":
+            return None, False  # everything was released; later rows are late
+        due: float | None = None
+        w, drained = filt.watermark_raw, filt.output_watermark_raw
+        if w is not None and w != drained:  # spark's lag: the next batch drains with a newer watermark
+            due = now.timestamp()
+        ending = not filt.ended and (filt.profile.end_of_input == "all" or (plan.aligned and filt.held_rows > 0)) \
+            and self._input_ended(batch_id)
+        if ending:
+            due = now.timestamp()
+        if plan.aligned and filt.releasable(now):  # alignment: a split held back may read on
+            due = now.timestamp()
+        idle_at = filt.next_idle(now)
+        if idle_at is not None and due is None:  # a split goes idle then: the combined watermark may move
+            due = idle_at.timestamp()
+        return due, ending
+
+    def _input_ended(self, batch_id: int) -> bool:
+        """The input is bounded and ``batch_id`` read its last rows (a Nexmark
+        source with ``totalEvents``)."""
+        nex = getattr(self.df, "_gpuwm_nexmark", None)
+        if nex is None:
+            return False
+        from .nexmark import nexmark_end
+        from .nexmark import config_from_options
+
+        total = config_from_options(nex["options"])[1]
+        return total > 0 and nexmark_end(self.checkpoint, batch_id) == total
+
+    def ask_end(self) -> bool:
+        """(:class:`~gpuwm.spark.drain.Finisher`, the query idle) Ask for the
+        end-of-input drain when the profile's end releases more than the
+        final watermark and it has not run; True when asked."""
+        from . import drain
+
+        plan = self.plan
+        committed = self.checkpoint.committed_batches()
+        if not committed:
+            return False
+        last = committed[-1]
+        filt = driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(last))
+        if filt.ended:
+            return False
+        if plan.watermark.resolved_profile.end_of_input != "all" and not (plan.aligned and filt.held_rows):
+            return False  # (rows held back by alignment are read at the end, whatever the profile)
+        drain.write_request(self.checkpoint, last, due=0.0, end=True)
+        return True
+
+    @staticmethod
+    def _batch_metrics(plan: Plan, batch_id: int, per: list[dict]) -> dict:
+        """One batch's metrics from its tasks' results: the filter's (from
+        a first-segment task), per stage summed over the vnodes, the totals."""
+        tasks_ = sorted((p for p in per if "segment" in p), key=lambda p: (p["segment"], p["vnode"]))
+        merged = [p for p in per if "range" in p]
+        head = tasks_[0]
+        last = [p for p in tasks_ if p["segment"] == len(plan.segments) - 1]
+        emitted = sum(p["rows_emitted"] for p in last)
+        if merged and sum(x["rows"] for x in merged) != emitted:
+            raise StateError(f"gpuwm: batch {batch_id}: the sort's vnodes released {emitted} rows but its ranges "
+                             f"wrote {sum(x['rows'] for x in merged)}; the batch is not committed")
+        stages: dict[str, dict] = {}
+        for p in tasks_:
+            for i, st in p["stages"].items():
+                acc = stages.setdefault(i, {"kind": plan.stages[int(i)].kind})
+                for k, v in st.items():
+                    acc[k] = acc.get(k, 0) + v
+        return {
+            "batch_id": batch_id, "input_rows": head["input_rows"], "late_rows": head["late_rows"],
+            "null_rows": head["null_rows"], "rows_emitted": emitted,
+            "state_rows": sum(st["state_rows"] for st in stages.values()),
+            "state_bytes": sum(st["state_bytes"] for st in stages.values()),
+            "watermark": head["watermark"], "output_watermark": head["output_watermark"],
+            "kernel_s": sum(p["kernel_s"] for p in tasks_), "state_save_s": sum(p["state_save_s"] for p in tasks_),
+            "backend": head["backend"], "vnodes": plan.vnodes, "max_event_time": head["max_event_time"],
+            "watermark_lag": None if head["watermark"] is None or head["max_event_time"] is None
+            else head["max_event_time"] - head["watermark"],
+            "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
+            "rows_released": head.get("rows_released", 0),
+            **({"input_rows_by_input": head["input_rows_by_input"]} if "input_rows_by_input" in head else {}),
+            "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
+            "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
+            "stages": [stages.get(str(i), {"kind": s.kind}) for i, s in enumerate(plan.stages)],
+        }
+
+    def _direct_input(self, df, batch_id: int) -> tuple[dict | None, int]:
+        """What the tasks make this batch's input from themselves (and into
+        how many parts), or (None, 0): Spark's rows. A batch with no input
+        goes through Spark (nothing to read)."""
+        if not self._direct:
+            return None, 0
+        plan = self.plan
+        from .direct import batch_files, check_files
+        from .nexmark import nexmark_range
+
+        nex = getattr(self.df, "_gpuwm_nexmark", None)
+        if plan.multi:  # each file to the input whose directory holds it
+            files = batch_files(df, scans_allowed=len(self.inputs))
+            if files == []:
+                return None, 0
+            why = "its files could not be found in the batch's scans" if files is None else None
+            if why is None:
+                named = list(input_schemas(plan.input_schema).values())
+                tagged = []
+                for f in files:
+                    k = next((k for k, d in enumerate(self._input_dirs) if f.startswith(d)), None)
+                    if k is None:
+                        why = f"file {f} is in no input's directory"
+                        break
+                    tagged.append([k, f])
+                for k, s in enumerate(named):
+                    why = why or check_files([f for j, f in tagged if j == k], s, plan.checkpoint.loc.options)
+                if why is None:
+                    return {"files": tagged}, len(tagged)
+        elif nex is not None:
+            rng = nexmark_range(self.checkpoint, batch_id)
+            if rng is not None and rng[0] == rng[1]:
+                return None, 0
+            if rng is not None:
+                from .nexmark import config_from_options
+
+                splits = config_from_options(nex["options"])[0].splits
+                return {"nexmark": {"options": nex["options"], "start": rng[0], "end": rng[1]}}, splits
+            why = "its offsets are not in Spark's offset log"
+        else:
+            files = batch_files(df)
+            if files == []:
+                return None, 0
+            why = "its files could not be found in the batch's scan" if files is None else \
+                check_files(files, plan.input_schema, plan.checkpoint.loc.options)
+            if why is None:
+                return {"files": files}, len(files)
+        if self.read == "direct":
+            raise ConfigError(f"read='direct' cannot read this micro-batch itself: {why}")
+        if not self._warned_direct:
+            self._warned_direct = True
+            log.warning("gpuwm: a micro-batch goes through Spark's reader: %s", why)
+        return None, 0
+
+
+def driver_filter(spec: Any, schema: pa.Schema, state: bytes | None = None) -> Any:
+    """The watermark filter on the driver (CPU; a few values per split), bound
+    to the input schema — which checks the delay's unit — and restored from
+    a committed batch's state."""
+    f = spec.build("cpu").bind(schema)
+    return f if state is None else f.restore(bytes_to_table(state))
+
+
+def gpuwm_time(raw_us: int) -> str:
+    return datetime.fromtimestamp(raw_us / 1e6, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def spark_schema(schema: pa.Schema):
+    """A Spark schema from an Arrow one."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
