@@ -157,7 +157,7 @@ def add_stage(p, i: int, stage: dict) -> None:
     try:
         p.add(kind, **opts)
     except (ConfigError, SchemaError) as e:
-        raise type(e)(f"stage {i} ({kind}): {e}") from None
+        raise type(e)(f"stage {i}: {e}" if str(e).startswith(kind) else f"stage {i} ({kind}): {e}") from None
 
 
 def build(spark, spec: dict, verbose: bool = True):
