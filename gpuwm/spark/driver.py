@@ -35,7 +35,9 @@ def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
 
     ck.loc.probe("checkpoint location", "gpuwm")
     fmt = ck.loc.read_json(Checkpoint.FORMAT_FILE)
-    if fmt is None and ck.loc.list("gpuwm/state"):
+    # (state objects with no commit beside them are a stopped task's leftovers after gpuwm/ was deleted,
+    # not another layout: check_state below refuses or ignores them)
+    if fmt is None and ck.loc.list("gpuwm/state") and ck.loc.list("gpuwm/commits"):
         raise ConfigError(f"checkpoint {ck} holds gpuwm state in an older layout (hard-linked state directories, "
                           f"before format {FORMAT}), which this gpuwm does not read: finish it with the gpuwm that "
                           "wrote it, or start from a new checkpoint location")
