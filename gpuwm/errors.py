@@ -25,6 +25,18 @@ class StateError(GpuwmError, RuntimeError):
     """Saved state is missing or damaged (a checkpoint's file, part or batch)."""
 
 
+def near_miss(name: str, choices) -> str:
+    """``": did you mean 'x'?"`` for the choice closest to ``name``, or "".
+
+    >>> near_miss("windw", ["window", "sort"]), near_miss("zzz", ["window"])
+    (": did you mean 'window'?", '')
+    """
+    import difflib
+
+    near = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f": did you mean {near[0]!r}?" if near else ""
+
+
 def unknown_keys(where: str, unknown: set, allowed) -> str:
     """The message for keys of ``where`` outside ``allowed``, with the near
     miss of each where there is one (``'tumbel': did you mean 'tumble'?``).
@@ -32,10 +44,5 @@ def unknown_keys(where: str, unknown: set, allowed) -> str:
     >>> unknown_keys("window", {"tumbel"}, {"tumble", "hop", "by"})
     "window: unknown key 'tumbel': did you mean 'tumble'?; expected one of ['by', 'hop', 'tumble']"
     """
-    import difflib
-
-    said = []
-    for k in sorted(map(str, unknown)):
-        near = difflib.get_close_matches(k, [str(a) for a in allowed], n=1, cutoff=0.6)
-        said.append(f"{k!r}: did you mean {near[0]!r}?" if near else repr(k))
+    said = [repr(k) + near_miss(k, allowed) for k in sorted(map(str, unknown))]
     return f"{where}: unknown key{'s' if len(said) > 1 else ''} {', '.join(said)}; expected one of {sorted(allowed)}"

@@ -54,7 +54,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple
 
 import pyarrow as pa
 
-from .errors import ConfigError, unknown_keys
+from .errors import ConfigError, near_miss, unknown_keys
 
 
 class Released(NamedTuple):
@@ -164,11 +164,7 @@ def stage_class(kind: str) -> type:
     """The spec class of stage ``kind``."""
     kinds = stage_kinds()
     if kind not in kinds:
-        import difflib
-
-        near = difflib.get_close_matches(kind, list(kinds), n=1)
-        raise ConfigError(f"unknown stage kind {kind!r}" + (f": did you mean {near[0]!r}?" if near else "")
-                          + f"; the kinds are {sorted(kinds)}")
+        raise ConfigError(f"unknown stage kind {kind!r}{near_miss(kind, kinds)}; the kinds are {sorted(kinds)}")
     return kinds[kind]
 
 

@@ -286,8 +286,9 @@ class Pipeline:
         :func:`gpuwm.operator.stage_from_json`)."""
         from ..operator import stage_class
 
-        self._need_watermark(kind, stage_class(kind).takes_inputs)
-        return self.stage(stage_class(kind).from_json(options, self._context()))
+        cls = stage_class(kind)
+        self._need_watermark(kind, cls.takes_inputs)
+        return self.stage(cls.from_json(options, self._context()))
 
     def stage(self, spec: OperatorSpec) -> "Pipeline":
         """Append any operator spec as the next stage (what :meth:`add` and
@@ -295,9 +296,10 @@ class Pipeline:
         (:meth:`~gpuwm.operator.OperatorSpec.check`, the stage order of
         :func:`~gpuwm.spark.plan.check_stages`, every stage's columns)."""
         self._need_watermark(spec.kind or "stage", spec.takes_inputs)
+        ctx = self._context()
         for name in spec.inputs():
-            self._context().watermark(name)  # an input it takes is one of the pipeline's, with a watermark
-        spec.check(self._context())
+            ctx.watermark(name)  # an input it takes is one of the pipeline's, with a watermark
+        spec.check(ctx)
         return self._add(spec)
 
     def _context(self) -> StageContext:
