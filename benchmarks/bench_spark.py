@@ -119,7 +119,8 @@ def main() -> int:
         backend = p.history[-1]["backend"]
 
     # floors: the same batches, only counted
-    from gpuwm.spark.direct import batch_files, read_files
+    from gpuwm.spark.direct import batch_files
+    from gpuwm.spark.sources import read_files
 
     in_schema = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("k", pa.int64()), ("price", pa.int64())])
 

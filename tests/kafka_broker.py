@@ -112,3 +112,25 @@ def produce(bootstrap: str, topic: str, table: pa.Table, partition: str = "parti
     left = p.flush(120)
     if left:
         raise RuntimeError(f"{left} message(s) to {topic} not acknowledged")
+
+
+def produce_raw(bootstrap: str, topic: str, messages: list[dict], transaction: str | None = None,
+                abort: bool = False) -> None:
+    """Messages as given (``partition``, ``value`` bytes or None, optional
+    ``key`` and ``headers`` ``[(str, bytes)]``), in one transaction when
+    ``transaction`` is a transactional id — aborted with ``abort``."""
+    from confluent_kafka import Producer
+
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"}
+    p = Producer({**conf, "transactional.id": transaction} if transaction else conf)
+    if transaction:
+        p.init_transactions(60)
+        p.begin_transaction()
+    for m in messages:
+        p.produce(topic, value=m.get("value"), key=m.get("key"), headers=m.get("headers"), partition=m["partition"])
+    if transaction:
+        p.flush(60)
+        (p.abort_transaction if abort else p.commit_transaction)(60)
+    left = p.flush(60)
+    if left:
+        raise RuntimeError(f"{left} message(s) to {topic} not acknowledged")

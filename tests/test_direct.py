@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpuwm.spark.direct import _castable, check_files, read_files
+from gpuwm.spark.direct import _castable, check_files
+from gpuwm.spark.sources import read_files
 
 SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("k", pa.int64()), ("s", pa.string())])
 
@@ -77,7 +78,7 @@ def test_nexmark_range_comes_from_sparks_offset_log(tmp_path):
 
 def test_generated_splits_equal_what_the_source_reads():
     pytest.importorskip("pyspark")
-    from gpuwm.spark.direct import generate_nexmark
+    from gpuwm.spark.sources import generate_nexmark
     from gpuwm.spark.nexmark import NexmarkPartition, NexmarkStreamReader
 
     opts = {"splits": "3", "eventsPerSecond": "5000", "seed": "9", "outOfOrderFraction": "0.3", "kind": "bid"}

@@ -26,7 +26,7 @@ import pytest
 
 from gpuwm.errors import GpuwmError
 
-from .kafka_broker import Broker, create_topic, produce
+from .kafka_broker import Broker, create_topic, produce, produce_raw
 from .test_spark import read_out, rows_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -123,6 +123,8 @@ for run in cfg["runs"]:
             pq.write_table(t, os.path.join(run["dir"], ".tmp"))
             os.rename(os.path.join(run["dir"], ".tmp"), os.path.join(run["dir"], "%04d.parquet" % i))
         q.processAllAvailable()
+    if not run["chunks"]:  # the topic was filled before
+        q.processAllAvailable()
     q.stop()
     if q.exception() is not None:
         raise q.exception()
@@ -183,6 +185,7 @@ def test_kafka_equals_the_same_events_from_parquet(broker, tmp_path, profile, pa
     assert ([[m[c] for c in key] for m in mk if m["input_rows"] or not grow]
             == [[m[c] for c in key] for m in mf if m["input_rows"] or not grow])
     assert sum(m["late_rows"] for m in mk) > 0
+    assert {m["read"] for m in mk if m["input_rows"]} == {"direct"}  # gpuwm's tasks fetched the ranges
     if grow:  # the batch of the chunk with partition 2 is the first with three splits
         first = next(i for i, m in enumerate(mk) if m["splits"] == 3)
         assert mk[first]["input_rows"] == chunks[grow].num_rows
@@ -233,6 +236,77 @@ def test_a_partition_without_messages_goes_idle(broker, tmp_path):
     assert len(_closed(events, w_idle)) > len(_closed(events, w_held)) + 20
     assert mh[-1]["idle_splits"] == [] and mi[-1]["idle_splits"] == [2]
     assert [m["late_rows"] for m in mh + mi] == [0] * (len(mh) + len(mi))
+
+
+# messages Spark's from_json reads its own way, and whether each parses whole (counted malformed if not)
+ODD = [(b"not json", False), (b'{"ts": "x", "k": 1, "price": 2}', False), (b"", False), (b"   ", False),
+       (None, True), (b"{'ts': 5, 'k': 2, 'price': 3}", True), (b'{"ts": 1, "k": 2, "price": 3} trailing', True),
+       (b'{"ts": 1.5, "k": 1}', False), (b"[1]", False), (b"null", False), (b'{"ts": 007}', False),
+       (b'{\n"ts": 9, "k": 1\n}', True), (b'{"k": 1, "k": 2}', True), (b'{"ts": 9223372036854775808}', False),
+       (b'{"s": "\\ud83d\\ude00 \\u00e9", "k": 3}', True), (b'{"ts":1,}', False), (b'{"k": NaN}', False),
+       (b"\xff\xfe", False), (b'{"d": "Infinity", "b": true, "s": 12.50}', True), (b'{"b": 1, "d": 1e400}', False),
+       (b'{"s": {"x": [1, 2]}, "k": 4}', True), (b'{"d": -0.0, "s": "a\tb"}', False)]
+WIDE = [["from_json(CAST(value AS STRING), 'ts BIGINT, k BIGINT, price BIGINT, s STRING, d DOUBLE, b BOOLEAN') AS e",
+         "partition", "offset", "CAST(key AS STRING) AS key", "headers", "timestampType", "topic"],
+        ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "e.s AS s", "e.d AS d", "e.b AS b",
+         "partition", "offset", "key", "headers", "timestampType", "topic"]]
+WIDE_COLS = ["partition", "offset", "ts", "k", "price", "s", "d", "b", "key", "headers", "timestampType", "topic"]
+
+
+def _wide_rows(path: str) -> list[tuple]:
+    t = read_out(path)
+    rows = []
+    for r in t.select(WIDE_COLS).to_pylist():
+        r["headers"] = None if r["headers"] is None else tuple((h["key"], h["value"]) for h in r["headers"])
+        r["d"] = "nan" if r["d"] is not None and r["d"] != r["d"] else r["d"]
+        rows.append(tuple(r.values()))
+    return sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+def test_direct_read_equals_sparks_reader_batch_for_batch(broker, tmp_path):
+    """The same topic read by Spark's Kafka reader and by gpuwm's tasks
+    (``read``: ``spark``, ``direct``), from the start in micro-batches of
+    ``maxOffsetsPerTrigger``: three partitions (one idle after the first
+    messages), committed and aborted transactions, keys and headers, and
+    messages Spark's ``from_json`` reads its own way (:data:`ODD`), under
+    ``read_committed`` and ``read_uncommitted``. Filter only (profile spark:
+    rows without a time pass): every column of every row, batch for batch."""
+    rng = np.random.default_rng(5)
+    topic = _topic(broker, 3)
+    produce(broker.bootstrap, topic, _events(rng, 600, [0, 1, 2], 0, 3_000), transaction=f"{topic}-a")
+    odd = [{"partition": i % 2, "value": v, "key": None if i % 3 else f"k{i}".encode(),
+            "headers": [("h", b"x"), ("n", str(i).encode())] if i % 4 == 1 else None} for i, (v, _) in enumerate(ODD)]
+    produce_raw(broker.bootstrap, topic, odd, transaction=f"{topic}-b")
+    aborted = [{"partition": i % 2, "value": b'{"ts": %d, "k": 99, "price": 1}' % (int(T0.timestamp() * 1000) + 5_000 + i)}
+               for i in range(50)]
+    produce_raw(broker.bootstrap, topic, aborted, transaction=f"{topic}-c", abort=True)
+    produce(broker.bootstrap, topic, _events(rng, 900, [0, 1], 3_000, 6_000, disorder_ms=2_000),
+            transaction=f"{topic}-d")
+    runs = []
+    for iso in ("read_committed", "read_uncommitted"):
+        for read in ("spark", "direct"):
+            src = _kafka(broker, topic, maxOffsetsPerTrigger=400, includeHeaders="true")
+            src["options"]["kafka.isolation.level"] = iso
+            src["select"] = WIDE
+            spec = {"source": src, "checkpoint": f"{tmp_path}/ck-{iso}-{read}", "read": read,
+                    "watermark": {"column": "ts", "delay": "1 second", "split": "partition", "profile": "spark"},
+                    "sink": {"parquet": f"{tmp_path}/out-{iso}-{read}"}}
+            runs.append({"spec": spec, "chunks": []})
+    metrics = _drive(str(tmp_path), runs)
+    for k, iso in enumerate(("read_committed", "read_uncommitted")):
+        ms, md = metrics[2 * k], metrics[2 * k + 1]
+        assert {m["read"] for m in ms if m["input_rows"]} == {"spark"}
+        assert {m["read"] for m in md if m["input_rows"]} == {"direct"}
+        key = ("batch_id", "input_rows", "late_rows", "null_rows", "watermark", "rows_emitted", "splits")
+        assert [[m[c] for c in key] for m in md] == [[m[c] for c in key] for m in ms]
+        assert len([m for m in md if m["input_rows"]]) >= 4
+        got, want = _wide_rows(f"{tmp_path}/out-{iso}-direct"), _wide_rows(f"{tmp_path}/out-{iso}-spark")
+        assert got == want
+        assert sum(m["malformed_rows"] for m in md) == sum(not ok for v, ok in ODD)
+        k99 = [r for r in got if r[3] == 99]
+        assert len(k99) == (0 if iso == "read_committed" else 50)
+        assert any(r[9] for r in got) and any(r[8] for r in got)  # headers and keys came through
+        assert sum(m["input_rows"] for m in md) == 1_500 + len(ODD) + len(k99)
 
 
 def _batch_lines(out: str) -> list[int]:

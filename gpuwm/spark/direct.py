@@ -27,7 +27,7 @@ The embedded Nexmark source (:func:`gpuwm.spark.read_nexmark`, the
 DataFrame itself) works the same way: Spark plans each micro-batch's offset
 range and logs it (``<checkpoint>/offsets/<batch_id>``); the task generates
 those events with the generator the source would have run
-(:func:`gpuwm.spark.nexmark.nexmark_range`, :func:`generate_nexmark`), split by split.
+(:func:`gpuwm.spark.nexmark.nexmark_range`, :func:`gpuwm.spark.sources.generate_nexmark`), split by split.
 
 Otherwise the batch goes through Spark's reader as before, decided per batch
 and logged once. Spark's scan of a batch read directly does not run, so its
@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .checkpoint import Checkpoint, Location
+from .sources import file_of
 
 # file-source options that only decide which files make a micro-batch
 _LISTING_OPTIONS = {
@@ -77,10 +78,11 @@ def parquet_source(df) -> str | None:
     return None
 
 
-def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str | None, list[str]]:
+def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str | None, list[str], dict | None]:
     """Why gpuwm's tasks cannot make the query's input themselves (None:
-    they can), and, with several named ``inputs``, each one's directory
-    (a file goes to the input whose directory holds it)."""
+    they can); with several named ``inputs``, each one's directory (a file
+    goes to the input whose directory holds it); for a Kafka source, what
+    :func:`gpuwm.spark.kafka.kafka_source` found (the projection on it)."""
     if inputs is not None:
         dirs = []
         for name, d in inputs.items():
@@ -88,16 +90,26 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
             if why is None and source_path(d) is None:
                 why = "its directory is not known"
             if why is not None:
-                return f"input {name!r}: {why}", []
+                return f"input {name!r}: {why}", [], None
             dirs.append(Location.of(source_path(d), what="source path").uri.rstrip("/") + "/")
         if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
-            return "one input's directory holds another's", []
-        return None, dirs
+            return "one input's directory holds another's", [], None
+        return None, dirs, None
     nex = getattr(df, "_gpuwm_nexmark", None)
     if nex is not None:  # offsets come from this query's own offset log
         return (None if nex["checkpoint"] == checkpoint.loc.uri else
-                "read_nexmark() was given another checkpoint than the Pipeline"), []
-    return parquet_source(df), []
+                "read_nexmark() was given another checkpoint than the Pipeline"), [], None
+    from .kafka import kafka_source
+
+    kafka, why = kafka_source(df)
+    if kafka is not None or why is not None:
+        if kafka is not None:
+            try:
+                import confluent_kafka  # noqa: F401
+            except ImportError:
+                return "the Python package confluent-kafka is not installed", [], None
+        return why, [], kafka
+    return parquet_source(df), [], None
 
 
 def _scala_iter(it) -> Iterator[Any]:
@@ -162,18 +174,11 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     return any(any(k(src) for k in ks) and any(k(dst) for k in ks) for ks in kinds)
 
 
-def _file(uri: str, options: tuple = ()) -> tuple[Any, str]:
-    """(file system, path in it) of a file :func:`batch_files` named; ``options``:
-    Spark's ``spark.hadoop.fs.*`` settings (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)."""
-    loc = Location.of(uri, options)
-    return loc.fs, loc.root
-
-
 def check_files(paths: list[str], schema: pa.Schema, options: tuple = ()) -> str | None:
     """Why these files cannot be read directly into ``schema``, or None."""
     for p in paths:
         try:
-            fsys, path = _file(p, options)
+            fsys, path = file_of(p, options)
             fs = pq.read_schema(path, filesystem=fsys)
         except Exception as e:
             return f"{p}: {e}"
@@ -184,36 +189,6 @@ def check_files(paths: list[str], schema: pa.Schema, options: tuple = ()) -> str
             if not _castable(fs.field(i).type, field.type):
                 return f"{p}: column {field.name!r} is {fs.field(i).type}, the stream's schema says {field.type}"
     return None
-
-
-def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch],
-               options: tuple = ()) -> Iterator[pa.RecordBatch]:
-    """In a task: the rows of the files whose indexes (into ``paths``) the
-    task's input carries, in order, cast to the stream's schema."""
-    for b in ids:
-        for i in b.column(0).to_pylist():
-            fs, path = _file(paths[i], options)
-            t = pq.read_table(path, columns=schema.names, filesystem=fs)
-            yield from t.cast(schema).to_batches()
-
-
-def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch],
-                     options: tuple = ()) -> Iterator[pa.RecordBatch]:
-    """:func:`read_files` for several inputs: ``files`` as ``[input index,
-    path]``; each file's rows as the inputs' union rows
-    (:func:`gpuwm.spark.plan.to_union`)."""
-    from gpuwm.inputs import input_schemas
-
-    from .plan import to_union
-
-    named = list(input_schemas(plan.input_schema).items())
-    for b in ids:
-        for i in b.column(0).to_pylist():
-            k, uri = files[i]
-            name, schema = named[k]
-            fs, path = _file(uri, options)
-            t = pq.read_table(path, columns=schema.names, filesystem=fs).cast(schema)
-            yield from to_union(plan, {name: t}).to_batches()
 
 
 def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
@@ -267,18 +242,3 @@ def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
 def _uri(path) -> str:
     """A Hadoop path or URI as :class:`Location` names it (``file:`` dropped, decoded)."""
     return Location.of(unquote(str(path))).uri
-
-
-def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """In a task: the events of the splits whose numbers the task's input
-    carries, exactly as :class:`~gpuwm.spark.nexmark.NexmarkStreamReader`
-    would read them."""
-    from gpuwm.nexmark import GENERATORS
-
-    from .nexmark import _kind, config_from_options
-
-    cfg, _, _ = config_from_options(source["options"])
-    gen = GENERATORS[_kind(source["options"])][0]
-    for b in ids:
-        for split in b.column(0).to_pylist():
-            yield from gen(cfg, source["start"], source["end"], split).to_batches()

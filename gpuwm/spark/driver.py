@@ -106,7 +106,7 @@ class Driver:
     docstring); ``history`` gets each batch's metrics."""
 
     def __init__(self, plan: Plan, spark, df, *, inputs: tuple[str, ...], read: str, direct: bool,
-                 input_dirs: list[str], owner: Owner, history: list[dict],
+                 input_dirs: list[str], kafka: dict | None, owner: Owner, history: list[dict],
                  on_batch: Callable[[dict], None] | None, verbose: bool, name: str | None):
         self.plan = plan
         self.spark = spark
@@ -116,6 +116,7 @@ class Driver:
         self.read = read
         self._direct = direct  # the input qualifies for gpuwm.spark.direct
         self._input_dirs = input_dirs
+        self._kafka = kafka  # the Kafka source's projection (gpuwm.spark.kafka.kafka_source)
         self._warned_direct = False
         self._owner = owner
         self._last_filter: tuple[str | None, bytes | None] = (None, None)  # (name, bytes) of the last commit's
@@ -330,6 +331,7 @@ class Driver:
             else head["max_event_time"] - head["watermark"],
             "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
             "rows_released": head.get("rows_released", 0),
+            "malformed_rows": head.get("malformed_rows", 0), "offsets_lost": head.get("offsets_lost", 0),
             **({"input_rows_by_input": head["input_rows_by_input"]} if "input_rows_by_input" in head else {}),
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
             "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
@@ -365,6 +367,17 @@ class Driver:
                     why = why or check_files([f for j, f in tagged if j == k], s, plan.checkpoint.loc.options)
                 if why is None:
                     return {"files": tagged}, len(tagged)
+        elif self._kafka is not None:
+            from .kafka import batch_ranges, consumer_conf
+
+            got = batch_ranges(df)
+            if got is not None and not got["parts"]:
+                return None, 0
+            why = "its Kafka offset ranges could not be found in the batch's scan" if got is None else None
+            if why is None:
+                conf, why = consumer_conf(got["params"])
+            if why is None:
+                return {"kafka": {**self._kafka, **got, "conf": conf}}, len(got["parts"])
         elif nex is not None:
             rng = nexmark_range(self.checkpoint, batch_id)
             if rng is not None and rng[0] == rng[1]:

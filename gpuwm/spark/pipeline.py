@@ -469,7 +469,7 @@ class Pipeline:
 
         plan = self._plan()
         trigger, finish = drain.trigger_for(dict(trigger) if trigger else None)
-        why, dirs = ("read='spark'", []) if self.read == "spark" else \
+        why, dirs, kafka = ("read='spark'", [], None) if self.read == "spark" else \
             direct_reason(self.df, self.inputs, self.checkpoint)
         if why is not None and self.read == "direct":
             raise ConfigError(f"read='direct' cannot read this input itself: {why}")
@@ -478,7 +478,7 @@ class Pipeline:
                 sink.location.probe(what)
         owner = prepare_checkpoint(self.checkpoint, plan)
         driver = Driver(plan, self.spark, self.df, inputs=tuple(self.inputs or ()), read=self.read,
-                        direct=why is None, input_dirs=dirs, owner=owner, history=self.history,
+                        direct=why is None, input_dirs=dirs, kafka=kafka, owner=owner, history=self.history,
                         on_batch=self.on_batch, verbose=self.verbose, name=self.name)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         df = drain.with_drains(self.df, self.checkpoint)

@@ -102,7 +102,7 @@ class _Filter:
 
 def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatch], batch_id: int,
                       part: int, now_iso: str | None, queued: str = "prepend",
-                      end: bool = False) -> tuple[Any, dict, list | dict]:
+                      end: bool = False, counts: dict | None = None) -> tuple[Any, dict, list | dict]:
     """Filter one input partition against the previous batch's filter state.
     On the GPU the Arrow batch moves to the device here, once, and the kept
     rows come back as a device :class:`~gpuwm.frame.Frame`. Alignment:
@@ -136,23 +136,29 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
             write_late(plan, batch_id, None, part, {None: late[0]}, "filter")
     stats["read_s"] = t_read - t_start
     stats["t_read"] = t_read
+    stats["malformed"] = (counts or {}).get("malformed", 0)  # what a direct source counted (Kafka)
+    stats["offsets_lost"] = (counts or {}).get("offsets_lost", 0)
     stats["part"] = part
     return kept, stats, held
 
 
-def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None) -> Iterator[pa.RecordBatch]:
+def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None,
+           counts: dict) -> Iterator[pa.RecordBatch]:
     """The task's input rows: from Spark, or — ``direct`` given — made here
-    (:mod:`gpuwm.spark.direct`): read from the files, or generated for the
-    Nexmark splits, whose numbers Spark sent."""
+    (:mod:`gpuwm.spark.sources`): read from the files or Kafka ranges, or
+    generated for the Nexmark splits, whose numbers Spark sent. ``counts``
+    gets what the source counts (malformed Kafka messages, lost offsets)."""
     if direct is None:
         return batches
-    from .direct import generate_nexmark, read_files, read_union_files
+    from .sources import generate_nexmark, read_files, read_kafka, read_union_files
 
     options = plan.checkpoint.loc.options  # Spark's spark.hadoop.fs.* settings: the input's file system's too
     if plan.multi:
         return read_union_files(plan, direct["files"], batches, options)
     if "files" in direct:
         return read_files(direct["files"], plan.input_schema, batches, options)
+    if "kafka" in direct:
+        return read_kafka(direct["kafka"], batches, counts)
     return generate_nexmark(direct["nexmark"], batches)
 
 
@@ -178,8 +184,9 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         kept, stats, held = _filter_partition(plan, filt, iter([] if got is None else got.to_batches()), batch_id,
                                               partition, now_iso, "only", end)
     else:
-        kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, partition or 0,
-                                              now_iso, "skip", end)
+        counts: dict = {}
+        kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id,
+                                              partition or 0, now_iso, "skip", end, counts)
     vn = None
     if plan.multi:  # each input's rows to the vnodes of their join keys, as one union
         kept = {n: t if isinstance(t, pa.Table) else t.to_arrow() for n, t in kept.items()}
@@ -262,7 +269,9 @@ def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
     stages, with no shuffle and no Arrow round trip in between (on the GPU
     the rows stay on the device from the filter to the first drain)."""
     filt = _Filter(plan, filter_state)
-    kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct), batch_id, 0, now_iso, end=end)
+    counts: dict = {}
+    kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id, 0, now_iso,
+                                          end=end, counts=counts)
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
     wm = filt.advance([stats], now_iso, end, held if plan.aligned else None)
     yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev, stats=[stats], filt=filt,
@@ -367,6 +376,8 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
             "output_watermark": f.output_watermark_raw, "max_event_time": f.max_event_time_raw,
             "filter_task_s": sum(s.get("task_s", 0) for s in stats), "read_s": sum(s.get("read_s", 0) for s in stats),
             "rows_released": sum(s.get("released", 0) for s in stats),
+            "malformed_rows": sum(s.get("malformed", 0) for s in stats),
+            "offsets_lost": sum(s.get("offsets_lost", 0) for s in stats),
         })
         if plan.multi:
             metrics["input_rows_by_input"] = {n: sum(s["inputs"][n]["rows"] for s in stats if n in s.get("inputs", {}))

@@ -1,0 +1,212 @@
+"""Kafka read directly by gpuwm's tasks: Spark plans, the tasks fetch.
+
+Spark's Kafka source keeps doing what it is there for — subscribing
+(``subscribe``/``subscribePattern``/``assign``), choosing each
+micro-batch's per-partition offset ranges (``startingOffsets``,
+``maxOffsetsPerTrigger``, new partitions from their start, data loss at
+planning), logging them in the offset log and replaying them after a crash.
+gpuwm takes the ranges of each batch from the batch's own scan (its
+``KafkaBatchInputPartition`` objects: topic, partition, from and until
+offset, ``failOnDataLoss``, ``includeHeaders``, the executor's consumer
+settings) and its tasks fetch them with ``confluent-kafka``
+(:func:`gpuwm.spark.sources.read_kafka`), one task per Kafka partition
+(``partition`` is the natural split), building Spark's Kafka columns in
+Arrow and then the query's ``select`` (:mod:`gpuwm.spark.project`).
+
+Used when the pipeline's DataFrame is the Kafka source followed only by
+projections the task can evaluate (:func:`translate`) and every ``kafka.*``
+consumer setting has a librdkafka twin (:data:`_SAME`, :data:`_RENAMED`) or
+does not change what is read (:data:`_IGNORED`); otherwise Spark's reader
+reads the batches and ``--dry-run`` says why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .project import JSON_TYPES
+
+# the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
+# under another name, or without effect on what a read of fixed offsets returns
+_SAME = {"bootstrap.servers", "group.id", "isolation.level", "client.id", "client.rack", "security.protocol",
+         "sasl.mechanism", "sasl.kerberos.service.name", "sasl.kerberos.principal", "ssl.endpoint.identification.algorithm",
+         "fetch.max.bytes", "fetch.min.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms", "check.crcs",
+         "reconnect.backoff.ms", "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
+         "connections.max.idle.ms", "socket.connection.setup.timeout.ms", "session.timeout.ms",
+         "heartbeat.interval.ms", "max.poll.interval.ms"}
+_RENAMED = {"receive.buffer.bytes": "socket.receive.buffer.bytes", "send.buffer.bytes": "socket.send.buffer.bytes"}
+_IGNORED = {"key.deserializer", "value.deserializer", "enable.auto.commit", "auto.offset.reset", "max.poll.records",
+            "request.timeout.ms", "default.api.timeout.ms", "auto.commit.interval.ms", "client.dns.lookup",
+            "allow.auto.create.topics", "exclude.internal.topics", "interceptor.classes", "metric.reporters",
+            "metrics.num.samples", "metrics.sample.window.ms", "metrics.recording.level", "partition.assignment.strategy"}
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+def consumer_conf(params: dict) -> tuple[dict | None, str | None]:
+    """librdkafka settings for a Java consumer's ``params`` (Spark's
+    executor settings), or (None, why not)."""
+    conf: dict[str, Any] = {"isolation.level": "read_uncommitted"}  # the Java client's default (librdkafka's differs)
+    for k, v in params.items():
+        if k in _IGNORED:
+            continue
+        if k not in _SAME and k not in _RENAMED:
+            return None, f"Kafka setting kafka.{k} has no equivalent in gpuwm's librdkafka consumer"
+        conf[_RENAMED.get(k, k)] = str(v)
+    return conf, None
+
+
+def kafka_source(df) -> tuple[dict | None, str | None]:
+    """The Kafka source under ``df`` (a streaming DataFrame) and the
+    projection on it — ``({"steps": ..., "options": ...}, None)`` — or
+    ``(None, why gpuwm's tasks cannot read it)``; ``(None, None)``: not a
+    Kafka source at all."""
+    try:
+        node = df._jdf.queryExecution().analyzed()
+        projects = []
+        while node.getClass().getSimpleName() == "Project":
+            projects.append(node)
+            node = node.child()
+        name = node.getClass().getSimpleName()
+        if name not in ("StreamingRelationV2", "StreamingRelation"):
+            return None, None if not projects else None
+        fmt = str(node.sourceName() if name == "StreamingRelationV2" else node.dataSource().className()).lower()
+        if "kafka" not in fmt:
+            return None, None
+        if name != "StreamingRelationV2":
+            return None, "the Kafka source is not Spark's v2 Kafka source"
+        out = [str(a.name()) for a in _seq(node.output())]
+        ids = {int(a.exprId().id()): str(a.name()) for a in _seq(node.output())}
+        steps = []
+        for p in reversed(projects):
+            step, names = [], {}
+            for ne in _seq(p.projectList()):
+                expr = translate(ne.child() if ne.getClass().getSimpleName() == "Alias" else ne, ids)
+                step.append([str(ne.name()), expr])
+                names[int(ne.exprId().id())] = str(ne.name())
+            if len(set(n for n, _ in step)) != len(step):
+                return None, f"a select gives two columns one name ({[n for n, _ in step]})"
+            steps.append(step)
+            ids = names
+        options = {str(k): str(v) for k, v in dict(node.extraOptions()).items()}
+        conf, why = consumer_conf({k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")})
+        if why is not None:
+            return None, why
+        why = _same_schema(steps, "headers" in out, df.schema)
+        if why is not None:
+            return None, why
+        return {"steps": steps, "columns": out, "options": options}, None
+    except Untranslatable as e:
+        return None, f"the task cannot evaluate `{e}` of the select on the Kafka source"
+    except Exception as e:  # not classic PySpark, or a plan shape we do not know
+        return None, f"the Kafka source's plan cannot be inspected ({type(e).__name__})"
+
+
+def _same_schema(steps: list, headers: bool, spark_schema) -> str | None:
+    """Why the projection's columns would differ from the DataFrame's, or None."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from .project import evaluate
+    from .sources import kafka_schema
+
+    want = to_arrow_schema(spark_schema)
+    got = evaluate(steps, kafka_schema(headers).empty_table()).schema
+    if got.names != want.names or any(not _same_type(a.type, b.type) for a, b in zip(got, want)):
+        return f"the task's columns ({got}) would not be the query's ({want})"
+    return None
+
+
+def _same_type(a, b) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
+        return a.unit == b.unit
+    if pa.types.is_string(a) or pa.types.is_large_string(a):
+        return pa.types.is_string(b) or pa.types.is_large_string(b)
+    return a.equals(b)
+
+
+class Untranslatable(Exception):
+    """An expression :mod:`gpuwm.spark.project` does not evaluate."""
+
+
+_TS = {"MillisToTimestamp": "millis", "SecondsToTimestamp": "seconds", "MicrosToTimestamp": "micros"}
+
+
+def translate(e, ids: dict[int, str]) -> dict:
+    """A Catalyst expression as a :mod:`gpuwm.spark.project` expression."""
+    kind = e.getClass().getSimpleName()
+    if kind == "AttributeReference":
+        got = ids.get(int(e.exprId().id()))
+        if got is None:
+            raise Untranslatable(str(e.sql()))
+        return {"col": got}
+    if kind == "GetStructField":
+        return {"field": [translate(e.child(), ids), str(e.extractFieldName())]}
+    if kind in _TS:
+        return {"ts": [translate(e.child(), ids), _TS[kind]]}
+    if kind == "Cast":
+        src, to = str(e.child().dataType().simpleString()), str(e.dataType().simpleString())
+        ok = (src == "binary" and to == "string") or (src in ("bigint", "int", "smallint", "tinyint")
+                                                     and to in ("timestamp", "bigint", "double"))
+        if not ok:
+            raise Untranslatable(str(e.sql()))
+        return {"cast": [translate(e.child(), ids), to]}
+    if kind == "JsonToStructs":
+        fields = [[str(f.name()), str(f.dataType().simpleString())] for f in e.schema().fields()] \
+            if str(e.schema().typeName()) == "struct" else None
+        if fields is None or any(t not in JSON_TYPES for _, t in fields) or e.options().size():
+            raise Untranslatable(f"{e.sql()} (fields of types {sorted(JSON_TYPES)}, no options)")
+        return {"from_json": [translate(e.child(), ids), fields]}
+    raise Untranslatable(str(e.sql()))
+
+
+def batch_ranges(batch_df) -> dict | None:
+    """A micro-batch's Kafka ranges, as Spark planned them, from its scan:
+    ``{"parts": [{"topic", "partition", "ranges": [[from, until], ...]}],
+    "params", "fail_on_data_loss", "headers", "poll_ms"}`` (a partition's
+    ranges joined when ``minPartitions`` split them), ``{"parts": []}`` for a
+    batch without Kafka rows, or None when the scan cannot be found."""
+    try:
+        rdd = batch_df._jdf.queryExecution().optimizedPlan().rdd()
+        stack, found = [rdd], []
+        while stack:
+            r = stack.pop()
+            if r.getClass().getSimpleName() == "DataSourceRDD":
+                groups = r.inputPartitions()
+                for i in range(groups.length()):
+                    g = groups.apply(i)
+                    found += [g.apply(j) for j in range(g.length())]
+                continue
+            deps = r.dependencies()
+            for i in range(deps.length() - 1, -1, -1):
+                stack.append(deps.apply(i).rdd())
+        if not found:
+            return {"parts": []}
+        if any(p.getClass().getSimpleName() != "KafkaBatchInputPartition" for p in found):
+            return None
+        parts: dict[tuple, list] = {}
+        for p in found:
+            o = p.offsetRange()
+            tp = (str(o.topicPartition().topic()), int(o.topicPartition().partition()))
+            parts.setdefault(tp, []).append([int(o.fromOffset()), int(o.untilOffset())])
+        first = found[0]
+        return {"parts": [{"topic": t, "partition": n, "ranges": _joined(rs)} for (t, n), rs in parts.items()],
+                "params": {str(k): str(v) for k, v in dict(first.executorKafkaParams()).items()},
+                "fail_on_data_loss": bool(first.failOnDataLoss()), "headers": bool(first.includeHeaders()),
+                "poll_ms": int(first.pollTimeoutMs())}
+    except Exception:
+        return None
+
+
+def _joined(ranges: list) -> list:
+    out: list[list[int]] = []
+    for a, z in sorted(ranges):
+        if out and out[-1][1] == a:
+            out[-1][1] = z
+        else:
+            out.append([a, z])
+    return out
+
+
+def _seq(s) -> list:
+    return [s.apply(i) for i in range(s.length())] if hasattr(s, "length") else [s.apply(i) for i in range(s.size())]

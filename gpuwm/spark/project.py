@@ -1,0 +1,436 @@
+"""A Spark projection evaluated in a gpuwm task over Arrow columns, with
+Spark's results: the ``select`` a query applies to its source (Kafka's
+``from_json(CAST(value AS STRING), schema)``, then naming the fields), so
+that a task that reads its input itself (:mod:`gpuwm.spark.sources`) hands
+the operators the rows Spark's plan would have.
+
+A projection is a list of steps; a step a list of ``[name, expr]``; an
+expression a small JSON tree (the driver builds it from Spark's analyzed
+plan, :func:`gpuwm.spark.kafka.translate`):
+
+- ``{"col": name}`` — a column of the step's input;
+- ``{"field": [expr, name]}`` — a struct's field (``e.ts``);
+- ``{"cast": [expr, type]}`` — ``binary → string`` (bytes as they are, as
+  Spark's cast), ``long → timestamp`` (seconds), integer widening;
+- ``{"ts": [expr, unit]}`` — ``timestamp_seconds/millis/micros``;
+- ``{"from_json": [expr, [[field, type], ...]]}`` — Spark's ``from_json``
+  with a struct of ``bigint``, ``int``, ``smallint``, ``tinyint``,
+  ``double``, ``boolean`` and ``string`` fields, PERMISSIVE.
+
+``from_json``: the messages go through ``pyarrow.json`` in one call; only
+those it rejects are parsed one by one, by :func:`spark_json`, which follows
+Spark's ``JacksonParser`` with its default options (single quotes and
+``NaN``/``Infinity`` allowed; leading zeros, control characters, comments
+and trailing commas not; text after the first value ignored): a value that
+is not JSON gives a struct of nulls, a field that does not convert a null
+field (the others kept), an empty or blank message a null struct. Each
+message not parsed whole is counted (``malformed``).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+JSON_TYPES = {"bigint": pa.int64(), "int": pa.int32(), "smallint": pa.int16(), "tinyint": pa.int8(),
+              "double": pa.float64(), "boolean": pa.bool_(), "string": pa.string()}
+_INT_RANGE = {"bigint": 63, "int": 31, "smallint": 15, "tinyint": 7}
+_TS_UNIT = {"seconds": 1_000_000, "millis": 1_000, "micros": 1}
+
+
+def json_struct(fields: list) -> pa.StructType:
+    return pa.struct([pa.field(n, JSON_TYPES[t]) for n, t in fields])
+
+
+def evaluate(steps: list, table: pa.Table, counts: dict | None = None) -> pa.Table:
+    """Apply the projection's steps to ``table``; ``counts["malformed"]``
+    gets the messages ``from_json`` did not parse whole."""
+    for step in steps:
+        cols = [_eval(e, table, counts) for _, e in step]
+        table = pa.table(cols, names=[n for n, _ in step]) if cols else table.select([])
+    return table
+
+
+def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
+    (op, arg), = e.items()
+    if op == "col":
+        return t.column(arg).combine_chunks()
+    if op == "field":
+        return pc.struct_field(_eval(arg[0], t, counts), [arg[1]])
+    if op == "cast":
+        return _cast(_eval(arg[0], t, counts), arg[1])
+    if op == "ts":
+        x = _eval(arg[0], t, counts).cast(pa.int64())
+        us = pc.multiply_checked(x, _TS_UNIT[arg[1]]) if arg[1] != "micros" else x
+        return us.cast(pa.timestamp("us", tz="UTC"))
+    if op == "from_json":
+        got, bad = from_json(_eval(arg[0], t, counts), arg[1])
+        if counts is not None:
+            counts["malformed"] = counts.get("malformed", 0) + bad
+        return got
+    raise ValueError(f"unknown projection op {op!r}")
+
+
+def _cast(a: pa.Array, to: str) -> pa.Array:
+    if to == "string" and pa.types.is_binary(a.type):
+        return a.view(pa.string())  # Spark's cast keeps the bytes, valid UTF-8 or not
+    if to == "timestamp" and pa.types.is_integer(a.type):
+        return pc.multiply_checked(a.cast(pa.int64()), 1_000_000).cast(pa.timestamp("us", tz="UTC"))
+    return a.cast(JSON_TYPES.get(to) or {"binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}[to])
+
+
+def from_json(values: pa.Array, fields: list) -> tuple[pa.Array, int]:
+    """Spark's ``from_json(values, struct)`` (PERMISSIVE), and how many
+    messages did not parse whole."""
+    import pyarrow.json as pj
+
+    typ = json_struct(fields)
+    n = len(values)
+    if n == 0:
+        return pa.array([], typ), 0
+    raw = values.view(pa.binary()) if pa.types.is_string(values.type) else values
+    # pyarrow.json: one object per line; a line it would skip (blank) or misread (not an
+    # object: its root must be one) goes the slow way
+    fast = pc.and_(pc.and_(pc.starts_with(raw, "{"), pc.ends_with(raw, "}")),
+                   pc.invert(pc.or_(pc.match_substring(raw, "\n"), pc.match_substring(raw, "\r"))))
+    fast = fast.fill_null(False).to_numpy(zero_copy_only=False)
+    idx = np.flatnonzero(fast)
+    opts = pj.ParseOptions(explicit_schema=pa.schema(list(typ)), unexpected_field_behavior="ignore")
+    parsed: list[tuple[np.ndarray, pa.Table]] = []
+    slow = list(np.flatnonzero(~fast))
+
+    def parse(ix: np.ndarray) -> None:  # the rows pyarrow takes, in one call or by halves
+        if not len(ix):
+            return
+        lines = raw.take(pa.array(ix)).to_pylist()
+        try:
+            got = pj.read_json(io.BytesIO(b"\n".join(lines)), parse_options=opts)
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            got = None
+        if got is not None and got.num_rows == len(ix):
+            parsed.append((ix, got))
+        elif len(ix) == 1:
+            slow.append(int(ix[0]))
+        else:
+            parse(ix[: len(ix) // 2])
+            parse(ix[len(ix) // 2:])
+
+    parse(idx)
+    bad = 0
+    pieces, order = [], []
+    for ix, got in parsed:
+        pieces.append(pa.StructArray.from_arrays([got.column(f.name).combine_chunks().cast(f.type) for f in typ],
+                                                 fields=list(typ)))
+        order.append(ix)
+    if slow:
+        slow_ix = np.asarray(sorted(slow), np.int64)
+        rows = []
+        for v in raw.take(pa.array(slow_ix)).to_pylist():
+            row, ok = spark_json(v, fields)
+            bad += (v is not None) and not ok
+            rows.append(row)
+        pieces.append(pa.array(rows, typ))
+        order.append(slow_ix)
+    allrows = pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0]
+    at = np.concatenate(order)
+    if len(at) == n and (at[1:] > at[:-1]).all():
+        return allrows, bad
+    inv = np.empty(n, np.int64)
+    inv[at] = np.arange(n)
+    return allrows.take(pa.array(inv)), bad
+
+
+# -- one message, as Spark's JacksonParser reads it ------------------------------------
+class _Bad(Exception):
+    """The message is not JSON (Jackson's ``JsonProcessingException``)."""
+
+
+_WS = b" \t\n\r"
+_NUMBER_WORDS = {b"NaN": math.nan, b"Infinity": math.inf, b"+Infinity": math.inf, b"-Infinity": -math.inf}
+
+
+def spark_json(v: bytes | None, fields: list) -> tuple[dict | None, bool]:
+    """One message through Spark's ``from_json`` (PERMISSIVE, default
+    options): (the struct as a dict or None, whether it parsed whole)."""
+    if v is None:
+        return None, True
+    p = _Parser(v)
+    try:
+        tok = p.token()
+        if tok is None:  # empty or blank: no row, a null struct
+            return None, False
+        if tok != "{":  # a root that is not an object: every field null
+            raise _Bad()
+        return p.record(dict(fields))
+    except (_Bad, IndexError, ValueError, UnicodeDecodeError):
+        return {n: None for n, _ in fields}, False
+
+
+class _Parser:
+    """A JSON tokenizer with Spark's Jackson features; tokens: ``{ } [ ] : ,``,
+    ``("s", text)``, ``("n", text)``, ``("t"|"f"|"z", None)``."""
+
+    def __init__(self, b: bytes):
+        self.b, self.i = b, 0
+
+    def _skip_ws(self) -> None:
+        b, i = self.b, self.i
+        while i < len(b) and b[i] in _WS:
+            i += 1
+        self.i = i
+
+    def token(self) -> Any:
+        self._skip_ws()
+        b, i = self.b, self.i
+        if i >= len(b):
+            return None
+        c = b[i:i + 1]
+        if c in (b"{", b"}", b"[", b"]", b":", b","):
+            self.i = i + 1
+            return c.decode()
+        if c in (b'"', b"'"):
+            return ("s", self._string(c))
+        for word, kind in ((b"true", "t"), (b"false", "f"), (b"null", "z")):
+            if b.startswith(word, i):
+                self.i = i + len(word)
+                self._end_of_word()
+                return (kind, None)
+        for word in _NUMBER_WORDS:
+            if b.startswith(word, i):
+                self.i = i + len(word)
+                self._end_of_word()
+                return ("n", word.decode())
+        return ("n", self._number())
+
+    def _end_of_word(self) -> None:
+        if self.i < len(self.b) and (chr(self.b[self.i]).isalnum() or self.b[self.i] in b"_"):
+            raise _Bad()
+
+    def _number(self) -> str:
+        b, i = self.b, self.i
+        j = i + (b[i:i + 1] == b"-")
+        k = j
+        while k < len(b) and 48 <= b[k] <= 57:
+            k += 1
+        if k == j or (b[j:j + 1] == b"0" and k - j > 1):  # no digits, or a leading zero
+            raise _Bad()
+        if b[k:k + 1] == b".":
+            m = k + 1
+            while m < len(b) and 48 <= b[m] <= 57:
+                m += 1
+            if m == k + 1:
+                raise _Bad()
+            k = m
+        if b[k:k + 1] in (b"e", b"E"):
+            m = k + 1 + (b[k + 1:k + 2] in (b"+", b"-"))
+            s = m
+            while m < len(b) and 48 <= b[m] <= 57:
+                m += 1
+            if m == s:
+                raise _Bad()
+            k = m
+        self.i = k
+        self._end_of_word()
+        return b[i:k].decode()
+
+    def _string(self, quote: bytes) -> str:
+        b, i = self.b, self.i + 1
+        out = bytearray()
+        q = quote[0]
+        while True:
+            c = b[i]
+            if c == q:
+                self.i = i + 1
+                return out.decode("utf-8")
+            if c < 0x20:
+                raise _Bad()  # an unquoted control character
+            if c == 0x5C:  # backslash
+                e = b[i + 1]
+                simple = {0x22: b'"', 0x5C: b"\\", 0x2F: b"/", 0x62: b"\b", 0x66: b"\f", 0x6E: b"\n",
+                          0x72: b"\r", 0x74: b"\t"}
+                if e in simple:
+                    out += simple[e]
+                    i += 2
+                elif e == 0x75:  # \uXXXX, surrogate pairs joined
+                    cp = int(b[i + 2:i + 6].decode("ascii"), 16)
+                    i += 6
+                    if 0xD800 <= cp < 0xDC00 and b[i:i + 2] == b"\\u":
+                        lo = int(b[i + 2:i + 6].decode("ascii"), 16)
+                        if 0xDC00 <= lo < 0xE000:
+                            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+                            i += 6
+                    out += chr(cp).encode("utf-8", "surrogatepass")
+                elif e == 0x27 and q == 0x27:  # \' inside a single-quoted string
+                    out += b"'"
+                    i += 2
+                else:
+                    raise _Bad()
+                continue
+            out.append(c)
+            i += 1
+
+    def skip_value(self, tok: Any) -> None:
+        """Past the value that starts with ``tok`` (its children too)."""
+        if tok in ("{", "["):
+            close = "}" if tok == "{" else "]"
+            first = True
+            while True:
+                t = self.token()
+                if t == close and first:
+                    return
+                if tok == "{":
+                    if not (isinstance(t, tuple) and t[0] == "s") or self.token() != ":":
+                        raise _Bad()
+                    t = self.token()
+                self.skip_value(t)
+                sep = self.token()
+                if sep == close:
+                    return
+                if sep != ",":
+                    raise _Bad()
+                first = False
+        elif not isinstance(tok, tuple):
+            raise _Bad()
+
+    def record(self, types: dict) -> tuple[dict, bool]:
+        """The fields of the root object (after its ``{``), Spark's way."""
+        row: dict = {n: None for n in types}
+        ok = True
+        first = True
+        while True:
+            t = self.token()
+            if t == "}" and first:
+                break
+            if not (isinstance(t, tuple) and t[0] == "s") or self.token() != ":":
+                raise _Bad()
+            name = t[1]
+            start = self._value_start()
+            v = self.token()
+            if name in types:
+                try:
+                    row[name] = self._convert(v, types[name], start)
+                except _Field:
+                    row[name] = None
+                    ok = False
+                    self.skip_value(v)
+            else:
+                self.skip_value(v)
+            sep = self.token()
+            if sep == "}":
+                break
+            if sep != ",":
+                raise _Bad()
+            first = False
+        return row, ok
+
+    def _value_start(self) -> int:
+        self._skip_ws()
+        return self.i
+
+    def _convert(self, tok: Any, typ: str, start: int) -> Any:
+        if tok == ("z", None):
+            return None
+        kind = tok[0] if isinstance(tok, tuple) else tok
+        if typ in _INT_RANGE:
+            if kind != "n" or not _is_int(tok[1]):
+                raise _Field()
+            x = int(tok[1])
+            if not -(1 << _INT_RANGE[typ]) <= x < (1 << _INT_RANGE[typ]):
+                raise _Field()
+            return x
+        if typ == "double":
+            if kind == "n":
+                return _NUMBER_WORDS.get(tok[1].encode(), None) if tok[1][-1:].isalpha() else float(tok[1])
+            if kind == "s" and tok[1] in ("NaN", "+INF", "+Infinity", "Infinity", "-INF", "-Infinity"):
+                return {"NaN": math.nan, "-INF": -math.inf, "-Infinity": -math.inf}.get(tok[1], math.inf)
+            raise _Field()
+        if typ == "boolean":
+            if kind in ("t", "f"):
+                return kind == "t"
+            raise _Field()
+        if typ == "string":
+            if kind == "s":
+                return tok[1]
+            return self.copy(tok)  # anything else: Jackson's copy of it (from_json reads through a Reader)
+        raise _Field()
+
+    def copy(self, tok: Any) -> str:
+        """The value starting with ``tok`` as Jackson's generator writes it
+        (``copyCurrentStructure``): compact, numbers as Java prints them."""
+        if tok in ("{", "["):
+            close = "}" if tok == "{" else "]"
+            out = []
+            t = self.token()
+            while t != close:
+                if tok == "{":
+                    if not (isinstance(t, tuple) and t[0] == "s") or self.token() != ":":
+                        raise _Bad()
+                    out.append(_jackson_string(t[1]) + ":" + self.copy(self.token()))
+                else:
+                    out.append(self.copy(t))
+                sep = self.token()
+                if sep == close:
+                    break
+                if sep != ",":
+                    raise _Bad()
+                t = self.token()
+            return tok + ",".join(out) + close
+        if not isinstance(tok, tuple):
+            raise _Bad()
+        kind, text = tok
+        if kind == "s":
+            return _jackson_string(text)
+        if kind in ("t", "f", "z"):
+            return {"t": "true", "f": "false", "z": "null"}[kind]
+        if _is_int(text):
+            return str(int(text))
+        return _java_double(_NUMBER_WORDS[text.encode()] if text[-1:].isalpha() else float(text))
+
+
+class _Field(Exception):
+    """A field whose value does not convert to its type: null, the record partial."""
+
+
+def _jackson_string(text: str) -> str:
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif o < 0x20:
+            out.append({8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}.get(o, f"\\u{o:04X}"))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _java_double(x: float) -> str:
+    """Java's ``Double.toString`` (Jackson writes non-finite values quoted)."""
+    if x != x:
+        return '"NaN"'
+    if math.isinf(x):
+        return '"Infinity"' if x > 0 else '"-Infinity"'
+    if x == 0:
+        return "-0.0" if math.copysign(1, x) < 0 else "0.0"
+    from decimal import Decimal
+
+    sign = "-" if x < 0 else ""
+    _, digs, exp = Decimal(repr(abs(x))).normalize().as_tuple()
+    digits = "".join(map(str, digs))
+    e = len(digits) + exp - 1  # the scientific exponent
+    if -3 <= e < 7:
+        if e >= 0:
+            whole, frac = (digits + "0" * (e + 1))[:e + 1], digits[e + 1:]
+        else:
+            whole, frac = "0", "0" * (-e - 1) + digits
+        return f"{sign}{whole}.{frac or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{e}"
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
