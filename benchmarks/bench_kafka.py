@@ -10,11 +10,17 @@ partition. Three queries read the whole topic in ``--batches`` micro-batches
 topic with a fresh checkpoint, and parse the value with the same
 ``from_json``:
 
-- **floor** (Spark's own cost of fetching and parsing the rows and handing
-  them to Python, which gpuwm cannot avoid): ``foreachBatch`` running a
-  ``mapInArrow`` that only counts them;
+- **floor, Spark's reader** (Spark's cost of fetching and parsing the rows
+  and handing them to Python): ``foreachBatch`` running a ``mapInArrow``
+  that only counts them;
+- **floor, direct** (gpuwm's own read: each task fetches its partitions'
+  planned offset ranges with confluent-kafka and parses the values,
+  :func:`gpuwm.spark.sources.read_kafka`): ``foreachBatch`` taking the
+  batch's ranges from its scan and counting the rows in one task per Kafka
+  partition;
 - **gpuwm**: a Q7-like tumbling 10 s count and max price per auction,
-  watermark 4 s per partition (profile ``spark``), Parquet out, with one
+  watermark 4 s per partition (profile ``spark``), Parquet out, through
+  Spark's reader (``read: spark``) and direct (``read: direct``), with one
   vnode (one task reads every partition) and with one per core;
 - **Spark native**: the same query written with ``withWatermark`` and
   ``groupBy(window, auction)``, append mode, Parquet out.
@@ -98,7 +104,38 @@ def run_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
     return {"wall_s": time.perf_counter() - t, "rows": sum(counted), "batches": len([c for c in counted if c])}
 
 
-def run_gpuwm(spark, bootstrap, topic, per_trigger, work, vnodes: int = 1) -> dict:
+def run_direct_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
+    import pyarrow as pa
+
+    from gpuwm.spark.kafka import batch_ranges, consumer_conf, kafka_source
+    from gpuwm.spark.sources import read_kafka
+
+    df = _kafka(spark, bootstrap, topic, per_trigger)
+    src, why = kafka_source(df)
+    assert why is None, why
+
+    def count_rows(source, ids):
+        yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in read_kafka(source, ids))]})
+
+    counted = []
+
+    def each(bdf, i):
+        got = batch_ranges(bdf)
+        if not got or not got["parts"]:
+            return
+        source = {**src, **got, "conf": consumer_conf(got["params"])[0]}
+        n = len(got["parts"])
+        counted.append(sum(r["n"] for r in spark.range(0, n, 1, n).mapInArrow(
+            partial(count_rows, source), "n long").collect()))
+
+    t = time.perf_counter()
+    q = (df.writeStream.foreachBatch(each).option("checkpointLocation", f"{work}/dfloor-ck")
+         .trigger(processingTime="0 seconds").start())
+    _timed(q)
+    return {"wall_s": time.perf_counter() - t, "rows": sum(counted), "batches": len(counted)}
+
+
+def run_gpuwm(spark, bootstrap, topic, per_trigger, work, vnodes: int = 1, read: str = "direct") -> dict:
     from gpuwm.spark.spec import build
 
     spec = {"source": {"format": "kafka", "select": SELECT,
@@ -108,7 +145,7 @@ def run_gpuwm(spark, bootstrap, topic, per_trigger, work, vnodes: int = 1) -> di
             "watermark": {"column": "date_time", "delay": "4 seconds", "split": "partition", "profile": "spark"},
             "stages": [{"window": {"tumble": "10 seconds", "by": ["auction"],
                                    "aggs": {"bids": ["*", "count"], "max_price": ["price", "max"]}}}],
-            "sink": {"parquet": f"{work}/gpuwm-out"}, "vnodes": vnodes}
+            "sink": {"parquet": f"{work}/gpuwm-out"}, "vnodes": vnodes, "read": read}
     p = build(spark, spec, verbose=False)
     t = time.perf_counter()
     p.start(trigger={"availableNow": True}).awaitTermination()
@@ -157,9 +194,11 @@ def main() -> int:
         print(f"produced {args.events:,} events in {produce_s:.1f} s", flush=True)
         spark = local_session(app="gpuwm-kafka", cores=args.cores, conf={"spark.jars.packages": KAFKA})
         per = -(-args.events // args.batches)
-        queries = [("floor: read + parse, mapInArrow count", run_floor),
-                   ("gpuwm, vnodes 1", run_gpuwm),
-                   (f"gpuwm, vnodes {args.cores}", partial(run_gpuwm, vnodes=args.cores)),
+        queries = [("floor, Spark's reader: read + parse, mapInArrow count", run_floor),
+                   ("floor, direct: fetch + parse in the task, count", run_direct_floor),
+                   ("gpuwm through Spark's reader, vnodes 1", partial(run_gpuwm, read="spark")),
+                   ("gpuwm direct, vnodes 1", run_gpuwm),
+                   (f"gpuwm direct, vnodes {args.cores}", partial(run_gpuwm, vnodes=args.cores)),
                    ("Spark native", run_native)]
         for rnd in range(args.rounds):  # the first round warms the JVM up; the last one is reported
             runs = []
@@ -172,14 +211,17 @@ def main() -> int:
         spark.stop()
     shutil.rmtree(root, ignore_errors=True)
 
-    floor = runs[0]
+    floor, dfloor = runs[0], runs[1]
+    native = runs[-1]
     md = [f"# Kafka source, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')}; {args.events:,} Nexmark events, "
           f"{floor['rows']:,} bids, in {args.partitions} partitions, {args.batches} batches; produced in {produce_s:.1f} s; "
           f"round {args.rounds} of {args.rounds})", "",
-          "| query | input rows | batches | wall s | events/s | of the floor's events/s |", "|---|---|---|---|---|---|"]
+          "| query | input rows | batches | wall s | events/s | × Spark native | of Spark reader's floor | "
+          "of the direct floor |", "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         md.append(f"| {r['query']} | {r['rows']:,} | {r['batches']} | {r['wall_s']:.1f} | {r['events_per_s']:,.0f} | "
-                  f"{r['events_per_s'] / floor['events_per_s']:.2f} |")
+                  f"{r['events_per_s'] / native['events_per_s']:.2f} | {r['events_per_s'] / floor['events_per_s']:.2f} | "
+                  f"{r['events_per_s'] / dfloor['events_per_s']:.2f} |")
     write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
                              "partitions": args.partitions, "batches": args.batches, "produce_s": produce_s,
                              "runs": runs}, md)

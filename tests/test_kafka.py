@@ -370,3 +370,42 @@ def test_gpuwm_jars_fetches_what_spark_then_finds(broker):
     assert [ln.split()[2] for ln in lines[:2]] == [KAFKA, BROKER] and "RAPIDS" not in r.stdout
     group, artifact, version = KAFKA.split(":")
     assert os.path.exists(os.path.join(ivy_cache(), group, artifact, "jars", f"{artifact}-{version}.jar"))
+
+
+def _read_direct(broker, topic: str, ranges: list, fail: bool) -> tuple[pa.Table, dict]:
+    from gpuwm.spark.kafka import consumer_conf
+    from gpuwm.spark.sources import read_kafka
+
+    conf, why = consumer_conf({"bootstrap.servers": broker.bootstrap, "group.id": "t",
+                               "key.deserializer": "x", "auto.offset.reset": "none"})
+    assert why is None
+    src = {"steps": [], "parts": [{"topic": topic, "partition": 0, "ranges": ranges}], "conf": conf,
+           "fail_on_data_loss": fail, "headers": False, "poll_ms": 20_000}
+    counts: dict = {}
+    got = list(read_kafka(src, iter([pa.record_batch([pa.array([0])], names=["id"])]), counts))
+    return (pa.Table.from_batches(got) if got else pa.table({"offset": pa.array([], pa.int64())})), counts
+
+
+def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
+    """A range whose first offsets were deleted (``delete_records``, as
+    retention does) fails the task with the partition and offsets named
+    (``failOnDataLoss``), or reads on from the earliest offset left and
+    counts the lost ones, as Spark's consumer does."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from gpuwm.spark.sources import KafkaReadError
+
+    topic = _topic(broker, 1)
+    produce_raw(broker.bootstrap, topic, [{"partition": 0, "value": b'{"i": %d}' % i} for i in range(100)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, 30)]).values():
+        f.result()
+    with pytest.raises(KafkaReadError, match=rf"topic '{topic}' partition 0: offsets 10 to 29 .* earliest offset is 30"):
+        _read_direct(broker, topic, [[10, 60]], fail=True)
+    got, counts = _read_direct(broker, topic, [[10, 60]], fail=False)
+    assert got.column("offset").to_pylist() == list(range(30, 60)) and counts == {"offsets_lost": 20}
+    got, counts = _read_direct(broker, topic, [[0, 20]], fail=False)  # all of it gone
+    assert got.num_rows == 0 and counts == {"offsets_lost": 20}
+    got, counts = _read_direct(broker, topic, [[40, 50], [50, 100]], fail=True)
+    assert got.column("offset").to_pylist() == list(range(40, 100)) and counts == {}

@@ -29,7 +29,6 @@ message not parsed whole is counted (``malformed``).
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
@@ -54,6 +53,26 @@ def evaluate(steps: list, table: pa.Table, counts: dict | None = None) -> pa.Tab
         cols = [_eval(e, table, counts) for _, e in step]
         table = pa.table(cols, names=[n for n, _ in step]) if cols else table.select([])
     return table
+
+
+def inputs_of(steps: list) -> set[str]:
+    """The input columns the projection's first step reads."""
+    out: set[str] = set()
+
+    def walk(e: Any) -> None:
+        if isinstance(e, dict):
+            (op, arg), = e.items()
+            if op == "col":
+                out.add(arg)
+            else:
+                walk(arg)
+        elif isinstance(e, list):
+            for x in e:
+                walk(x)
+
+    for _, e in steps[0]:
+        walk(e)
+    return out
 
 
 def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
@@ -96,8 +115,9 @@ def from_json(values: pa.Array, fields: list) -> tuple[pa.Array, int]:
     raw = values.view(pa.binary()) if pa.types.is_string(values.type) else values
     # pyarrow.json: one object per line; a line it would skip (blank) or misread (not an
     # object: its root must be one) goes the slow way
-    fast = pc.and_(pc.and_(pc.starts_with(raw, "{"), pc.ends_with(raw, "}")),
-                   pc.invert(pc.or_(pc.match_substring(raw, "\n"), pc.match_substring(raw, "\r"))))
+    # (and a non-finite number goes the slow way too: pyarrow reads `Inf`, which Jackson refuses)
+    odd = pc.match_substring_regex(raw, "[\n\r]|Inf|NaN")
+    fast = pc.and_(pc.and_(pc.starts_with(raw, "{"), pc.ends_with(raw, "}")), pc.invert(odd))
     fast = fast.fill_null(False).to_numpy(zero_copy_only=False)
     idx = np.flatnonzero(fast)
     opts = pj.ParseOptions(explicit_schema=pa.schema(list(typ)), unexpected_field_behavior="ignore")
@@ -107,9 +127,9 @@ def from_json(values: pa.Array, fields: list) -> tuple[pa.Array, int]:
     def parse(ix: np.ndarray) -> None:  # the rows pyarrow takes, in one call or by halves
         if not len(ix):
             return
-        lines = raw.take(pa.array(ix)).to_pylist()
         try:
-            got = pj.read_json(io.BytesIO(b"\n".join(lines)), parse_options=opts)
+            got = pj.read_json(pa.BufferReader(_lines(raw if len(ix) == n else raw.take(pa.array(ix)))),
+                               parse_options=opts)
         except (pa.ArrowInvalid, UnicodeDecodeError):
             got = None
         if got is not None and got.num_rows == len(ix):
@@ -143,6 +163,13 @@ def from_json(values: pa.Array, fields: list) -> tuple[pa.Array, int]:
     inv = np.empty(n, np.int64)
     inv[at] = np.arange(n)
     return allrows.take(pa.array(inv)), bad
+
+
+def _lines(values: pa.Array) -> pa.Buffer:
+    """The values, each followed by a newline, as one buffer (no Python per value)."""
+    joined = pc.binary_join_element_wise(values, pa.scalar(b"", values.type), pa.scalar(b"\n", values.type))
+    offsets = np.frombuffer(joined.buffers()[1], np.int32, len(joined) + 1, joined.offset * 4)
+    return joined.buffers()[2][offsets[0]:offsets[-1]]
 
 
 # -- one message, as Spark's JacksonParser reads it ------------------------------------
@@ -314,8 +341,7 @@ class _Parser:
             if name in types:
                 try:
                     row[name] = self._convert(v, types[name], start)
-                except _Field:
-                    row[name] = None
+                except _Field:  # the field keeps what an earlier duplicate of it gave
                     ok = False
                     self.skip_value(v)
             else:
@@ -340,9 +366,10 @@ class _Parser:
             if kind != "n" or not _is_int(tok[1]):
                 raise _Field()
             x = int(tok[1])
-            if not -(1 << _INT_RANGE[typ]) <= x < (1 << _INT_RANGE[typ]):
+            top = 256 if typ == "tinyint" else 1 << _INT_RANGE[typ]  # Jackson's getByteValue takes 128..255, wrapped
+            if not -(1 << _INT_RANGE[typ]) <= x < top:
                 raise _Field()
-            return x
+            return x - 256 if x > 127 and typ == "tinyint" else x
         if typ == "double":
             if kind == "n":
                 return _NUMBER_WORDS.get(tok[1].encode(), None) if tok[1][-1:].isalpha() else float(tok[1])

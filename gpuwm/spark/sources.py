@@ -99,80 +99,106 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
     ``failOnDataLoss`` false)."""
     from confluent_kafka import Consumer
 
-    from .project import evaluate
+    from .project import evaluate, inputs_of
 
     counts = {} if counts is None else counts
-    consumer = Consumer({**source["conf"], "enable.auto.commit": False, "enable.partition.eof": False,
-                         "group.id": source["conf"].get("group.id", "gpuwm-direct")})
+    mine = [source["parts"][i] for b in ids for i in b.column(0).to_pylist()]
+    if not mine:
+        return
+    need = inputs_of(source["steps"]) if source["steps"] else set(kafka_schema(source["headers"]).names)
+    longest = max(z - a for p in mine for a, z in p["ranges"])
+    # one fetch takes a partition's range in large pieces, and the next is asked for at once
+    fast = {"max.partition.fetch.bytes": 16 << 20, "fetch.queue.backoff.ms": 0, "fetch.wait.max.ms": 10}
+    consumer = Consumer({**fast, **source["conf"], "enable.auto.commit": False, "enable.partition.eof": False,
+                         "auto.offset.reset": "error",  # a deleted offset is an error, not a silent jump
+                         "group.id": source["conf"].get("group.id", "gpuwm-direct"),
+                         # fetch ahead no further than a range needs (librdkafka would buffer the partition's rest)
+                         "queued.min.messages": max(1, min(longest, 1_000_000))})
     try:
-        for b in ids:
-            for i in b.column(0).to_pylist():
-                part = source["parts"][i]
-                for a, z in part["ranges"]:
-                    t = _fetch(consumer, part["topic"], part["partition"], a, z, source, counts)
-                    if t.num_rows:
-                        yield from evaluate(source["steps"], t, counts).to_batches()
+        for part in mine:
+            for a, z in part["ranges"]:
+                t = _fetch(consumer, part["topic"], part["partition"], a, z, source, counts, need)
+                if t.num_rows:
+                    yield from evaluate(source["steps"], t, counts).to_batches()
     finally:
         consumer.close()
 
 
-def _fetch(consumer, topic: str, partition: int, start: int, until: int, source: dict, counts: dict) -> pa.Table:
+def _fetch(consumer, topic: str, partition: int, start: int, until: int, source: dict, counts: dict,
+           need: set) -> pa.Table:
     """The records of ``[start, until)`` of one partition, as Spark's
     ``KafkaDataConsumer`` returns them: invisible offsets (transaction
     markers, aborted records under ``read_committed``, compacted ones)
     skipped; offsets deleted by retention an error naming them
-    (``failOnDataLoss``), or skipped and counted."""
-    from confluent_kafka import TopicPartition
+    (``failOnDataLoss``), or skipped and counted. Only the columns in
+    ``need`` are filled (the others are nulls)."""
+    from confluent_kafka import KafkaError, TopicPartition
 
     timeout = source["poll_ms"] / 1000
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
-    start = low if start < 0 else start  # Spark's late-bound earliest / latest
-    until = high if until < 0 else until
+    tp = TopicPartition(topic, partition)
     where = f"Kafka topic {topic!r} partition {partition}"
-    if start < low:
-        lost = min(low, until) - start
-        if source["fail_on_data_loss"]:
-            raise KafkaReadError(
-                f"{where}: offsets {start} to {min(low, until) - 1} of this batch's range [{start}, {until}) are no "
-                f"longer in Kafka (its earliest offset is {low}: deleted by retention?); nothing of the batch is "
-                "committed. Set the source option failOnDataLoss=false to skip lost offsets (counted as "
-                "offsets_lost)")
-        counts["offsets_lost"] = counts.get("offsets_lost", 0) + lost
-        start = min(low, until)
+    if start < 0 or until < 0:  # Spark's late-bound earliest / latest
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        start, until = low if start < 0 else start, high if until < 0 else until
     schema = kafka_schema(source["headers"])
-    if start >= until:
-        return schema.empty_table()
-    consumer.assign([TopicPartition(topic, partition, start)])
     msgs: list = []
     pos, last = start, time.monotonic()
+    if pos < until:
+        consumer.assign([TopicPartition(topic, partition, pos)])
     while pos < until:
-        got = consumer.consume(num_messages=min(100_000, max(1_000, until - pos)), timeout=min(timeout, 1.0))
+        got = consumer.consume(num_messages=min(100_000, until - pos), timeout=min(timeout, 0.2))
         if got:
             errs = [m for m in got if m.error() is not None]
+            if errs and errs[0].error().code() == KafkaError._AUTO_OFFSET_RESET:  # offsets deleted (retention)
+                got = [m for m in got if m.error() is None]
+                low = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)[0]
+                pos = _lost(where, pos, until, low, source, counts)
+                consumer.assign([TopicPartition(topic, partition, pos)]) if pos < until else None
+                continue
             if errs:
                 raise KafkaReadError(f"{where}: reading offsets [{pos}, {until}): {errs[0].error()}")
             msgs += got
             pos = got[-1].offset() + 1
             last = time.monotonic()
         if pos < until:  # offsets after the last record may be invisible (markers, aborted): the position says
-            at = consumer.position([TopicPartition(topic, partition)])[0].offset
+            at = consumer.position([tp])[0].offset
             pos = max(pos, at)
             if not got and pos < until and time.monotonic() - last > timeout:
                 raise KafkaReadError(f"{where}: no record at or after offset {pos} (this batch reads to {until}) "
                                      f"within kafkaConsumer.pollTimeoutMs={source['poll_ms']} ms")
-    consumer.unassign()
+    if msgs or start < until:
+        consumer.unassign()
     n = len(msgs)
     offsets = np.fromiter((m.offset() for m in msgs), np.int64, n)
     if n and offsets[-1] >= until:
         n = int(np.searchsorted(offsets, until))
         msgs, offsets = msgs[:n], offsets[:n]
-    stamps = np.array([m.timestamp() for m in msgs], np.int64).reshape(n, 2)
-    cols = [pa.array([m.key() for m in msgs], pa.binary()), pa.array([m.value() for m in msgs], pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.array(np.full(n, partition, np.int32)), pa.array(offsets),
-            pa.array(stamps[:, 1] * 1000).cast(pa.timestamp("us", tz="UTC")),
-            pa.array((stamps[:, 0] - 1).astype(np.int32))]  # librdkafka's type, 0 = none, is Spark's + 1
-    if source["headers"]:
-        cols.append(pa.array([None if not h else [{"key": k, "value": v} for k, v in h]
-                              for h in (m.headers() for m in msgs)], schema.field("headers").type))
-    return pa.Table.from_arrays(cols, schema=schema)
+    cols: dict[str, pa.Array] = {"offset": pa.array(offsets),
+                                 "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
+                                 "partition": pa.array(np.full(n, partition, np.int32))}
+    if "key" in need:
+        cols["key"] = pa.array([m.key() for m in msgs], pa.binary())
+    if "value" in need:
+        cols["value"] = pa.array([m.value() for m in msgs], pa.binary())
+    if "timestamp" in need or "timestampType" in need:
+        stamps = np.array([m.timestamp() for m in msgs], np.int64).reshape(n, 2)
+        cols["timestamp"] = pa.array(stamps[:, 1] * 1000).cast(pa.timestamp("us", tz="UTC"))
+        cols["timestampType"] = pa.array((stamps[:, 0] - 1).astype(np.int32))  # librdkafka's, 0 = none, is Spark's + 1
+    if "headers" in need and source["headers"]:
+        cols["headers"] = pa.array([None if not h else [{"key": k, "value": v} for k, v in h]
+                                    for h in (m.headers() for m in msgs)], schema.field("headers").type)
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
+
+
+def _lost(where: str, pos: int, until: int, low: int, source: dict, counts: dict) -> int:
+    """Offsets ``[pos, low)`` are gone: the batch fails (``failOnDataLoss``),
+    or they are counted and the read goes on from ``low``."""
+    end = min(low, until)
+    if source["fail_on_data_loss"]:
+        raise KafkaReadError(
+            f"{where}: offsets {pos} to {end - 1} of this batch's range (to {until}) are no longer in Kafka "
+            f"(its earliest offset is {low}: deleted by retention?); nothing of the batch is committed. Set the "
+            "source option failOnDataLoss=false to skip lost offsets (counted as offsets_lost)")
+    counts["offsets_lost"] = counts.get("offsets_lost", 0) + end - pos
+    return end

@@ -29,6 +29,11 @@ lists applied in turn (e.g. to parse Kafka values, then name the fields)::
                           ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition"]]},
     "watermark": {"column": "ts", "delay": "3 seconds", "split": "partition"}
 
+With ``read`` ``auto`` (the default) gpuwm's tasks fetch each batch's
+Kafka offset ranges, as Spark planned them, and evaluate such a ``select``
+themselves (:mod:`gpuwm.spark.kafka`); a ``select`` they cannot evaluate
+keeps Spark's reader, and ``--dry-run`` says why.
+
 ``watermark``: ``column``, ``delay`` and the filter's options (``split``,
 ``profile``, ``emit``, ``idle_timeout``, ``max_drift``, knobs), and a
 strategy: ``"expr": sql`` (each row's watermark candidate as a Spark SQL

@@ -1,0 +1,109 @@
+"""The task-side projection (:mod:`gpuwm.spark.project`) against Spark
+itself: ``from_json`` over thousands of random messages — valid, odd and
+broken JSON — gives Spark's structs, field for field; and the expressions a
+Kafka select uses give Spark's columns."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gpuwm.spark.project import evaluate, from_json, spark_json
+
+pytestmark = pytest.mark.spark
+pytest.importorskip("pyspark")
+
+FIELDS = [["ts", "bigint"], ["k", "int"], ["sm", "smallint"], ["t", "tinyint"], ["d", "double"], ["b", "boolean"],
+          ["s", "string"]]
+DDL = ", ".join(f"{n} {t.upper()}" for n, t in FIELDS)
+VALUES = ["1", "-0", "007", "12", "127", "128", "-129", "40000", "2147483648", "9223372036854775807",
+          "9223372036854775808", "-9223372036854775808", "1.5", "12.50", "1e3", "-2.5E-10", "1e400", "1E7", "0.001",
+          "0.0001", "NaN", "Infinity", "-Infinity", "Inf", "+1", "true", "false", "null", '"abc"', "'single'",
+          '"\\u00e9\\ud83d\\ude00"', '"a\\tb"', '"a\tb"', '"NaN"', '"-INF"', '""', '"5"', '{"y": [1, 2.50, "z"]}',
+          "[1, {\"a\": null}]", "[]", "{}", '"\\"q\\" \\\\ /"', "tru", '"unterminated']
+NAMES = [n for n, _ in FIELDS] + ["x", "TS"]
+
+
+def _messages(n: int, seed: int) -> list[bytes | None]:
+    rng = np.random.default_rng(seed)
+    out: list[bytes | None] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.02:
+            out.append(None)
+            continue
+        fields = []
+        for _ in range(rng.integers(0, 6)):
+            name = NAMES[rng.integers(len(NAMES))]
+            q = "'" if rng.random() < 0.03 else '"'
+            ws = " " * int(rng.integers(0, 2))
+            fields.append(f"{q}{name}{q}:{ws}{VALUES[rng.integers(len(VALUES))]}")
+        s = "{" + ", ".join(fields) + "}"
+        c = rng.random()
+        if c < 0.05:
+            s = s[: int(rng.integers(0, len(s)))]  # cut short
+        elif c < 0.08:
+            s = s + " trailing"
+        elif c < 0.10:
+            s = "  \n" + s.replace(", ", ",\n") + "\n"
+        elif c < 0.12:
+            s = ["", "   ", "null", "[1]", "5", "\"x\"", "{,}", "{\"ts\":1,}"][int(rng.integers(8))]
+        out.append(s.encode())
+    return out
+
+
+def _norm(rows: list) -> list:
+    out = []
+    for r in rows:
+        if r is None:
+            out.append(None)
+            continue
+        out.append({k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()})
+    return out
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from gpuwm.spark import local_session
+
+    s = local_session(app="gpuwm-project-tests", cores=2)
+    yield s
+
+
+def test_from_json_equals_sparks_on_random_messages(spark):
+    msgs = _messages(4_000, 7) + [b'{"ts": 1, "k": 2}'] * 50  # long runs of good lines take pyarrow's path
+    df = spark.createDataFrame([(m,) for m in msgs], "value binary")
+    want = df.selectExpr(f"from_json(CAST(value AS STRING), '{DDL}') AS e").toArrow().column("e").to_pylist()
+    got, bad = from_json(pa.array(msgs, pa.binary()), FIELDS)
+    assert _norm(got.to_pylist()) == _norm(want)
+    # malformed: a message Spark does not parse whole (a struct of nulls, a field that failed, blank)
+    slow = [spark_json(m, FIELDS) for m in msgs]
+    assert bad == sum(m is not None and not ok for m, (_, ok) in zip(msgs, slow))
+    assert 100 < bad < 3_000
+
+
+def test_kafka_select_expressions_equal_sparks(spark):
+    rng = np.random.default_rng(1)
+    n = 500
+    ms = rng.integers(-2_000_000_000_000, 2_000_000_000_000, n)
+    msgs = [b'{"ts": %d, "k": %d}' % (t, i) for i, t in enumerate(ms)]
+    t = pa.table({"value": pa.array(msgs, pa.binary()), "key": pa.array([None if i % 3 else b"\xffk" for i in range(n)],
+                                                                          pa.binary())})
+    df = spark.createDataFrame(t.to_pandas(), "value binary, key binary")
+    steps = [[["e", {"from_json": [{"cast": [{"col": "value"}, "string"]}, [["ts", "bigint"], ["k", "bigint"]]]}],
+              ["key", {"cast": [{"col": "key"}, "string"]}]],
+             [["a", {"ts": [{"field": [{"col": "e"}, "ts"]}, "millis"]}],
+              ["b", {"ts": [{"field": [{"col": "e"}, "k"]}, "seconds"]}],
+              ["c", {"cast": [{"field": [{"col": "e"}, "k"]}, "timestamp"]}],
+              ["d", {"ts": [{"field": [{"col": "e"}, "ts"]}, "micros"]}], ["key", {"col": "key"}]]]
+    want = df.selectExpr("from_json(CAST(value AS STRING), 'ts BIGINT, k BIGINT') AS e", "CAST(key AS STRING) AS key") \
+        .selectExpr("timestamp_millis(e.ts) AS a", "timestamp_seconds(e.k) AS b", "CAST(e.k AS TIMESTAMP) AS c",
+                    "timestamp_micros(e.ts) AS d", "key").toArrow()
+    got = evaluate(steps, t)
+    assert got.column_names == want.column_names
+    for c in ("a", "b", "c", "d"):
+        assert got.column(c).cast(pa.int64()).to_pylist() == want.column(c).cast(pa.int64()).to_pylist(), c
+    assert got.column("key").cast(pa.binary()).to_pylist() == want.column("key").cast(pa.binary()).to_pylist()
