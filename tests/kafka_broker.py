@@ -47,7 +47,8 @@ class Broker(LoopbackServer):
                 "auto.create.topics.enable=false", ""]))
         java = [_java(), f"-Xmx{self.heap}", "-cp", cp]
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", props],
+        # (--cluster-id=: an id starting with "-", 1 in 64 of them, would read as an option)
+        subprocess.run([*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", props],
                        check=True, capture_output=True, timeout=120)
         self._log = open(os.path.join(self.dir, "broker.log"), "w")
         self.proc = subprocess.Popen([*java, "kafka.Kafka", props], stdout=self._log, stderr=subprocess.STDOUT)
