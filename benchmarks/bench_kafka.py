@@ -107,7 +107,7 @@ def run_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
 def run_direct_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
     import pyarrow as pa
 
-    from gpuwm.spark.kafka import batch_ranges, consumer_conf, kafka_source
+    from gpuwm.spark.kafka import batch_source, kafka_source
     from gpuwm.spark.sources import read_kafka
 
     df = _kafka(spark, bootstrap, topic, per_trigger)
@@ -120,11 +120,11 @@ def run_direct_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
     counted = []
 
     def each(bdf, i):
-        got = batch_ranges(bdf)
-        if not got or not got["parts"]:
+        source, why = batch_source(src, bdf)
+        assert why is None, why
+        if not source["parts"]:
             return
-        source = {**src, **got, "conf": consumer_conf(got["params"])[0]}
-        n = len(got["parts"])
+        n = len(source["parts"])
         counted.append(sum(r["n"] for r in spark.range(0, n, 1, n).mapInArrow(
             partial(count_rows, source), "n long").collect()))
 

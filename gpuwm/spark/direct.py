@@ -69,7 +69,7 @@ def parquet_source(df) -> str | None:
         if ds.partitionColumns().length():
             return "the source has partition columns"
         opts = ds.options()
-        keys = [str(k).lower() for k in _scala_iter(opts.keys())]
+        keys = [str(k).lower() for k in scala_iter(opts.keys())]
         other = sorted(k for k in keys if k not in _LISTING_OPTIONS)
         if other:
             return f"source options {other} change how Spark reads the files"
@@ -112,7 +112,7 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
     return parquet_source(df), [], None
 
 
-def _scala_iter(it) -> Iterator[Any]:
+def scala_iter(it) -> Iterator[Any]:
     it = it.iterator() if hasattr(it, "iterator") else it
     while it.hasNext():
         yield it.next()
@@ -129,6 +129,21 @@ def source_path(df) -> str | None:
         return None
 
 
+def scan_rdds(batch_df, kind: str) -> list:
+    """The RDDs of class ``kind`` (``FileScanRDD``, ``DataSourceRDD``: a
+    source's scan) under a micro-batch's DataFrame, left to right."""
+    stack, found = [batch_df._jdf.queryExecution().optimizedPlan().rdd()], []
+    while stack:
+        r = stack.pop()
+        if r.getClass().getSimpleName() == kind:
+            found.append(r)
+            continue
+        deps = r.dependencies()
+        for i in range(deps.length() - 1, -1, -1):
+            stack.append(deps.apply(i).rdd())
+    return found
+
+
 def batch_files(df, scans_allowed: int = 1) -> list[str] | None:
     """A micro-batch's files — local paths, or URIs (``s3a://...``) as
     :class:`~gpuwm.spark.checkpoint.Location` names them — in the order
@@ -136,25 +151,17 @@ def batch_files(df, scans_allowed: int = 1) -> list[str] | None:
     ``scans_allowed``: how many file scans the batch may hold (one per
     input of a union of file streams)."""
     try:
-        rdd = df._jdf.queryExecution().optimizedPlan().rdd()
         paths: list[str] = []
-        stack = [rdd]
-        scans = 0
-        while stack:
-            r = stack.pop()
-            if r.getClass().getSimpleName() == "FileScanRDD":
-                scans += 1
-                parts = r.filePartitions()
-                for i in range(parts.length()):
-                    for f in parts.apply(i).files():
-                        p = _uri(f.filePath().toString())
-                        if p not in paths:
-                            paths.append(p)
-                continue
-            deps = r.dependencies()
-            for i in range(deps.length() - 1, -1, -1):
-                stack.append(deps.apply(i).rdd())
-        return paths if 1 <= scans <= scans_allowed else [] if scans == 0 else None  # 0: a batch without new files
+        scans = scan_rdds(df, "FileScanRDD")
+        for r in scans:
+            parts = r.filePartitions()
+            for i in range(parts.length()):
+                for f in parts.apply(i).files():
+                    p = _uri(f.filePath().toString())
+                    if p not in paths:
+                        paths.append(p)
+        n = len(scans)
+        return paths if 1 <= n <= scans_allowed else [] if n == 0 else None  # 0: a batch without new files
     except Exception:
         return None
 
@@ -216,7 +223,7 @@ def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
             node = it.next()
             name = node.getClass().getSimpleName()
             if name == "FileSourceScanExec":
-                paths = [_uri(p) for p in _scala_iter(node.relation().location().rootPaths())]
+                paths = [_uri(p) for p in scala_iter(node.relation().location().rootPaths())]
                 scans.append((node, paths))
             elif name == "MicroBatchScanExec" and node.inputPartitions().size() > 0:  # not the drain source
                 scans.append((node, []))

@@ -368,16 +368,11 @@ class Driver:
                 if why is None:
                     return {"files": tagged}, len(tagged)
         elif self._kafka is not None:
-            from .kafka import batch_ranges, consumer_conf
+            from .kafka import batch_source
 
-            got = batch_ranges(df)
-            if got is not None and not got["parts"]:
-                return None, 0
-            why = "its Kafka offset ranges could not be found in the batch's scan" if got is None else None
-            if why is None:
-                conf, why = consumer_conf(got["params"])
-            if why is None:
-                return {"kafka": {**self._kafka, **got, "conf": conf}}, len(got["parts"])
+            got, why = batch_source(self._kafka, df)
+            if got is not None:
+                return ({"kafka": got}, len(got["parts"])) if got["parts"] else (None, 0)
         elif nex is not None:
             rng = nexmark_range(self.checkpoint, batch_id)
             if rng is not None and rng[0] == rng[1]:

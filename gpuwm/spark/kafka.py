@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .direct import scala_iter, scan_rdds
 from .project import JSON_TYPES
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
@@ -57,7 +58,7 @@ def consumer_conf(params: dict) -> tuple[dict | None, str | None]:
 
 def kafka_source(df) -> tuple[dict | None, str | None]:
     """The Kafka source under ``df`` (a streaming DataFrame) and the
-    projection on it — ``({"steps": ..., "options": ...}, None)`` — or
+    projection on it — ``({"steps": ...}, None)`` — or
     ``(None, why gpuwm's tasks cannot read it)``; ``(None, None)``: not a
     Kafka source at all."""
     try:
@@ -68,18 +69,18 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
             node = node.child()
         name = node.getClass().getSimpleName()
         if name not in ("StreamingRelationV2", "StreamingRelation"):
-            return None, None if not projects else None
+            return None, None
         fmt = str(node.sourceName() if name == "StreamingRelationV2" else node.dataSource().className()).lower()
         if "kafka" not in fmt:
             return None, None
         if name != "StreamingRelationV2":
             return None, "the Kafka source is not Spark's v2 Kafka source"
-        out = [str(a.name()) for a in _seq(node.output())]
-        ids = {int(a.exprId().id()): str(a.name()) for a in _seq(node.output())}
+        out = list(scala_iter(node.output()))
+        ids = {int(a.exprId().id()): str(a.name()) for a in out}
         steps = []
         for p in reversed(projects):
             step, names = [], {}
-            for ne in _seq(p.projectList()):
+            for ne in scala_iter(p.projectList()):
                 expr = translate(ne.child() if ne.getClass().getSimpleName() == "Alias" else ne, ids)
                 step.append([str(ne.name()), expr])
                 names[int(ne.exprId().id())] = str(ne.name())
@@ -91,10 +92,10 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
         conf, why = consumer_conf({k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")})
         if why is not None:
             return None, why
-        why = _same_schema(steps, "headers" in out, df.schema)
+        why = _same_schema(steps, any(str(a.name()) == "headers" for a in out), df.schema)
         if why is not None:
             return None, why
-        return {"steps": steps, "columns": out, "options": options}, None
+        return {"steps": steps}, None
     except Untranslatable as e:
         return None, f"the task cannot evaluate `{e}` of the select on the Kafka source"
     except Exception as e:  # not classic PySpark, or a plan shape we do not know
@@ -160,6 +161,20 @@ def translate(e, ids: dict[int, str]) -> dict:
     raise Untranslatable(str(e.sql()))
 
 
+def batch_source(source: dict, batch_df) -> tuple[dict | None, str | None]:
+    """What a micro-batch's tasks read: ``source`` (:func:`kafka_source`)
+    with the batch's ranges (:func:`batch_ranges`) and the librdkafka
+    settings of Spark's executor consumer — its ``parts`` empty for a batch
+    without Kafka rows —, or (None, why the tasks cannot read it)."""
+    got = batch_ranges(batch_df)
+    if got is None:
+        return None, "its Kafka offset ranges could not be found in the batch's scan"
+    if not got["parts"]:
+        return got, None
+    conf, why = consumer_conf(got["params"])
+    return (None, why) if why is not None else ({**source, **got, "conf": conf}, None)
+
+
 def batch_ranges(batch_df) -> dict | None:
     """A micro-batch's Kafka ranges, as Spark planned them, from its scan:
     ``{"parts": [{"topic", "partition", "ranges": [[from, until], ...]}],
@@ -167,19 +182,8 @@ def batch_ranges(batch_df) -> dict | None:
     ranges joined when ``minPartitions`` split them), ``{"parts": []}`` for a
     batch without Kafka rows, or None when the scan cannot be found."""
     try:
-        rdd = batch_df._jdf.queryExecution().optimizedPlan().rdd()
-        stack, found = [rdd], []
-        while stack:
-            r = stack.pop()
-            if r.getClass().getSimpleName() == "DataSourceRDD":
-                groups = r.inputPartitions()
-                for i in range(groups.length()):
-                    g = groups.apply(i)
-                    found += [g.apply(j) for j in range(g.length())]
-                continue
-            deps = r.dependencies()
-            for i in range(deps.length() - 1, -1, -1):
-                stack.append(deps.apply(i).rdd())
+        found = [p for r in scan_rdds(batch_df, "DataSourceRDD") for g in scala_iter(r.inputPartitions())
+                 for p in scala_iter(g)]
         if not found:
             return {"parts": []}
         if any(p.getClass().getSimpleName() != "KafkaBatchInputPartition" for p in found):
@@ -206,7 +210,3 @@ def _joined(ranges: list) -> list:
         else:
             out.append([a, z])
     return out
-
-
-def _seq(s) -> list:
-    return [s.apply(i) for i in range(s.length())] if hasattr(s, "length") else [s.apply(i) for i in range(s.size())]

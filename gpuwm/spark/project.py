@@ -84,9 +84,7 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
     if op == "cast":
         return _cast(_eval(arg[0], t, counts), arg[1])
     if op == "ts":
-        x = _eval(arg[0], t, counts).cast(pa.int64())
-        us = pc.multiply_checked(x, _TS_UNIT[arg[1]]) if arg[1] != "micros" else x
-        return us.cast(pa.timestamp("us", tz="UTC"))
+        return _timestamp(_eval(arg[0], t, counts), arg[1])
     if op == "from_json":
         got, bad = from_json(_eval(arg[0], t, counts), arg[1])
         if counts is not None:
@@ -95,12 +93,20 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
     raise ValueError(f"unknown projection op {op!r}")
 
 
+def _timestamp(a: pa.Array, unit: str) -> pa.Array:
+    """Integers counting ``unit`` (seconds, millis, micros) since the epoch as
+    Spark's timestamps (microseconds; overflow an error, as Spark's)."""
+    x = a.cast(pa.int64())
+    return (x if unit == "micros" else pc.multiply_checked(x, _TS_UNIT[unit])).cast(pa.timestamp("us", tz="UTC"))
+
+
 def _cast(a: pa.Array, to: str) -> pa.Array:
-    if to == "string" and pa.types.is_binary(a.type):
-        return a.view(pa.string())  # Spark's cast keeps the bytes, valid UTF-8 or not
-    if to == "timestamp" and pa.types.is_integer(a.type):
-        return pc.multiply_checked(a.cast(pa.int64()), 1_000_000).cast(pa.timestamp("us", tz="UTC"))
-    return a.cast(JSON_TYPES.get(to) or {"binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}[to])
+    """The casts :func:`gpuwm.spark.kafka.translate` lets through."""
+    if to == "string":  # from binary: Spark's cast keeps the bytes, valid UTF-8 or not
+        return a.view(pa.string())
+    if to == "timestamp":  # from an integer: seconds
+        return _timestamp(a, "seconds")
+    return a.cast(JSON_TYPES[to])
 
 
 def from_json(values: pa.Array, fields: list) -> tuple[pa.Array, int]:
@@ -178,6 +184,7 @@ class _Bad(Exception):
 
 
 _WS = b" \t\n\r"
+_ESCAPES = {0x22: b'"', 0x5C: b"\\", 0x2F: b"/", 0x62: b"\b", 0x66: b"\f", 0x6E: b"\n", 0x72: b"\r", 0x74: b"\t"}
 _NUMBER_WORDS = {b"NaN": math.nan, b"Infinity": math.inf, b"+Infinity": math.inf, b"-Infinity": -math.inf}
 
 
@@ -278,10 +285,8 @@ class _Parser:
                 raise _Bad()  # an unquoted control character
             if c == 0x5C:  # backslash
                 e = b[i + 1]
-                simple = {0x22: b'"', 0x5C: b"\\", 0x2F: b"/", 0x62: b"\b", 0x66: b"\f", 0x6E: b"\n",
-                          0x72: b"\r", 0x74: b"\t"}
-                if e in simple:
-                    out += simple[e]
+                if e in _ESCAPES:
+                    out += _ESCAPES[e]
                     i += 2
                 elif e == 0x75:  # \uXXXX, surrogate pairs joined
                     cp = int(b[i + 2:i + 6].decode("ascii"), 16)
@@ -336,11 +341,10 @@ class _Parser:
             if not (isinstance(t, tuple) and t[0] == "s") or self.token() != ":":
                 raise _Bad()
             name = t[1]
-            start = self._value_start()
             v = self.token()
             if name in types:
                 try:
-                    row[name] = self._convert(v, types[name], start)
+                    row[name] = self._convert(v, types[name])
                 except _Field:  # the field keeps what an earlier duplicate of it gave
                     ok = False
                     self.skip_value(v)
@@ -354,11 +358,7 @@ class _Parser:
             first = False
         return row, ok
 
-    def _value_start(self) -> int:
-        self._skip_ws()
-        return self.i
-
-    def _convert(self, tok: Any, typ: str, start: int) -> Any:
+    def _convert(self, tok: Any, typ: str) -> Any:
         if tok == ("z", None):
             return None
         kind = tok[0] if isinstance(tok, tuple) else tok

@@ -153,7 +153,8 @@ def _fetch(consumer, topic: str, partition: int, start: int, until: int, source:
                 got = [m for m in got if m.error() is None]
                 low = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)[0]
                 pos = _lost(where, pos, until, low, source, counts)
-                consumer.assign([TopicPartition(topic, partition, pos)]) if pos < until else None
+                if pos < until:
+                    consumer.assign([TopicPartition(topic, partition, pos)])
                 continue
             if errs:
                 raise KafkaReadError(f"{where}: reading offsets [{pos}, {until}): {errs[0].error()}")
@@ -166,7 +167,7 @@ def _fetch(consumer, topic: str, partition: int, start: int, until: int, source:
             if not got and pos < until and time.monotonic() - last > timeout:
                 raise KafkaReadError(f"{where}: no record at or after offset {pos} (this batch reads to {until}) "
                                      f"within kafkaConsumer.pollTimeoutMs={source['poll_ms']} ms")
-    if msgs or start < until:
+    if start < until:
         consumer.unassign()
     n = len(msgs)
     offsets = np.fromiter((m.offset() for m in msgs), np.int64, n)
