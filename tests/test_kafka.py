@@ -407,3 +407,66 @@ def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
     assert got.num_rows == 0 and counts == {"offsets_lost": 20}
     got, counts = _read_direct(broker, topic, [[40, 50], [50, 100]], fail=True)
     assert got.column("offset").to_pylist() == list(range(40, 100)) and counts == {}
+
+
+BAD_INPUT = """
+import contextlib, io, json, sys
+sys.path.insert(0, {root!r})
+from gpuwm.spark.cli import main, one_line
+
+out = {{}}
+for name, path in json.load(open(sys.argv[1])).items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["run", path])
+    out[name] = [rc, err.getvalue()]
+
+from gpuwm.spark import local_session
+
+def fails(batches):  # a batch's range gone while the batch runs: the task's error, inside Spark's
+    from gpuwm.spark.sources import KafkaReadError
+    raise KafkaReadError("Kafka topic 't' partition 3: offsets 5 to 9 of this batch's range are no longer in Kafka")
+    yield from batches
+
+try:
+    local_session().range(1).mapInArrow(fails, "id long").collect()
+except Exception as e:
+    out["task"] = list(one_line(e))
+print("OUT" + json.dumps(out), flush=True)
+"""
+
+
+def test_a_broker_that_does_not_answer_or_a_missing_topic_is_one_line(broker, tmp_path):
+    """Spark's reader retries an unreachable broker for minutes and ends in
+    a Java trace, and waits on a topic that does not exist; gpuwm asks the
+    brokers before the query starts: one line, exit status 2, nothing
+    written. A gpuwm error raised in a task comes out of Spark's exception
+    as its own line, exit status 1."""
+    topic = _topic(broker, 2)
+    down = {"kafka.bootstrap.servers": "127.0.0.1:1", "kafka.default.api.timeout.ms": "2000"}
+    cases = {"down": (down, "Kafka brokers 127.0.0.1:1 (kafka.bootstrap.servers) did not answer within 2 s "),
+             "typo": ({"subscribe": topic + "x"},
+                      f"Kafka topic '{topic}x' does not exist on {broker.bootstrap}: did you mean '{topic}'? "),
+             "assign": ({"assign": json.dumps({topic: [1, 5]}), "subscribe": None},
+                        f"Kafka topic '{topic}' has partitions 0..1, not [5] (assign)")}
+    paths = {}
+    for name, (opts, _) in cases.items():
+        src = _kafka(broker, topic)
+        src["options"] = {k: v for k, v in {**src["options"], **opts}.items() if v is not None}
+        spec = {**_spec(src, tmp_path, name, "spark"), "trigger": {"availableNow": True}}
+        paths[name] = str(tmp_path / f"{name}.json")
+        with open(paths[name], "w") as fh:
+            json.dump(spec, fh)
+    with open(tmp_path / "cases.json", "w") as fh:
+        json.dump(paths, fh)
+    with open(tmp_path / "bad.py", "w") as fh:
+        fh.write(textwrap.dedent(BAD_INPUT.format(root=ROOT)))
+    p = subprocess.run([sys.executable, str(tmp_path / "bad.py"), str(tmp_path / "cases.json")],
+                       capture_output=True, text=True, timeout=600)
+    got = json.loads(p.stdout.split("OUT", 1)[1]) if "OUT" in p.stdout else pytest.fail(p.stderr[-4000:])
+    for name, (_, want) in cases.items():
+        rc, err = got[name]
+        assert rc == 2 and err.count("\n") == 1 and err.startswith("gpuwm: error: " + want), (name, err)
+        assert not os.path.exists(tmp_path / f"ck-{name}") and not os.path.exists(tmp_path / f"out-{name}")
+    assert got["task"] == [("Kafka topic 't' partition 3: offsets 5 to 9 of this batch's range are no longer "
+                            "in Kafka"), 1]

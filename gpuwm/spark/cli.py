@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 from datetime import timedelta
@@ -155,38 +156,77 @@ def _run_spec(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(build(spark, spec, verbose=False).explain(trigger=spec.get("trigger")))
     else:
-        run(spark, spec)
+        p = run(spark, spec)
+        if p.interrupted:
+            done = [m["batch_id"] for m in p.history if not m.get("replayed")]
+            where = f"after batch {done[-1]}" if done else "before its first batch"
+            print(f"gpuwm: stopped {where} (Ctrl-C); the batch in flight was not committed: run the same spec "
+                  f"again to continue from the checkpoint {spec.get('checkpoint')}", file=sys.stderr, flush=True)
+            spark.stop()
+            return 130
     spark.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Configuration and input errors (gpuwm's own, and Spark's analysis
-    errors, e.g. a bad schema string in a spec) are one line on stderr,
-    ``gpuwm: error: <message>``, exit status 2; ``--debug`` shows the
-    traceback instead."""
+    """Every error ends in one line on stderr, ``gpuwm: error: <message>``:
+    exit status 2 for what the user gave (gpuwm's configuration and input
+    errors, Spark's analysis and parse errors, a Kafka source that is not
+    there), 1 for a failure while running (a batch's task failed: gpuwm's
+    own error from inside Spark's exception, or the first line of Spark's).
+    ``--debug`` raises instead, with the whole traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
         return _main([a for a in argv if a != "--debug"])
+    except KeyboardInterrupt:  # before a query ran (a running one is stopped in spec.run)
+        print("gpuwm: interrupted (Ctrl-C); nothing was committed", file=sys.stderr)
+        return 130
     except Exception as e:  # noqa: BLE001  classified below
-        if debug or not _user_error(e):
+        got = None if debug else one_line(e)
+        if got is None:
             raise
-        msg = " ".join(str(e).split()) if isinstance(e, GpuwmError) else str(e).strip().splitlines()[0]
+        msg, code = got
         print(f"gpuwm: error: {msg}", file=sys.stderr)
-        return 2
+        return code
 
 
-def _user_error(e: BaseException) -> bool:
-    """A mistake in what the user gave (not a bug in gpuwm): gpuwm's errors,
-    Spark's analysis and parse errors."""
+def one_line(e: BaseException) -> tuple[str, int] | None:
+    """``(message, exit status)`` for an error a user can cause or meet, or
+    None for a bug in gpuwm (whose traceback is wanted)."""
     if isinstance(e, GpuwmError):
-        return True
+        return " ".join(str(e).split()), _status(type(e))
     try:
         from pyspark.errors import AnalysisException, IllegalArgumentException, ParseException
+        from pyspark.errors.exceptions.base import PySparkException
+        from py4j.protocol import Py4JJavaError
     except ImportError:
-        return False
-    return isinstance(e, (AnalysisException, IllegalArgumentException, ParseException))
+        return None
+    text = str(e)
+    if isinstance(e, (AnalysisException, IllegalArgumentException, ParseException)):
+        return text.strip().splitlines()[0], 2
+    if not isinstance(e, (PySparkException, Py4JJavaError)):
+        return None
+    from . import sources  # noqa: F401  (its errors are raised in tasks)
+
+    names = {c.__name__: c for c in _subclasses(GpuwmError)}
+    # a gpuwm error raised in a task or in foreachBatch reaches the driver as a line of a Python traceback
+    for name, msg in re.findall(r"(?m)^\s*gpuwm(?:\.\w+)*\.(\w+): (.+)$", text):
+        if name in names:
+            return " ".join(msg.split()), _status(names[name])
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    return f"{first[:400]} (the whole trace: run again with --debug)", 1
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls] + [s for c in cls.__subclasses__() for s in _subclasses(c)]
+
+
+def _status(cls: type) -> int:
+    """2: what the user gave is wrong; 1: something failed while running."""
+    from ..errors import StateError
+
+    return 1 if issubclass(cls, StateError) or getattr(cls, "runtime", False) else 2
 
 
 def _main(argv: list[str]) -> int:

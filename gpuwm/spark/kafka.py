@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import GpuwmError
 from .direct import scala_iter, scan_rdds
 from .project import JSON_TYPES
 
@@ -100,6 +101,87 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
         return None, f"the task cannot evaluate `{e}` of the select on the Kafka source"
     except Exception as e:  # not classic PySpark, or a plan shape we do not know
         return None, f"the Kafka source's plan cannot be inspected ({type(e).__name__})"
+
+
+def source_options(df) -> list[dict[str, str]]:
+    """The options of every Kafka source under ``df`` (a streaming
+    DataFrame: one input, a union, a join), as the user gave them."""
+    try:
+        stack, found = [df._jdf.queryExecution().analyzed()], []
+        while stack:
+            node = stack.pop()
+            if node.getClass().getSimpleName() == "StreamingRelationV2" and "kafka" in str(node.sourceName()).lower():
+                found.append({str(k): str(v) for k, v in dict(node.extraOptions()).items()})
+            stack.extend(scala_iter(node.children()))
+        return found
+    except Exception:  # not classic PySpark: Spark's own checks are all there is
+        return []
+
+
+PROBE_S = 15.0  # how long a broker has to answer before the query starts (kafka.default.api.timeout.ms overrides)
+
+
+def probe(options: dict[str, str]) -> None:
+    """Fail in one line before the query starts when a Kafka source's
+    brokers do not answer, or a topic it names (``subscribe``, ``assign``)
+    does not exist or lacks a partition: Spark's own reader would retry for
+    minutes and then fail with a Java trace. ``subscribePattern`` may match
+    topics created later, and is not checked."""
+    import json
+
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from ..errors import ConfigError, near_miss
+
+    opts = {k.lower(): v for k, v in options.items()}
+    servers = opts.get("kafka.bootstrap.servers")
+    if not servers:
+        raise ConfigError("Kafka source: option kafka.bootstrap.servers is required (host:port[,host:port...])")
+    conf, why = consumer_conf({k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")})
+    if why is not None:  # settings only Spark's consumer knows (e.g. a JAAS login): Spark checks for itself
+        return
+    wait = float(opts.get("kafka.default.api.timeout.ms", PROBE_S * 1000)) / 1000
+    admin = {k: v for k, v in conf.items() if k not in ("isolation.level", "group.id")}
+    try:
+        meta = AdminClient({**admin, "logger": _quiet()}).list_topics(timeout=wait)
+    except KafkaException as e:
+        raise KafkaProbeError(f"Kafka brokers {servers} (kafka.bootstrap.servers) did not answer within {wait:g} s "
+                              f"({e.args[0].str() if e.args else e}): is Kafka running and reachable from here? "
+                              "Nothing was read or committed") from None
+    topics = {t: len(m.partitions) for t, m in meta.topics.items() if m.error is None}
+    wanted: dict[str, list[int]] = {}
+    if "subscribe" in opts:
+        wanted = {t.strip(): [] for t in opts["subscribe"].split(",") if t.strip()}
+    elif "assign" in opts:
+        try:
+            wanted = {str(t): [int(p) for p in ps] for t, ps in json.loads(opts["assign"]).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise ConfigError(f"Kafka source: assign must be JSON like {{\"topic\": [0, 1]}}, got {opts['assign']!r}") \
+                from None
+    for t, ps in wanted.items():
+        if t not in topics:
+            raise KafkaProbeError(f"Kafka topic {t!r} does not exist on {servers}{near_miss(t, topics)} "
+                                  f"(topics there: {sorted(topics)[:20]}); create it or fix the source's "
+                                  f"{'subscribe' if 'subscribe' in opts else 'assign'} option")
+        missing = sorted(p for p in ps if not 0 <= p < topics[t])
+        if missing:
+            raise KafkaProbeError(f"Kafka topic {t!r} has partitions 0..{topics[t] - 1}, not {missing} (assign)")
+
+
+def _quiet():
+    """A logger for librdkafka's lines (connection refused, each retry): the one error line says it all."""
+    import logging
+
+    log = logging.getLogger("gpuwm.kafka.probe")
+    log.propagate = False
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+    return log
+
+
+class KafkaProbeError(GpuwmError):
+    """A Kafka source's brokers or topics are not there."""
 
 
 def _same_schema(steps: list, headers: bool, spark_schema) -> str | None:

@@ -473,6 +473,10 @@ class Pipeline:
             direct_reason(self.df, self.inputs, self.checkpoint)
         if why is not None and self.read == "direct":
             raise ConfigError(f"read='direct' cannot read this input itself: {why}")
+        from .kafka import probe, source_options
+
+        for options in source_options(self.df):  # brokers and topics answer, or one line before anything is written
+            probe(options)
         for what, sink in (("Parquet sink", plan.sink), ("late-row sink", plan.late)):
             if sink is not None and sink.path:
                 sink.location.probe(what)

@@ -32,7 +32,9 @@ lists applied in turn (e.g. to parse Kafka values, then name the fields)::
 With ``read`` ``auto`` (the default) gpuwm's tasks fetch each batch's
 Kafka offset ranges, as Spark planned them, and evaluate such a ``select``
 themselves (:mod:`gpuwm.spark.kafka`); a ``select`` they cannot evaluate
-keeps Spark's reader, and ``--dry-run`` says why.
+keeps Spark's reader, and ``--dry-run`` says why. Brokers that do not
+answer and a ``subscribe``/``assign`` topic that does not exist are
+refused in one line before the query starts (:func:`gpuwm.spark.kafka.probe`).
 
 ``watermark``: ``column``, ``delay`` and the filter's options (``split``,
 ``profile``, ``emit``, ``idle_timeout``, ``max_drift``, knobs), and a
@@ -265,7 +267,10 @@ def _sources(spec: dict) -> list:
 
 
 def run(spark, spec: dict, verbose: bool = True):
-    """Start the spec's query and wait: bounded sources run to the end."""
+    """Start the spec's query and wait: bounded sources run to the end.
+    Ctrl-C (SIGINT) stops the query: the batch in flight is not committed
+    and runs again at the next start, so nothing is lost; the pipeline
+    returned then has ``interrupted`` set."""
     from pyspark.errors import StreamingQueryException
 
     sources = _sources(spec)
@@ -275,17 +280,20 @@ def run(spark, spec: dict, verbose: bool = True):
     while True:
         p = build(spark, spec, verbose)
         q = p.start(trigger=spec.get("trigger"))
-        try:
-            if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once"):
-                q.awaitTermination()
-            elif bounded:
+        if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once") \
+                or not bounded:
+            wait = q.awaitTermination
+        else:
+            def wait(q=q):
                 q.processAllAvailable()
                 q.stop()
-            else:
-                q.awaitTermination()
-        except StreamingQueryException:
-            pass  # q.exception() has it
-        e = q.exception()
+        p.interrupted = _until_done_or_interrupted(q, wait)
+        if p.interrupted:
+            return p
+        try:
+            e = q.exception()
+        except StreamingQueryException as x:
+            e = x
         if e is not None and not restarted and _kafka_replay_failure(e, sources, p.checkpoint):
             import logging
 
@@ -298,6 +306,46 @@ def run(spark, spec: dict, verbose: bool = True):
         if e is not None:
             raise e
         return p
+
+
+def _until_done_or_interrupted(q, wait) -> bool:
+    """Run ``wait`` (a blocking call on the query) in a thread; a SIGINT
+    stops the query from this one (a Python exception inside a py4j call
+    would leave the call's connection broken). True if interrupted."""
+    import signal
+    import threading
+
+    from pyspark.errors import StreamingQueryException
+
+    hit = threading.Event()
+    failed: list = []
+
+    def waiting():
+        try:
+            wait()
+        except StreamingQueryException:
+            pass  # q.exception() has it
+        except Exception as e:  # noqa: BLE001  raised in this thread below unless the user stopped the query
+            failed.append(e)
+
+    t = threading.Thread(target=waiting, name="gpuwm-wait", daemon=True)
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, lambda *_: hit.set()) if main else None
+    try:
+        t.start()
+        while t.is_alive():
+            t.join(0.2)
+            if hit.is_set():
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: no waiting
+                q.stop()
+                t.join()
+                return True
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+    if failed:
+        raise failed[0]
+    return False
 
 
 def _kafka_replay_failure(e, sources: list, ck) -> bool:
