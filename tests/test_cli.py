@@ -76,7 +76,8 @@ def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     r = gpuwm("status", str(tmp_path / "ck"))
     assert r.returncode == 0, r.stderr
-    head, *rows, size = r.stdout.splitlines()
+    head, *rows, size, done, state = r.stdout.splitlines()
+    assert done.startswith("gpuwm: 3 batches to batch 2: ") and state.startswith("gpuwm: nothing left in state")
     assert head.split()[:4] == ["batch_id", "input_rows", "late_rows", "rows_emitted"]
     assert [row.split()[0] for row in rows] == ["1", "2"] and rows[-1].split()[7] == "True"  # batch 2 ends the input
     assert size.startswith("state of batch 2: ") and " bytes in 3 file(s) under " in size
@@ -118,13 +119,25 @@ def test_ctrl_c_stops_after_a_batch_and_a_rerun_continues_losing_nothing(tmp_pat
     n = int(last.split("after batch ")[1].split()[0]) if "after batch" in last else -1
     assert n >= 2 and last == (f"gpuwm: stopped after batch {n} (Ctrl-C); the batch in flight was not committed: run "
                                f"the same spec again to continue from the checkpoint {tmp_path / 'ck-cut'}"), last
-    r = gpuwm("run", str(tmp_path / "cut.json"))
-    assert r.returncode == 0 and "batch   1:" not in r.stdout, r.stderr[-2000:]  # it went on from batch n + 1
+    cut = gpuwm("run", str(tmp_path / "cut.json"))
+    assert cut.returncode == 0 and "batch   1:" not in cut.stdout, cut.stderr[-2000:]  # it went on from batch n + 1
     r = gpuwm("run", str(tmp_path / "clean.json"))
     assert r.returncode == 0, r.stderr[-2000:]
     cols = ["window_start", "window_end", "auction", "n"]
     clean = rows_of(read_out(str(tmp_path / "out-clean")), cols)
     assert len(clean) > 1000 and rows_of(read_out(str(tmp_path / "out-cut")), cols) == clean
+    # the run's summary: totals over every batch since the first, the restart's included
+    lines = r.stdout.splitlines()
+    rows_in = sum(int(ln.split()[3].replace(",", "")) for ln in lines if ln.startswith("batch "))
+    last = [ln for ln in lines if ln.startswith("batch ")][-1]
+    done, state = lines[-2:]
+    assert done.startswith(f"gpuwm: {int(last.split()[1].rstrip(':')) + 1} batches to batch ") and \
+        done.endswith(f": {rows_in:,} rows in (0 late, 0 duplicate, 0 with a null event time), {len(clean):,} rows "
+                      f"out -> {tmp_path / 'out-clean'}"), done
+    assert state.startswith("gpuwm: ") and " rows stay in state, behind watermark 20" in state, state
+    assert cut.stdout.splitlines()[-2:] == [done.replace("out-clean", "out-cut"), state]
+    st = gpuwm("status", str(tmp_path / "ck-clean"))
+    assert st.stdout.splitlines()[-2:] == [done, state]
 
 
 def test_jars_the_kafka_spec_needs_and_a_bad_coordinate():
@@ -229,7 +242,8 @@ def test_status_shows_the_rows_alignment_holds(tmp_path):
                                      "rows_released": 145})
     r = gpuwm("status", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    head, b0, b1, _ = r.stdout.splitlines()
+    head, b0, b1, _, older = r.stdout.splitlines()
+    assert older == "gpuwm: batch 1: 100 rows in, 1 out"  # commits written before gpuwm kept totals
     cols = head.split()
     assert cols[-4:] == ["held_back_splits", "held_rows", "rows_released", "wall_s"]
     assert b0.split()[-3:] == ["145", "0", "0.500"] and b1.split()[-3:] == ["0", "145", "0.500"]

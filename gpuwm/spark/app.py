@@ -25,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     specs = [load_spec(a) for a in argv]
     spark = SparkSession.builder.appName("gpuwm").getOrCreate()
     register_sources(spark)
+    from gpuwm.spark.cli import summary
+
     for spec in specs:
-        run(spark, spec)
+        p = run(spark, spec)
+        if p.history:
+            print("\n".join(summary(p.history[-1])), flush=True)
     return 0
 
 

@@ -157,6 +157,8 @@ def _run_spec(args: argparse.Namespace) -> int:
         print(build(spark, spec, verbose=False).explain(trigger=spec.get("trigger")))
     else:
         p = run(spark, spec)
+        if p.history:
+            print("\n".join(summary(p.history[-1])), flush=True)
         if p.interrupted:
             done = [m["batch_id"] for m in p.history if not m.get("replayed")]
             where = f"after batch {done[-1]}" if done else "before its first batch"
@@ -283,6 +285,31 @@ def _main(argv: list[str]) -> int:
     return 2
 
 
+def summary(m: dict) -> list[str]:
+    """What a query did, from its last batch's metrics (the totals every
+    commit carries): batches, rows in and out, the rows dropped and why,
+    what stays in state and the watermark it waits behind."""
+    from .driver import show_time
+
+    t = m.get("totals")
+    if t is None:  # a commit written before gpuwm kept totals
+        return [f"gpuwm: batch {m['batch_id']}: {m['input_rows']:,} rows in, {m['rows_emitted']:,} out"]
+    dropped = [f"{t['late_rows']:,} late", f"{t['duplicate_rows']:,} duplicate",
+               f"{t['null_rows']:,} with a null event time"]
+    dropped += [f"{t[k]:,} {what}" for k, what in (("malformed_rows", "malformed (nulls)"),
+                                                   ("offsets_lost", "Kafka offsets lost")) if t[k]]
+    out = m.get("output")
+    lines = [f"gpuwm: {t['batches']:,} batches to batch {m['batch_id']}: {t['input_rows']:,} rows in "
+             f"({', '.join(dropped)}), {t['rows_emitted']:,} rows out{f' -> {out}' if out else ''}"]
+    wm = show_time(m.get("output_watermark"), m.get("time_kind"))
+    if m["state_rows"]:
+        lines.append(f"gpuwm: {m['state_rows']:,} rows stay in state, behind watermark {wm}: each is emitted or "
+                     "dropped when a later batch's watermark passes its window or time (more input moves it)")
+    else:
+        lines.append(f"gpuwm: nothing left in state; watermark {wm}")
+    return lines
+
+
 def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:
     """``gpuwm status CHECKPOINT``: the committed batches' metrics that the
     state store keeps (the last two), one row each, and the size of the
@@ -308,7 +335,11 @@ def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:
     ms = [c["metrics"] for c in commits]
     if any(m.get("held_rows") or m.get("rows_released") for m in ms):  # alignment held rows back
         cols = cols[:-1] + ("held_back_splits", "held_rows", "rows_released", "wall_s")
-    for m in ms:
+    from .driver import show_time
+
+    for m in ms:  # the watermark the batch's operators released up to, as `gpuwm run` printed it
+        m = {**m, "watermark": show_time(m.get("output_watermark"), m.get("time_kind"))} \
+            if "time_kind" in m else m
         rows.append([f"{m.get(c):.3f}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols])
     files = list(commits[-1]["files"]) + [commits[-1]["filter"]]
     infos = ck.loc.fs.get_file_info([ck.loc.path(f) for f in files])
@@ -318,6 +349,7 @@ def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
     lines.append(f"state of batch {batches[-1]}: {size:,} bytes in {len(files)} file(s) under {ck}/gpuwm/state "
                  f"(a version names the parts it did not change where an older one wrote them)")
+    lines += summary(ms[-1])
     return "\n".join(lines)
 
 

@@ -201,6 +201,8 @@ class Driver:
                  idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
                  held_rows=filt.held_rows if plan.aligned else 0)
         # the console sink's rows: exchange pieces, gone once the batch is committed
+        m.update(time_kind="timestamp" if is_timestamp(plan) else "int", output=plan.sink.path,
+                 totals=add_totals((prev_commit or {}).get("metrics", {}).get("totals"), m))
         outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
         t_commit = time.perf_counter()
         self._owner.check()
@@ -218,8 +220,8 @@ class Driver:
             wm = m["output_watermark"]
             if end and plan.watermark.resolved_profile.end_of_input == "all":
                 wm = "+inf (end)"
-            elif wm is not None and is_timestamp(plan):
-                wm = gpuwm_time(wm)
+            else:
+                wm = show_time(wm, m["time_kind"])
             what = "end of input" if end else "no new data" if direct is None and not m["input_rows"] else \
                 f"{m['input_rows'] / m['wall_s']:9,.0f} events/s"
             print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
@@ -407,8 +409,36 @@ def driver_filter(spec: Any, schema: pa.Schema, state: bytes | None = None) -> A
     return f if state is None else f.restore(bytes_to_table(state))
 
 
-def gpuwm_time(raw_us: int) -> str:
-    return datetime.fromtimestamp(raw_us / 1e6, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+def show_time(raw: int | None, kind: str | None) -> str:
+    """An event time or watermark as a user reads it: ISO 8601 in UTC for a
+    timestamp column (gpuwm keeps epoch microseconds), the number itself for
+    an integer column.
+
+    >>> show_time(1767225600123000, "timestamp"), show_time(42, "int"), show_time(None, "int")
+    ('2026-01-01T00:00:00.123Z', '42', 'None')
+    """
+    if raw is None or kind != "timestamp":
+        return str(raw)
+    return datetime.fromtimestamp(raw / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+#: the counts a commit carries summed over every batch since the query's first
+TOTALS = ("batches", "input_rows", "late_rows", "null_rows", "duplicate_rows", "rows_emitted", "malformed_rows",
+          "offsets_lost")
+
+
+def add_totals(before: dict | None, m: dict) -> dict:
+    """The running totals after batch ``m``: ``late_rows`` counts rows the
+    watermark filter dropped and rows a stage dropped behind a closed
+    window; ``duplicate_rows`` the rows a dedup dropped."""
+    stages = m.get("stages") or []
+    this = {"batches": 1, "input_rows": m["input_rows"], "null_rows": m["null_rows"],
+            "late_rows": m["late_rows"] + sum(st.get("late_rows", 0) for st in stages),
+            "duplicate_rows": sum(st.get("duplicate_rows", 0) for st in stages),
+            "rows_emitted": m["rows_emitted"], "malformed_rows": m.get("malformed_rows", 0),
+            "offsets_lost": m.get("offsets_lost", 0)}
+    before = before or {}
+    return {k: before.get(k, 0) + this[k] for k in TOTALS}
 
 
 def spark_schema(schema: pa.Schema):
