@@ -31,6 +31,43 @@ def test_a_missing_spec_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 1 and "Traceback" in r.stderr and "ConfigError" in r.stderr
 
 
+def test_every_problem_of_a_spec_is_named_with_its_path_before_spark_starts(tmp_path):
+    """Mistakes that used to surface after Spark's start (or as a
+    traceback: a string vnodes, a trigger key typo, a hop of 1 day every
+    1 ms allocating 1.26 TiB) are all reported at once, each with its JSON
+    path, before Java runs: stderr is the one line."""
+    spec = {"source": {"format": "nexmark", "options": {"totalEvent": 1000, "splits": 0}},
+            "checkpoint": str(tmp_path / "ck"), "vnodes": "4", "trigger": {"availablenow": True},
+            "watermark": {"column": "date_time", "delay": "4 seconds", "profile": "sprak"},
+            "stages": [{"window": {"tumbel": "10 seconds"}},
+                       {"window": {"hop": "1 day", "slide": "1 ms", "aggs": {"m": ["price", "median"]}}}],
+            "sink": {"parquett": str(tmp_path / "out")}}
+    (tmp_path / "q.json").write_text(json.dumps(spec))
+    r = gpuwm("run", str(tmp_path / "q.json"))
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    msg = r.stderr.removeprefix(f"gpuwm: error: pipeline spec '{tmp_path / 'q.json'}': 7 problems: ").rstrip()
+    assert msg.split("; $.")[0] == "$.vnodes: a whole number >= 1 (the state partitions), got '4'", msg
+    for part in ["$.trigger.availablenow: unknown key: did you mean 'availableNow'?",
+                 "$.sink: {\"parquet\": path} or {\"console\": rows}, got {'parquett': ",
+                 "$.source.options.totalEvent: not a Nexmark option: did you mean 'totalEvents'?",
+                 "$.source.options.splits: a whole number >= 1, got 0",
+                 "$.watermark: unknown profile 'sprak'; expected one of ['flink', 'risingwave', 'spark']",
+                 "$.stages[0].window: unknown key 'tumbel': did you mean 'tumble'?"]:
+        assert part in msg, (part, msg)
+    spec["watermark"]["profile"] = "spark"
+    spec["stages"][0] = {"window": {"tumble": "10 seconds"}}
+    spec["stages"][1]["window"]["aggs"] = {"m": ["price", "max"]}
+    (tmp_path / "q.json").write_text(json.dumps({**spec, "vnodes": 2, "trigger": {"availableNow": True},
+                                                 "sink": {"parquet": str(tmp_path / "out")},
+                                                 "source": {"format": "nexmark"}}))
+    r = gpuwm("run", str(tmp_path / "q.json"))
+    assert r.returncode == 2 and r.stderr == (
+        f"gpuwm: error: pipeline spec '{tmp_path / 'q.json'}': 1 problem: $.stages[1].window.slide: a hop of 1 day "
+        "every 1 ms puts each row in 86,400,000 windows (gpuwm keeps one aggregate per row and window; at most "
+        "1,000): use a longer slide or a shorter window\n")
+    assert not (tmp_path / "ck").exists()
+
+
 @pytest.mark.spark
 def test_a_duration_on_an_integer_column_is_refused_before_the_first_batch(tmp_path):
     """The case that used to fail inside the first micro-batch with a JVM

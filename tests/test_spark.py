@@ -694,7 +694,9 @@ def test_bad_input_is_refused_before_the_first_batch(spark, tmp_path):
     before = sorted(glob.glob(f"{tmp_path}/o3/*/*"))
     changed = (Pipeline(df, f"{tmp_path}/ck3").watermark("date_time", delay="3 seconds", split="split")
                .sort(key=["event_id"]).write_parquet(f"{tmp_path}/o3"))
-    with pytest.raises(gpuwm.ConfigError, match="differs from the one that wrote checkpoint"):
+    with pytest.raises(gpuwm.ConfigError, match=r"differs from the one that wrote checkpoint .* in 1 field "
+                       r"\(checkpoint → now\): \$\.watermark\.delay: \"datetime\.timedelta\(seconds=2\)\" → "
+                       r"\"datetime\.timedelta\(seconds=3\)\"\. Its state cannot be reused"):
         changed.start()
     assert sorted(glob.glob(f"{tmp_path}/o3/*/*")) == before
     # a checkpoint whose Spark offset log has no drain source (written before drain batches)

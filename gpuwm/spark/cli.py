@@ -152,7 +152,10 @@ def _run_spec(args: argparse.Namespace) -> int:
     from .spec import build, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
-    spark = local_session(app="gpuwm-run", conf=spec_conf(spec))
+    conf = spec_conf(spec)
+    jars = " (and the jars it needs, fetched once)" if "spark.jars.packages" in conf else ""
+    print(f"gpuwm: spec {args.spec} checked; starting Spark in local mode{jars}...", flush=True)
+    spark = local_session(app="gpuwm-run", conf=conf)
     if args.dry_run:
         print(build(spark, spec, verbose=False).explain(trigger=spec.get("trigger")))
     else:

@@ -55,10 +55,12 @@ def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
     old = ck.loc.read(Checkpoint.PIPELINE)
     old = None if old is None else old.decode()
     if old is not None and old != desc and not _rescales(ck, plan, old, desc):
+        changed = json_changes(json.loads(old), json.loads(desc))
         raise ConfigError(
-            f"the pipeline differs from the one that wrote checkpoint {ck}; "
-            "its state cannot be reused. Use a new checkpoint location, or restore the pipeline.\n"
-            f"checkpoint: {old}\nnow:        {desc}")
+            f"the pipeline differs from the one that wrote checkpoint {ck} in {len(changed)} field"
+            f"{'s' if len(changed) > 1 else ''} (checkpoint → now): {'; '.join(changed)}. Its state cannot be "
+            "reused: use a new checkpoint location (the query starts over), or restore those fields (only "
+            "'vnodes' may change on a checkpoint: a rescale)")
     owner = Owner.take(ck)
     if fmt is None:
         ck.loc.publish_json(Checkpoint.FORMAT_FILE, {"format": FORMAT})
@@ -84,6 +86,26 @@ def check_state(ck: Checkpoint) -> None:
             raise StateError(f"gpuwm: checkpoint {ck} is damaged: batch {ours[-1]}'s state is missing "
                              f"{len(missing)} file(s), e.g. {ck}/{missing[0]}; restore it from a backup, or start "
                              "from a new checkpoint location")
+
+def json_changes(a: Any, b: Any, path: str = "$") -> list[str]:
+    """Where two JSON values differ, each ``path: old → new``.
+
+    >>> json_changes({"w": {"delay": 2, "split": "s"}, "st": [1, 2]}, {"w": {"delay": 3, "split": "s"}, "st": [1]})
+    ['$.w.delay: 2 → 3', '$.st[1]: 2 → (none)']
+    """
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [c for k in list(a) + [k for k in b if k not in a]
+                for c in json_changes(a.get(k, _NONE), b.get(k, _NONE), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        return [c for i in range(max(len(a), len(b)))
+                for c in json_changes(a[i] if i < len(a) else _NONE, b[i] if i < len(b) else _NONE, f"{path}[{i}]")]
+    if a == b:
+        return []
+    return [f"{path}: {'(none)' if a is _NONE else json.dumps(a)} → {'(none)' if b is _NONE else json.dumps(b)}"]
+
+
+_NONE = object()  # a key or item one side lacks
+
 
 def _rescales(ck: Checkpoint, plan: Plan, old: str, new: str) -> bool:
     """The pipelines differ only in ``vnodes`` (online rescale): True when

@@ -136,7 +136,192 @@ def load_spec(path: str) -> dict:
     if "stages" in spec and not (isinstance(spec["stages"], list) and spec["stages"]):
         raise ConfigError(f"pipeline spec {path!r}: 'stages' must be a non-empty list of stages, "
                           f"e.g. [{{\"window\": {{...}}}}, {{\"window\": {{...}}}}]")
+    found = problems(spec)
+    if found:
+        raise ConfigError(f"pipeline spec {path!r}: {len(found)} problem{'s' if len(found) > 1 else ''}: "
+                          + "; ".join(found))
     return spec
+
+
+#: a Nexmark source's options (``gpuwm.spark.nexmark``) and the least each may be
+_NEXMARK = {"totalEvents": 0, "eventsPerBatch": 1, "eventsPerSecond": 1, "splits": 1, "maxDelayMs": 0,
+            "outOfOrderFraction": 0, "seed": None, "kind": None}
+_TRIGGERS = {"processingTime": str, "availableNow": bool, "once": bool}
+#: windows one row may fall into (a hop's size / slide): more are refused before Spark starts
+MAX_WINDOWS_PER_ROW = 1_000
+
+
+def problems(spec: dict) -> list[str]:
+    """Every problem of a spec that can be seen without Spark — keys,
+    types, intervals, enums, the stages' options (aggregates, window
+    sizes), a hop whose rows would each fall into more than
+    :data:`MAX_WINDOWS_PER_ROW` windows —, each ``$.json.path: what``.
+    Column names are checked once Spark gives the source's schema."""
+    from ..errors import near_miss
+    from ..timecol import parse_interval
+
+    out: list[str] = []
+
+    def bad(path: str, msg: str) -> None:
+        out.append(f"{path}: {msg}")
+
+    def keys(path: str, obj: dict, allowed) -> None:
+        for k in sorted(set(obj) - set(allowed), key=str):
+            bad(f"{path}.{k}", f"unknown key{near_miss(k, allowed)}; expected one of {sorted(allowed)}")
+
+    v = spec.get("vnodes")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        bad("$.vnodes", f"a whole number >= 1 (the state partitions), got {v!r}")
+    for k, choices in (("backend", ("auto", "cpu", "gpu")), ("read", ("auto", "direct", "spark"))):
+        if k in spec and spec[k] is not None and spec[k] not in choices:
+            bad(f"$.{k}", f"one of {list(choices)}, got {spec[k]!r}{near_miss(spec[k], choices)}")
+    ck = spec.get("checkpoint")
+    if not (isinstance(ck, str) and ck):
+        bad("$.checkpoint", f"a path or URI, got {ck!r}")
+    trig = spec.get("trigger")
+    if trig is not None:
+        if not (isinstance(trig, dict) and len(trig) == 1):
+            bad("$.trigger", f"one of {{\"processingTime\": \"10 seconds\"}}, {{\"availableNow\": true}}, "
+                             f"{{\"once\": true}}; got {trig!r}")
+        else:
+            keys("$.trigger", trig, _TRIGGERS)
+            (k, val), = trig.items()
+            if k in _TRIGGERS and not isinstance(val, _TRIGGERS[k]):
+                bad(f"$.trigger.{k}", f"a {_TRIGGERS[k].__name__}, got {val!r}")
+            elif k == "processingTime":
+                _interval(bad, "$.trigger.processingTime", val, parse_interval)
+    sink = spec.get("sink")
+    if not (isinstance(sink, dict) and len(sink) == 1 and next(iter(sink)) in ("parquet", "console")):
+        bad("$.sink", f"{{\"parquet\": path}} or {{\"console\": rows}}, got {sink!r}"
+                      + (near_miss(next(iter(sink)), ("parquet", "console")) if isinstance(sink, dict) and sink else ""))
+    elif "parquet" in sink and not (isinstance(sink["parquet"], str) and sink["parquet"]):
+        bad("$.sink.parquet", f"a path or URI, got {sink['parquet']!r}")
+    elif "console" in sink and (isinstance(sink["console"], bool) and not sink["console"]
+                                or not isinstance(sink["console"], (bool, int)) or sink["console"] < 0):
+        bad("$.sink.console", f"the rows to show per batch, got {sink['console']!r}")
+    late = spec.get("late")
+    if late is not None and not (isinstance(late, dict) and set(late) == {"parquet"} and isinstance(late["parquet"], str)):
+        bad("$.late", f"{{\"parquet\": path}} (rows dropped as late, kept aside), got {late!r}")
+    if "inputs" in spec:
+        for name, inp in spec["inputs"].items():
+            _source_problems(bad, keys, f"$.inputs.{name}.source", inp.get("source"))
+            _watermark_spec(bad, f"$.inputs.{name}.watermark", inp.get("watermark"))
+    else:
+        _source_problems(bad, keys, "$.source", spec.get("source"))
+        wm = _watermark_spec(bad, "$.watermark", spec.get("watermark"))
+        _stage_problems(bad, spec, wm)
+    return out
+
+
+def _interval(bad, path: str, value, parse) -> None:
+    try:
+        parse(value)
+    except ConfigError as e:
+        bad(path, str(e))
+
+
+def _source_problems(bad, keys, path: str, src) -> None:
+    from ..errors import near_miss
+
+    if not isinstance(src, dict):
+        bad(path, f"{{\"format\": ..., \"options\": {{...}}, ...}}, got {src!r}")
+        return
+    keys(path, src, ("format", "options", "select", "schema", "path"))
+    fmt, opts = src.get("format"), src.get("options", {})
+    if not (isinstance(fmt, str) and fmt):
+        bad(f"{path}.format", f"nexmark, kafka or a file format (parquet, json, csv, ...), got {fmt!r}")
+    if not isinstance(opts, dict):
+        bad(f"{path}.options", f"an object of the source's options, got {opts!r}")
+    elif fmt == "nexmark":
+        lower = {k.lower(): k for k in _NEXMARK}
+        for k, val in opts.items():
+            name = lower.get(str(k).lower())
+            if name is None:
+                bad(f"{path}.options.{k}", f"not a Nexmark option{near_miss(k, _NEXMARK)}; they are {sorted(_NEXMARK)}")
+                continue
+            least = _NEXMARK[name]
+            if name == "kind" and str(val).lower() not in ("bid", "auction", "person"):
+                bad(f"{path}.options.{k}", f"bid, auction or person, got {val!r}")
+            if least is None:
+                continue
+            try:
+                num = float(val) if name == "outOfOrderFraction" else int(val)
+            except (TypeError, ValueError):
+                num = None
+            if num is None or isinstance(val, bool) or num < least or (name == "outOfOrderFraction" and num > 1):
+                bad(f"{path}.options.{k}", "a fraction in [0, 1]" if name == "outOfOrderFraction" else
+                    f"a whole number >= {least}, got {val!r}")
+    sel = src.get("select")
+    if sel is not None:
+        steps = sel if isinstance(sel, list) and sel and all(isinstance(x, list) for x in sel) else [sel]
+        if not all(isinstance(st, list) and st and all(isinstance(x, str) for x in st) for st in steps):
+            bad(f"{path}.select", f"a list of SQL expressions, or a list of such lists applied in turn; got {sel!r}")
+    for k in ("schema", "path"):
+        if k in src and not isinstance(src[k], str):
+            bad(f"{path}.{k}", f"a string, got {src[k]!r}")
+
+
+_WM_ARGS = ("split", "profile", "emit", "idle_timeout", "max_drift", "candidate", "punctuated", "every", "expr")
+
+
+def _watermark_spec(bad, path: str, w):
+    """The watermark's spec (checked as :class:`~gpuwm.watermark.WatermarkSpec`
+    checks it: delay, profile, knobs, idle timeout), or None."""
+    from ..watermark import WatermarkSpec
+
+    if not (isinstance(w, dict) and "column" in w and "delay" in w):
+        bad(path, f"{{\"column\": ..., \"delay\": ..., ...}}, got {w!r}")
+        return None
+    if not isinstance(w["column"], str):
+        bad(f"{path}.column", f"a column name, got {w['column']!r}")
+        return None
+    rest = {k: val for k, val in w.items() if k not in ("column", "delay")}
+    args = {k: rest.pop(k) for k in _WM_ARGS if k in rest}
+    lateness = rest.pop("allowed_lateness", 0)
+    try:
+        return WatermarkSpec(w["column"], w["delay"], profile=args.pop("profile", "risingwave"),
+                             allowed_lateness=lateness, knobs=tuple(rest.items()), **args)
+    except (ConfigError, TypeError, ValueError) as e:
+        bad(path, str(e))
+        return None
+
+
+def _stage_problems(bad, spec: dict, wm) -> None:
+    """Each stage parsed as ``gpuwm run`` will parse it (its spec class's
+    ``from_json``), on the event-time column the stage before gives it."""
+    from ..operator import StageContext
+    from ..watermark import WatermarkSpec
+    from ..window import Hop
+
+    try:
+        stages = stages_of(spec)
+    except ConfigError as e:
+        bad("$.stages", str(e))
+        return
+    if wm is None:  # the watermark's own problems are said; its column still tells the stages their time
+        column = (spec.get("watermark") or {}).get("column") if isinstance(spec.get("watermark"), dict) else None
+        if not isinstance(column, str):
+            return
+        wm = WatermarkSpec(column, 0)
+    ctx = StageContext(event_time=wm.column, watermarks={None: wm})
+    for i, st in enumerate(stages):
+        (kind, opts), = st.items()
+        path = f"$.stages[{i}].{kind}" if "stages" in spec else f"$.{kind}"
+        try:
+            got = stage_class(kind).from_json(opts, ctx)
+        except SchemaError:  # a column: Spark's schema tells
+            return
+        except (ConfigError, TypeError, ValueError) as e:
+            bad(path, str(e).removeprefix(f"{kind}: "))
+            return
+        w = getattr(got, "window", None)
+        if isinstance(w, Hop):
+            per = -(-w.size // w.slide)
+            if per > MAX_WINDOWS_PER_ROW:
+                bad(f"{path}.slide", f"a hop of {opts.get('hop')} every {opts.get('slide')} puts each row in "
+                                     f"{per:,} windows (gpuwm keeps one aggregate per row and window; at most "
+                                     f"{MAX_WINDOWS_PER_ROW:,}): use a longer slide or a shorter window")
+        ctx = StageContext(event_time=got.event_time(ctx.event_time), watermarks=ctx.watermarks, previous=got)
 
 
 def stages_of(spec: dict) -> list[dict]:
@@ -280,6 +465,9 @@ def run(spark, spec: dict, verbose: bool = True):
     while True:
         p = build(spark, spec, verbose)
         q = p.start(trigger=spec.get("trigger"))
+        if verbose:
+            print(f"gpuwm: query started on checkpoint {spec['checkpoint']}; a line per batch as it commits",
+                  flush=True)
         if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once") \
                 or not bounded:
             wait = q.awaitTermination
