@@ -161,7 +161,13 @@ def get_backend(choice: str | None = None) -> Backend:
             "(cupy is not installed, or cupy.is_available() is False); "
             "install the 'gpu' extra on a CUDA machine or use backend 'cpu'/'auto'"
         )
-    if not _warned:
+    said_by = os.environ.get(SAID_BY)  # a local-mode driver said it for this machine: its workers do not repeat it
+    if not _warned and (not said_by or said_by == str(os.getpid())):
         log.warning("gpuwm: no usable GPU (cupy missing or no CUDA device); backend 'auto' runs on the CPU")
-        _warned = True
+    _warned = True
     return CPU
+
+
+#: set by a local-mode driver (:func:`gpuwm.spark.local_session`) to its pid: its Spark workers, on the same
+#: machine, inherit it and leave the "no usable GPU" line to the driver
+SAID_BY = "GPUWM_BACKEND_SAID_BY"

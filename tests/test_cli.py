@@ -31,6 +31,21 @@ def test_a_missing_spec_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 1 and "Traceback" in r.stderr and "ConfigError" in r.stderr
 
 
+def test_every_subcommand_and_option_has_help():
+    import argparse
+
+    from gpuwm.spark.cli import parser
+
+    ap = parser()
+    subs = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    helped = {c.dest for c in subs._choices_actions if c.help}
+    assert helped == set(subs.choices) == {"demo", "run", "jars", "status"}
+    bare = [f"{name} {'/'.join(a.option_strings) or a.dest}" for name, p in subs.choices.items()
+            for a in p._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+    assert bare == []
+    assert "``" not in ap.format_help() and "gpuwm/spark/spec.py" in subs.choices["run"].format_help()
+
+
 def test_every_problem_of_a_spec_is_named_with_its_path_before_spark_starts(tmp_path):
     """Mistakes that used to surface after Spark's start (or as a
     traceback: a string vnodes, a trigger key typo, a hop of 1 day every
@@ -160,6 +175,7 @@ def test_ctrl_c_stops_after_a_batch_and_a_rerun_continues_losing_nothing(tmp_pat
     assert cut.returncode == 0 and "batch   1:" not in cut.stdout, cut.stderr[-2000:]  # it went on from batch n + 1
     r = gpuwm("run", str(tmp_path / "clean.json"))
     assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("no usable GPU") <= 1  # the driver says it; its local workers do not repeat it
     cols = ["window_start", "window_end", "auction", "n"]
     clean = rows_of(read_out(str(tmp_path / "out-clean")), cols)
     assert len(clean) > 1000 and rows_of(read_out(str(tmp_path / "out-cut")), cols) == clean

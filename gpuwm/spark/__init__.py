@@ -59,6 +59,9 @@ def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None 
     this process already runs lacks start a new JVM."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from ..backend import SAID_BY
+
+    os.environ[SAID_BY] = str(os.getpid())  # the workers share this machine: the driver says what it has
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 

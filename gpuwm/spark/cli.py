@@ -236,37 +236,7 @@ def _status(cls: type) -> int:
 
 def _main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    ap = argparse.ArgumentParser(prog="gpuwm", description=__doc__.split("\n\n")[0],
-                                 epilog="--debug (anywhere): show the traceback of an error")
-    from .. import __version__
-
-    ap.add_argument("--version", action="version", version=f"gpuwm {__version__}")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="run the operators on the embedded Nexmark source")
-    d.add_argument("--events", type=int, default=1_000_000, help="total events (default 1,000,000)")
-    d.add_argument("--batch", type=int, default=200_000, help="events per micro-batch")
-    d.add_argument("--rate", type=int, default=20_000, help="events per second of event time")
-    d.add_argument("--splits", type=int, default=4)
-    d.add_argument("--delay-ms", type=int, default=4_000, help="watermark delay (bounded out-of-orderness)")
-    d.add_argument("--out-of-order", type=float, default=0.1, help="fraction of events delayed")
-    d.add_argument("--max-delay-ms", type=int, default=6_000, help="largest delay of a delayed event")
-    d.add_argument("--profile", default="risingwave", choices=["risingwave", "spark", "flink"])
-    d.add_argument("--backend", default=None, choices=["auto", "cpu", "gpu"])
-    d.add_argument("--seed", type=int, default=42)
-    d.add_argument("--out", default="gpuwm-out", help="output folder (Parquet per operator)")
-    d.add_argument("--engine", default="spark", choices=["spark", "local"],
-                   help="spark: Spark local mode (default); local: the operators in this process")
-    r = sub.add_parser("run", help="run a pipeline described in a JSON spec (Spark local mode)")
-    r.add_argument("spec")
-    r.add_argument("--dry-run", action="store_true", help="check the spec and print the plan; run nothing")
-    j = sub.add_parser("jars", help="fetch the Kafka connector, a Kafka broker and the RAPIDS jar (Maven Central)")
-    j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
-    j.add_argument("--rapids-path", action="store_true",
-                   help="print only the RAPIDS jar's local path (fetched when not cached): spark-submit --jars")
-    st = sub.add_parser("status", help="the last batches' metrics and the state size of a checkpoint")
-    st.add_argument("checkpoint", help="the query's checkpoint location (a path, or a URI: s3a://bucket/ck, ...)")
-    st.add_argument("--conf", action="append", default=[], metavar="spark.hadoop.fs.KEY=VALUE",
-                    help="a file-system setting of Spark's for the checkpoint (repeatable)")
+    ap = parser()
     args = ap.parse_args(argv)
     if args.cmd == "demo":
         if args.events <= 0 or args.batch <= 0:
@@ -311,6 +281,54 @@ def summary(m: dict) -> list[str]:
     else:
         lines.append(f"gpuwm: nothing left in state; watermark {wm}")
     return lines
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: every subcommand and option with its help."""
+    ap = argparse.ArgumentParser(prog="gpuwm", description="gpuwm: event-time stream operators (watermarks, "
+                                 "stream sort, windows) on Spark micro-batches, on GPU or CPU.",
+                                 epilog="--debug (anywhere): show the traceback of an error")
+    from .. import __version__
+
+    ap.add_argument("--version", action="version", version=f"gpuwm {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="run the operators on the embedded Nexmark source")
+    d.add_argument("--events", type=int, default=1_000_000, help="total events (default 1,000,000)")
+    d.add_argument("--batch", type=int, default=200_000, help="events per micro-batch")
+    d.add_argument("--rate", type=int, default=20_000, help="events per second of event time")
+    d.add_argument("--splits", type=int, default=4,
+                   help="source splits (Spark input partitions), each with its own watermark (default 4)")
+    d.add_argument("--delay-ms", type=int, default=4_000, help="watermark delay (bounded out-of-orderness)")
+    d.add_argument("--out-of-order", type=float, default=0.1, help="fraction of events delayed")
+    d.add_argument("--max-delay-ms", type=int, default=6_000, help="largest delay of a delayed event")
+    d.add_argument("--profile", default="risingwave", choices=["risingwave", "spark", "flink"],
+                   help="whose watermark and window conventions to follow (default risingwave)")
+    d.add_argument("--backend", default=None, choices=["auto", "cpu", "gpu"],
+                   help="where the operators run: auto (the GPU when usable, else the CPU; default), cpu, gpu")
+    d.add_argument("--seed", type=int, default=42, help="the generator's seed: the same seed, the same events")
+    d.add_argument("--out", default="gpuwm-out", help="output folder (Parquet per operator)")
+    d.add_argument("--engine", default="spark", choices=["spark", "local"],
+                   help="spark: Spark local mode (default); local: the operators in this process")
+    r = sub.add_parser("run", help="run a pipeline described in a JSON spec (Spark local mode)",
+                       description="Run the pipeline a JSON spec describes in Spark local mode, a line per "
+                       "micro-batch and a summary at the end; Ctrl-C stops it after a committed batch (run again "
+                       "to continue). The spec is checked before Spark starts.",
+                       epilog='A spec: {"source": {"format": "nexmark" | "kafka" | "parquet" ..., "options": {...}}, '
+                       '"checkpoint": path, "watermark": {"column": ..., "delay": "4 seconds", "split": ..., '
+                       '"profile": ...}, "stages": [{"window": {"tumble": "10 seconds", "by": [...], "aggs": {...}}}, '
+                       '...], "sink": {"parquet": path}}. The whole format, with every stage kind: the docstring of '
+                       'gpuwm/spark/spec.py (python -m pydoc gpuwm.spark.spec) and the README, "Command line and spark-submit".')
+    r.add_argument("spec", help="the pipeline spec, a JSON file")
+    r.add_argument("--dry-run", action="store_true", help="check the spec and print the plan; run nothing")
+    j = sub.add_parser("jars", help="fetch the Kafka connector, a Kafka broker and the RAPIDS jar (Maven Central)")
+    j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
+    j.add_argument("--rapids-path", action="store_true",
+                   help="print only the RAPIDS jar's local path (fetched when not cached): spark-submit --jars")
+    st = sub.add_parser("status", help="the last batches' metrics and the state size of a checkpoint")
+    st.add_argument("checkpoint", help="the query's checkpoint location (a path, or a URI: s3a://bucket/ck, ...)")
+    st.add_argument("--conf", action="append", default=[], metavar="spark.hadoop.fs.KEY=VALUE",
+                    help="a file-system setting of Spark's for the checkpoint (repeatable)")
+    return ap
 
 
 def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:

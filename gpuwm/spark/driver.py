@@ -11,6 +11,8 @@ stages, segments and capabilities say what runs where.
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any, Callable
@@ -235,9 +237,9 @@ class Driver:
         drain.write_request(ck, batch_id, due=due, end=ending)
         self.history.append(m)
         if plan.sink.kind == "console":
-            print(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------")
-            if outs:
-                print(pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False))
+            shown = pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False) if outs else ""
+            say(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------"
+                + (f"\n{shown}" if outs else ""))
         if self.verbose:
             wm = m["output_watermark"]
             if end and plan.watermark.resolved_profile.end_of_input == "all":
@@ -246,9 +248,9 @@ class Driver:
                 wm = show_time(wm, m["time_kind"])
             what = "end of input" if end else "no new data" if direct is None and not m["input_rows"] else \
                 f"{m['input_rows'] / m['wall_s']:9,.0f} events/s"
-            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
-                  f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
-                  f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})", flush=True)
+            say(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
+                f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
+                f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})")
         if self.on_batch:
             self.on_batch(m)
 
@@ -267,8 +269,8 @@ class Driver:
         m["replayed"] = True
         self.history.append(m)
         if self.verbose:
-            print(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: committed by gpuwm before the restart; "
-                  "Spark's replay of it writes nothing again", flush=True)
+            say(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: committed by gpuwm before the restart; "
+                  "Spark's replay of it writes nothing again")
         if self.on_batch:
             self.on_batch(m)
 
@@ -429,6 +431,18 @@ def driver_filter(spec: Any, schema: pa.Schema, state: bytes | None = None) -> A
     a committed batch's state."""
     f = spec.build("cpu").bind(schema)
     return f if state is None else f.restore(bytes_to_table(state))
+
+
+_SAY = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print whole lines: queries running side by side (``gpuwm demo``'s
+    three) commit on their own threads, and a print's text and newline are
+    two writes."""
+    with _SAY:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 def show_time(raw: int | None, kind: str | None) -> str:

@@ -480,6 +480,10 @@ class Pipeline:
         for what, sink in (("Parquet sink", plan.sink), ("late-row sink", plan.late)):
             if sink is not None and sink.path:
                 sink.location.probe(what)
+        from ..backend import SAID_BY, get_backend
+
+        if os.environ.get(SAID_BY) == str(os.getpid()) and plan.backend in (None, "auto"):
+            get_backend(plan.backend)  # local mode: whether the workers find a GPU, said once, by the driver
         owner = prepare_checkpoint(self.checkpoint, plan)
         driver = Driver(plan, self.spark, self.df, inputs=tuple(self.inputs or ()), read=self.read,
                         direct=why is None, input_dirs=dirs, kafka=kafka, owner=owner, history=self.history,
