@@ -107,6 +107,42 @@ def test_a_duration_on_an_integer_column_is_refused_before_the_first_batch(tmp_p
 
 
 @pytest.mark.spark
+def test_a_corrupt_input_file_fails_the_run_in_one_line_and_commits_nothing(tmp_path):
+    """A failure while a batch runs (Spark cannot read a corrupt Parquet
+    file) used to end in ~730 lines of Java and Python traces: now Spark's
+    error in one line, exit status 1, the trace in a file that line names,
+    nothing committed; with the file replaced, the same command runs on."""
+    pytest.importorskip("pyspark")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    ts = pa.array([1767225600000000, 1767225601000000, 1767225615000000], pa.timestamp("us", tz="UTC"))
+    pq.write_table(pa.table({"ts": ts, "k": [1, 2, 1]}), tmp_path / "in" / "a.parquet")
+    (tmp_path / "in" / "b.parquet").write_bytes(b"PAR1" + b"not a footer" * 3 + b"PAR1")
+    spec = {"source": {"format": "parquet", "schema": "ts timestamp, k bigint", "path": str(tmp_path / "in")},
+            "checkpoint": str(tmp_path / "ck"), "trigger": {"availableNow": True},
+            "watermark": {"column": "ts", "delay": "1 second", "profile": "flink"},
+            "stages": [{"window": {"tumble": "10 seconds", "by": ["k"]}}], "sink": {"parquet": str(tmp_path / "out")}}
+    (tmp_path / "q.json").write_text(json.dumps(spec))
+    r = gpuwm("run", str(tmp_path / "q.json"))
+    last = r.stderr.splitlines()[-1]
+    assert r.returncode == 1 and "Traceback" not in r.stderr and " at org.apache" not in r.stderr, r.stderr[-3000:]
+    assert last.startswith(f"gpuwm: error: [FAILED_READ_FILE.NO_HINT] Encountered error while reading file "
+                           f"file://{tmp_path / 'in' / 'b.parquet'}. (the whole trace: "), last
+    log = last.split("(the whole trace: ")[1].split(";")[0]
+    with open(log) as fh:
+        assert "corrupted file" in fh.read()
+    commits = tmp_path / "ck" / "gpuwm" / "commits"
+    assert not commits.exists() or not list(commits.iterdir())
+    pq.write_table(pa.table({"ts": ts.slice(0, 0), "k": pa.array([], pa.int64())}), tmp_path / "in" / "b.parquet")
+    r = gpuwm("run", str(tmp_path / "q.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-2].endswith(": 3 rows in (0 late, 0 duplicate, 0 with a null event time), 3 rows "
+                                              f"out -> {tmp_path / 'out'}"), r.stdout
+
+
+@pytest.mark.spark
 def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
     """``gpuwm run --dry-run`` checks a spec and prints its plan without
     running a batch; after a real run, ``gpuwm status`` shows the batches'

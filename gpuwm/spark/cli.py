@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
@@ -152,10 +153,14 @@ def _run_spec(args: argparse.Namespace) -> int:
     from .spec import build, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
+    if not _DEBUG:  # a failure is gpuwm's one line; its trace goes to the file that line names
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
     conf = spec_conf(spec)
     jars = " (and the jars it needs, fetched once)" if "spark.jars.packages" in conf else ""
     print(f"gpuwm: spec {args.spec} checked; starting Spark in local mode{jars}...", flush=True)
     spark = local_session(app="gpuwm-run", conf=conf)
+    if not _DEBUG:
+        spark.sparkContext.setLogLevel("OFF")
     if args.dry_run:
         print(build(spark, spec, verbose=False).explain(trigger=spec.get("trigger")))
     else:
@@ -180,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     there), 1 for a failure while running (a batch's task failed: gpuwm's
     own error from inside Spark's exception, or the first line of Spark's).
     ``--debug`` raises instead, with the whole traceback."""
+    global _DEBUG
     argv = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in argv
+    debug = _DEBUG = "--debug" in argv
     try:
         return _main([a for a in argv if a != "--debug"])
     except KeyboardInterrupt:  # before a query ran (a running one is stopped in spec.run)
@@ -192,8 +198,19 @@ def main(argv: list[str] | None = None) -> int:
         if got is None:
             raise
         msg, code = got
+        if code == 1 and not isinstance(e, GpuwmError):  # Spark's: the whole trace to a file the line names
+            import tempfile
+            import traceback
+
+            fd, log = tempfile.mkstemp(prefix="gpuwm-error-", suffix=".log")
+            with os.fdopen(fd, "w") as fh:
+                fh.write("".join(traceback.format_exception(e)))
+            msg += f" (the whole trace: {log}; or run again with --debug)"
         print(f"gpuwm: error: {msg}", file=sys.stderr)
         return code
+
+
+_DEBUG = False  # --debug: Spark's and py4j's own error logs stay on (set by main)
 
 
 def one_line(e: BaseException) -> tuple[str, int] | None:
@@ -219,8 +236,13 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
     for name, msg in re.findall(r"(?m)^\s*gpuwm(?:\.\w+)*\.(\w+): (.+)$", text):
         if name in names:
             return " ".join(msg.split()), _status(names[name])
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
-    return f"{first[:400]} (the whole trace: run again with --debug)", 1
+    # Spark's own error class (``[FAILED_READ_FILE.NO_HINT] Encountered error while reading file ...``)
+    spark = re.search(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] ([^\n]+)", text)
+    if spark:
+        return f"[{spark.group(1)}] {spark.group(2).split(' SQLSTATE')[0].strip()}"[:500], 1
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(
+        ("Traceback", "File ", "An exception was raised by the Python Proxy", "at ", "==="))]
+    return (lines[0] if lines else type(e).__name__)[:500], 1
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -317,7 +339,8 @@ def parser() -> argparse.ArgumentParser:
                        '"checkpoint": path, "watermark": {"column": ..., "delay": "4 seconds", "split": ..., '
                        '"profile": ...}, "stages": [{"window": {"tumble": "10 seconds", "by": [...], "aggs": {...}}}, '
                        '...], "sink": {"parquet": path}}. The whole format, with every stage kind: the docstring of '
-                       'gpuwm/spark/spec.py (python -m pydoc gpuwm.spark.spec) and the README, "Command line and spark-submit".')
+                       'gpuwm/spark/spec.py (python -m pydoc gpuwm.spark.spec) and the README, "Command line and '
+                       'spark-submit".')
     r.add_argument("spec", help="the pipeline spec, a JSON file")
     r.add_argument("--dry-run", action="store_true", help="check the spec and print the plan; run nothing")
     j = sub.add_parser("jars", help="fetch the Kafka connector, a Kafka broker and the RAPIDS jar (Maven Central)")

@@ -192,15 +192,16 @@ def problems(spec: dict) -> list[str]:
                 _interval(bad, "$.trigger.processingTime", val, parse_interval)
     sink = spec.get("sink")
     if not (isinstance(sink, dict) and len(sink) == 1 and next(iter(sink)) in ("parquet", "console")):
-        bad("$.sink", f"{{\"parquet\": path}} or {{\"console\": rows}}, got {sink!r}"
-                      + (near_miss(next(iter(sink)), ("parquet", "console")) if isinstance(sink, dict) and sink else ""))
+        near = near_miss(next(iter(sink)), ("parquet", "console")) if isinstance(sink, dict) and sink else ""
+        bad("$.sink", f"{{\"parquet\": path}} or {{\"console\": rows}}, got {sink!r}{near}")
     elif "parquet" in sink and not (isinstance(sink["parquet"], str) and sink["parquet"]):
         bad("$.sink.parquet", f"a path or URI, got {sink['parquet']!r}")
     elif "console" in sink and (isinstance(sink["console"], bool) and not sink["console"]
                                 or not isinstance(sink["console"], (bool, int)) or sink["console"] < 0):
         bad("$.sink.console", f"the rows to show per batch, got {sink['console']!r}")
     late = spec.get("late")
-    if late is not None and not (isinstance(late, dict) and set(late) == {"parquet"} and isinstance(late["parquet"], str)):
+    if late is not None and not (isinstance(late, dict) and set(late) == {"parquet"}
+                                 and isinstance(late["parquet"], str)):
         bad("$.late", f"{{\"parquet\": path}} (rows dropped as late, kept aside), got {late!r}")
     if "inputs" in spec:
         for name, inp in spec["inputs"].items():
