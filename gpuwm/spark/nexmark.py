@@ -64,6 +64,11 @@ def _int(options: dict, key: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+#: the source's options a user gives and the least each may be (None: not a number); ``kind`` is one of GENERATORS
+OPTIONS = {"totalEvents": 0, "eventsPerBatch": 1, "eventsPerSecond": 1, "splits": 1, "maxDelayMs": 0,
+           "outOfOrderFraction": 0, "seed": None, "kind": None}
+
+
 def config_from_options(options: dict) -> tuple[NexmarkConfig, int, int]:
     frac = float(options.get("outOfOrderFraction", options.get("outoforderfraction", 0.1)))
     if not 0 <= frac <= 1:
