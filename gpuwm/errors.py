@@ -4,6 +4,9 @@
 class GpuwmError(Exception):
     """Base class of every error gpuwm raises on purpose."""
 
+    #: a failure while running (exit status 1), not a mistake in what the user gave (2)
+    runtime = False
+
 
 class ConfigError(GpuwmError, ValueError):
     """An operator, profile or window was configured with a bad value."""
@@ -23,6 +26,8 @@ class BackendError(GpuwmError, RuntimeError):
 
 class StateError(GpuwmError, RuntimeError):
     """Saved state is missing or damaged (a checkpoint's file, part or batch)."""
+
+    runtime = True
 
 
 def near_miss(name: str, choices) -> str:

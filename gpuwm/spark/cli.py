@@ -251,9 +251,7 @@ def _subclasses(cls: type) -> list[type]:
 
 def _status(cls: type) -> int:
     """2: what the user gave is wrong; 1: something failed while running."""
-    from ..errors import StateError
-
-    return 1 if issubclass(cls, StateError) or getattr(cls, "runtime", False) else 2
+    return 1 if cls.runtime else 2
 
 
 def _main(argv: list[str]) -> int:

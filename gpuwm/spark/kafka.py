@@ -57,6 +57,11 @@ def consumer_conf(params: dict) -> tuple[dict | None, str | None]:
     return conf, None
 
 
+def source_conf(options: dict[str, str]) -> tuple[dict | None, str | None]:
+    """:func:`consumer_conf` of a Kafka source's ``kafka.*`` options."""
+    return consumer_conf({k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")})
+
+
 def kafka_source(df) -> tuple[dict | None, str | None]:
     """The Kafka source under ``df`` (a streaming DataFrame) and the
     projection on it — ``({"steps": ...}, None)`` — or
@@ -90,7 +95,7 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
             steps.append(step)
             ids = names
         options = {str(k): str(v) for k, v in dict(node.extraOptions()).items()}
-        conf, why = consumer_conf({k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")})
+        conf, why = source_conf(options)
         if why is not None:
             return None, why
         why = _same_schema(steps, any(str(a.name()) == "headers" for a in out), df.schema)
@@ -138,7 +143,7 @@ def probe(options: dict[str, str]) -> None:
     servers = opts.get("kafka.bootstrap.servers")
     if not servers:
         raise ConfigError("Kafka source: option kafka.bootstrap.servers is required (host:port[,host:port...])")
-    conf, why = consumer_conf({k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")})
+    conf, why = source_conf(options)
     if why is not None:  # settings only Spark's consumer knows (e.g. a JAAS login): Spark checks for itself
         return
     wait = float(opts.get("kafka.default.api.timeout.ms", PROBE_S * 1000)) / 1000

@@ -186,16 +186,14 @@ class Pipeline:
         if split is not None:
             _spark_field(schema, split, "split")
         self._lateness_given = "allowed_lateness" in knobs
-        lateness = knobs.pop("allowed_lateness", 0)
-        expr = knobs.pop("expr", None)
+        expr = knobs.get("expr")
         if expr is not None:
             if self.inputs is not None:
                 raise ConfigError("a watermark 'expr' takes one input for now: with several, compute it as a "
                                   "column of that input and name it as the watermark's 'candidate'")
             schema = self._with_watermark_expr(column, expr)
-        wm = WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
-                           max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()),
-                           candidate=candidate, punctuated=punctuated, every=every, expr=expr)
+        wm = watermark_spec(column, delay, split=split, profile=profile, emit=emit, idle_timeout=idle_timeout,
+                            max_drift=max_drift, candidate=candidate, punctuated=punctuated, every=every, **knobs)
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
         if self.inputs is not None:
@@ -531,6 +529,22 @@ def _arrow_schema(spark_schema) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(spark_schema)
+
+
+def watermark_spec(column: str, delay: Any, *, split: str | None = None, profile: str = "risingwave",
+                   emit: str | None = None, idle_timeout: Any = None, max_drift: Any = None,
+                   candidate: str | None = None, punctuated: str | None = None, every: Any = None,
+                   **knobs: Any) -> WatermarkSpec:
+    """The watermark spec :meth:`Pipeline.watermark` makes of its arguments,
+    before any schema is known (``allowed_lateness`` and ``expr`` come with
+    the knobs); a spec's ``watermark`` is checked with it before Spark
+    starts."""
+    knobs = dict(knobs)
+    lateness = knobs.pop("allowed_lateness", 0)
+    expr = knobs.pop("expr", None)
+    return WatermarkSpec(column, delay, profile=profile, emit=emit, split=split, idle_timeout=idle_timeout,
+                         max_drift=max_drift, allowed_lateness=lateness, knobs=tuple(knobs.items()),
+                         candidate=candidate, punctuated=punctuated, every=every, expr=expr)
 
 
 def _describe_wm(wm: WatermarkSpec) -> str:

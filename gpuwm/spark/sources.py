@@ -78,7 +78,7 @@ def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch]) -> Iterator[pa
 class KafkaReadError(GpuwmError):
     """A batch's Kafka range cannot be read as Spark planned it."""
 
-    runtime = True  # exit status 1: the input changed under the query, not the spec
+    runtime = True  # the input changed under the query, not the spec
 
 
 def kafka_schema(headers: bool) -> pa.Schema:

@@ -252,13 +252,11 @@ def _source_problems(bad, keys, path: str, src) -> None:
             bad(f"{path}.{k}", f"a string, got {src[k]!r}")
 
 
-_WM_ARGS = ("split", "profile", "emit", "idle_timeout", "max_drift", "candidate", "punctuated", "every", "expr")
-
-
 def _watermark_spec(bad, path: str, w):
-    """The watermark's spec (checked as :class:`~gpuwm.watermark.WatermarkSpec`
-    checks it: delay, profile, knobs, idle timeout), or None."""
-    from ..watermark import WatermarkSpec
+    """The watermark's spec, made as ``Pipeline.watermark`` makes it
+    (:func:`~gpuwm.spark.pipeline.watermark_spec`: delay, profile, knobs,
+    idle timeout checked), or None."""
+    from .pipeline import watermark_spec
 
     if not (isinstance(w, dict) and "column" in w and "delay" in w):
         bad(path, f"{{\"column\": ..., \"delay\": ..., ...}}, got {w!r}")
@@ -266,12 +264,9 @@ def _watermark_spec(bad, path: str, w):
     if not isinstance(w["column"], str):
         bad(f"{path}.column", f"a column name, got {w['column']!r}")
         return None
-    rest = {k: val for k, val in w.items() if k not in ("column", "delay")}
-    args = {k: rest.pop(k) for k in _WM_ARGS if k in rest}
-    lateness = rest.pop("allowed_lateness", 0)
     try:
-        return WatermarkSpec(w["column"], w["delay"], profile=args.pop("profile", "risingwave"),
-                             allowed_lateness=lateness, knobs=tuple(rest.items()), **args)
+        return watermark_spec(w["column"], w["delay"],
+                              **{k: val for k, val in w.items() if k not in ("column", "delay")})
     except (ConfigError, TypeError, ValueError) as e:
         bad(path, str(e))
         return None
@@ -280,7 +275,7 @@ def _watermark_spec(bad, path: str, w):
 def _stage_problems(bad, spec: dict, wm) -> None:
     """Each stage parsed as ``gpuwm run`` will parse it (its spec class's
     ``from_json``), on the event-time column the stage before gives it."""
-    from ..operator import StageContext
+    from ..operator import StageContext, stage_from_json
     from ..watermark import WatermarkSpec
     from ..window import Hop
 
@@ -299,7 +294,7 @@ def _stage_problems(bad, spec: dict, wm) -> None:
         (kind, opts), = st.items()
         path = f"$.stages[{i}].{kind}" if "stages" in spec else f"$.{kind}"
         try:
-            got = stage_class(kind).from_json(opts, ctx)
+            got = stage_from_json(kind, opts, ctx)
         except SchemaError:  # a column: Spark's schema tells
             return
         except (ConfigError, TypeError, ValueError) as e:
