@@ -175,7 +175,7 @@ def test_sigkilled_repeatedly_on_an_s3_checkpoint_gives_the_uninterrupted_output
     """The uninterrupted run on ``local-cluster[2,1,1024]`` — two executor
     processes that share no directory for gpuwm's state (all of it, and the
     input, the output and Spark's checkpoint, on S3) —, the interrupted one
-    in local mode, SIGKILLed three times and restarted on its S3
+    in local mode, SIGKILLed twice and restarted on its S3
     checkpoint: the same output, batch for batch."""
     rng = np.random.default_rng(5)
     src = _put_batches(s3, "killed/in", _rows(rng, 5, 300, 5, 20))
@@ -194,7 +194,7 @@ def test_sigkilled_repeatedly_on_an_s3_checkpoint_gives_the_uninterrupted_output
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     assert "EXECUTORS 2 PYTHON WORKERS 2" in r.stdout, r.stdout  # the tasks ran in two processes apart
     path = script("killed")
-    for n in (1, 2, 1):  # SIGKILLed after 1, then 2 and 1 more batches of each restart
+    for n in (1, 2):  # SIGKILLed after 1, then 2 more batches of the restart
         kill_after_batches(path, n)  # (asserts the run died of the SIGKILL)
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]

@@ -80,17 +80,17 @@ batch_st = st.lists(
 )
 
 
+# every profile with each emit mode it allows: lag=1 needs on-batch (on-event is refused, tested below)
+PROFILE_EMITS = [(p, e) for p in sorted(PROFILES) for e in ("on-batch", "on-event")
+                 if not (PROFILES[p].lag and e == "on-event")]
 SPLIT_TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "int8": pa.int8(), "str": pa.string()}
 
 
-@pytest.mark.parametrize("profile", sorted(PROFILES))
-@pytest.mark.parametrize("emit", ["on-batch", "on-event"])
+@pytest.mark.parametrize("profile,emit", PROFILE_EMITS)
 @pytest.mark.parametrize("split", [None, *SPLIT_TYPES])
 @given(batches=batch_st, delay=st.integers(0, 12), lateness=st.sampled_from([0, 0, 4]))
 def test_filter_matches_reference(backend, profile, emit, split, batches, delay, lateness):
     p = PROFILES[profile]
-    if p.lag and emit == "on-event":
-        pytest.skip("lag=1 needs on-batch (rejected by construction, tested below)")
     nulls = "keep" if p.nulls == "error" else p.nulls
     f = gpuwm.WatermarkFilter("t", delay=delay, profile=profile, emit=emit, split="s" if split else None,
                               nulls=nulls, allowed_lateness=lateness, backend=backend)
@@ -119,8 +119,7 @@ strategy_st = st.lists(
 )
 
 
-@pytest.mark.parametrize("profile", sorted(PROFILES))
-@pytest.mark.parametrize("emit", ["on-batch", "on-event"])
+@pytest.mark.parametrize("profile,emit", PROFILE_EMITS)
 @pytest.mark.parametrize("strategy", ["candidate", "punctuated"])
 @given(batches=strategy_st, delay=st.integers(0, 12), split=st.booleans())
 def test_watermark_strategies_match_reference(backend, profile, emit, strategy, batches, delay, split):
@@ -129,8 +128,6 @@ def test_watermark_strategies_match_reference(backend, profile, emit, strategy, 
     back), or only from the rows a boolean column marks (punctuation),
     against the row-at-a-time model, every profile."""
     p = PROFILES[profile]
-    if p.lag and emit == "on-event":
-        pytest.skip("lag=1 needs on-batch")
     nulls = "keep" if p.nulls == "error" else p.nulls
     f = gpuwm.WatermarkFilter("t", delay=delay, profile=profile, emit=emit, split="s" if split else None,
                               nulls=nulls, backend=backend, **{strategy: "c" if strategy == "candidate" else "m"})
