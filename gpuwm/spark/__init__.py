@@ -1,6 +1,7 @@
 """gpuwm on Spark Structured Streaming (imports pyspark; the rest of gpuwm does not).
 
-``Pipeline`` (the builder), ``local_session`` (a local SparkSession set up
+``accelerate``/``explain`` (a PySpark or Spark SQL streaming query run by
+gpuwm, :mod:`gpuwm.spark.accelerate`), ``Pipeline`` (the builder), ``local_session`` (a local SparkSession set up
 for gpuwm), ``read_nexmark`` (the embedded source), ``register_sources``.
 """
 
@@ -9,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+from .accelerate import accelerate, explain
 from .pipeline import Pipeline
 
-__all__ = ["Pipeline", "local_session", "read_nexmark", "register_sources"]
+__all__ = ["Pipeline", "accelerate", "explain", "local_session", "read_nexmark", "register_sources"]
 
 
 def register_sources(spark) -> None:

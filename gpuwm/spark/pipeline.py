@@ -137,6 +137,7 @@ class Pipeline:
         self._stages: list[OperatorSpec] = []
         self._sink: Sink | None = None
         self._late: Sink | None = None
+        self._output: list | None = None
         self._arrow_schema: pa.Schema | None = None
         self._lateness_given = False
         self.history: list[dict] = []
@@ -362,6 +363,23 @@ class Pipeline:
         self._sink = Sink("console", rows=rows)
         return self
 
+    def output(self, steps: Sequence[Sequence[Any]]) -> "Pipeline":
+        """Write the last stage's rows as other columns: ``steps`` of
+        :mod:`gpuwm.spark.project` (``[[[name, expr], ...], ...]``), each
+        over the one before (what :func:`gpuwm.spark.accelerate` gives, to
+        write Spark's columns: a ``window`` struct, the query's names);
+        :meth:`output_schema` shows the result."""
+        self._output = json.loads(json.dumps(steps))
+        return self
+
+    def output_schema(self) -> pa.Schema:
+        """The columns the sink writes: the last stage's, through :meth:`output`."""
+        from .project import evaluate
+
+        plan = self._plan()
+        out = plan.schemas[-1].empty_table()
+        return evaluate(json.loads(plan.sink.project), out).schema if plan.sink.project else out.schema
+
     def _need_watermark(self, what: str, takes_inputs: bool) -> None:
         """A stage ``what`` (one that takes the named inputs, or not) may come next."""
         if self.inputs is None:
@@ -390,19 +408,20 @@ class Pipeline:
                         self._sink_or_raise(), self._input_arrow_schema(), late=self._late)
         if self._wm is None:
             raise ConfigError("the pipeline has no .watermark(...)")
-        self._sink_or_raise()
         wm = self._wm
         lateness = None if self._lateness_given else \
             _filter_lateness(self._stages, wm.resolved_profile)
         if lateness is not None:
             wm = replace(wm, allowed_lateness=lateness)
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
-                    tuple(self._stages), self._sink, self._input_arrow_schema(), late=self._late)
+                    tuple(self._stages), self._sink_or_raise(), self._input_arrow_schema(), late=self._late)
 
     def _sink_or_raise(self) -> Sink:
+        from dataclasses import replace
+
         if self._sink is None:
             raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
-        return self._sink
+        return replace(self._sink, project=json.dumps(self._output)) if self._output else self._sink
 
     def explain(self, trigger: Mapping[str, Any] | None = None) -> str:
         """The plan :meth:`start` would run, checked as it would be, as text

@@ -36,6 +36,8 @@ class Sink:
     rows: int = 20
     #: the file-system settings of ``path`` (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)
     options: tuple[tuple[str, str], ...] = ()
+    #: the last stage's rows as the query's columns: :mod:`gpuwm.spark.project` steps, as JSON ("": as they are)
+    project: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("parquet", "console"):

@@ -13,6 +13,8 @@ plan, :func:`gpuwm.spark.kafka.translate`):
 - ``{"cast": [expr, type]}`` — ``binary → string`` (bytes as they are, as
   Spark's cast), ``long → timestamp`` (seconds), integer widening;
 - ``{"ts": [expr, unit]}`` — ``timestamp_seconds/millis/micros``;
+- ``{"struct": [[field, expr], ...]}`` — a struct of the expressions
+  (``accelerate``'s ``window`` column from ``window_start``/``window_end``);
 - ``{"from_json": [expr, [[field, type], ...]]}`` — Spark's ``from_json``
   with a struct of ``bigint``, ``int``, ``smallint``, ``tinyint``,
   ``double``, ``boolean`` and ``string`` fields, PERMISSIVE.
@@ -85,6 +87,8 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
         return _cast(_eval(arg[0], t, counts), arg[1])
     if op == "ts":
         return _timestamp(_eval(arg[0], t, counts), arg[1])
+    if op == "struct":
+        return pa.StructArray.from_arrays([_eval(x, t, counts) for _, x in arg], [n for n, _ in arg])
     if op == "from_json":
         got, bad = from_json(_eval(arg[0], t, counts), arg[1])
         if counts is not None:

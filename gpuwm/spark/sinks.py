@@ -4,6 +4,8 @@ seam, so a sink may be on any file system Spark's checkpoint may be on."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 
@@ -15,6 +17,10 @@ def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
     if out is None or not out.num_rows:
         return {}
     sink = plan.sink
+    if sink.project:
+        from .project import evaluate
+
+        out = evaluate(json.loads(sink.project), out)
     if sink.kind != "parquet":
         return {"output": plan.checkpoint.write_piece(batch_id, "out", 0, part, out)}
     sink.location.publish_parquet(f"batch_id={batch_id}/part-{part:05d}.parquet", out)

@@ -1,0 +1,529 @@
+"""Your Spark query, accelerated: a streaming DataFrame written with
+PySpark's own API (or ``spark.sql`` over streaming temp views) run by
+gpuwm's operators, unchanged.
+
+:func:`accelerate` reads the query's analyzed plan (py4j:
+``df._jdf.queryExecution().analyzed()``) and builds the
+:class:`~gpuwm.spark.Pipeline` that computes the same thing: what lies
+below ``withWatermark`` (the source, its projections and filters) stays
+Spark's; the watermark and the stateful operator above it become gpuwm's;
+the projections after it become the sink's output columns
+(:mod:`gpuwm.spark.project`), so the rows written have Spark's columns —
+``window`` a ``struct<start, end>``, the query's names and types::
+
+    q = (accelerate(df)                      # df: withWatermark + groupBy(window(...), k).agg(...)
+         .writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+
+What it translates today: one ``withWatermark`` over a source, then one
+of ``groupBy(window(ts, size[, slide]) | session_window(ts, gap), keys...)
+.agg(count/sum/min/max/avg ...)`` or ``dropDuplicatesWithinWatermark(keys)``,
+then projections (columns, struct fields, renames, casts). The window's
+parameters are read from the plan Spark's analyzer made of them and
+checked: the same call on the same input must give the same plan, or the
+query is not translated. Anything else — another operator, an aggregate
+gpuwm lacks, a filter between ``withWatermark`` and the operator (Spark's
+watermark sees the rows before it), an output mode other than append, a
+sink option gpuwm's Parquet sink does not apply, output types that would
+differ — falls back, by ``spark.gpuwm.fallback``: ``spark`` (default) runs
+the query in Spark as written, with one warning line naming the operator
+and the reason; ``error`` fails in one line. Never a different answer.
+:func:`explain` prints the split.
+
+gpuwm's Parquet sink writes ``<path>/batch_id=<N>/part-<P>.parquet``
+(``spark.read.parquet(path)`` reads it, with a ``batch_id`` column), not
+Spark's file-sink log.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ..errors import ConfigError
+from .direct import scala_iter
+
+FALLBACKS = ("spark", "error")
+_AGGS = {"Count": "count", "Sum": "sum", "Min": "min", "Max": "max", "Average": "mean"}
+_SHOWN = {"count": "count", "sum": "sum", "min": "min", "max": "max", "mean": "avg"}
+_WINDOW_STRUCT = {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}
+# nodes that pass their child's rows on unchanged (a temp view, a subquery's name)
+_TRANSPARENT = ("SubqueryAlias", "View")
+
+
+class Refused(Exception):
+    """What gpuwm cannot run: ``operator`` (Spark's name for it) and why."""
+
+    def __init__(self, operator: str, reason: str):
+        super().__init__(f"{operator}: {reason}")
+        self.operator, self.reason = operator, reason
+
+
+@dataclass
+class Translation:
+    """A query as gpuwm runs it: Spark's ``source`` DataFrame (below
+    ``withWatermark``), the watermark, the stage, and the projection steps
+    from the stage's output to the query's columns."""
+
+    source: Any
+    column: str
+    delay: timedelta
+    stage: tuple  # ("window", window, keys, aggs) | ("dedup", keys)
+    output: list
+    shown: list[str] = field(default_factory=list)  # the operators, for explain
+    output_ids: dict[int, str] = field(default_factory=dict)  # Spark's expression id -> output column
+
+
+def _kind(node) -> str:
+    return str(node.getClass().getSimpleName())
+
+
+def _id(e) -> int:
+    return int(e.exprId().id())
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _no_ids(text: str) -> str:
+    return re.sub(r"#\d+", "#", text)
+
+
+def _interval(iv) -> timedelta:
+    """A CalendarInterval (a watermark's delay, a gap) as a timedelta; months refused."""
+    from py4j.java_gateway import get_field
+
+    if get_field(iv, "months"):
+        raise Refused("EventTimeWatermark", f"an interval with months ({iv.toString()}): its length varies")
+    return timedelta(days=get_field(iv, "days"), microseconds=get_field(iv, "microseconds"))
+
+
+def _of_rows(spark, plan):
+    """A DataFrame over an (analyzed) logical plan of ``spark``'s."""
+    from pyspark.sql import DataFrame
+
+    jvm = spark._jvm
+    try:
+        jdf = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan)
+    except Exception:  # Spark 3.x
+        jdf = jvm.org.apache.spark.sql.Dataset.ofRows(spark._jsparkSession, plan)
+    return DataFrame(jdf, spark)
+
+
+def translate(df) -> Translation:
+    """``df``'s plan as gpuwm runs it, or :class:`Refused` saying why not."""
+    if not getattr(df, "isStreaming", False):
+        raise ConfigError("accelerate() takes a streaming DataFrame (spark.readStream...)")
+    try:
+        plan = df._jdf.queryExecution().analyzed()
+    except Exception as e:  # Spark Connect: no py4j plan
+        raise Refused("query", f"its plan cannot be read ({type(e).__name__}: Spark Connect?)") from None
+    tops, node = [], plan
+    while _kind(node) in ("Project",) + _TRANSPARENT:
+        if _kind(node) == "Project":
+            tops.append(node)
+        node = node.child()
+    kind = _kind(node)
+    if kind == "Aggregate":
+        t = _aggregate(df.sparkSession, node)
+    elif kind == "DeduplicateWithinWatermark":
+        t = _dedup(df.sparkSession, node)
+    elif kind in ("Filter", "Expand", "Generate", "Window", "Sort", "Limit"):
+        raise Refused(kind, "gpuwm runs the operators after a windowed aggregation or a dedup as projections "
+                            "only (columns, struct fields, renames, casts)")
+    else:
+        raise Refused(kind, "gpuwm translates one withWatermark, then groupBy(window | session_window, "
+                            "keys).agg(...) or dropDuplicatesWithinWatermark, then projections")
+    from .kafka import Untranslatable, translate as expr
+
+    ids = t.output_ids
+    for p in reversed(tops):
+        step, names = [], {}
+        for ne in scala_iter(p.projectList()):
+            try:
+                step.append([str(ne.name()), expr(ne.child() if _kind(ne) == "Alias" else ne, ids)])
+            except Untranslatable as e:
+                raise Refused("Project", f"gpuwm does not evaluate `{e}` after the {t.shown[-1].split()[0]}") \
+                    from None
+            names[_id(ne)] = str(ne.name())
+        if len(names) != len(step) or len({n for n, _ in step}) != len(step):
+            raise Refused("Project", f"a select gives two columns one name ({[n for n, _ in step]})")
+        t.output.append(step)
+        ids = names
+    return t
+
+
+def _watermark(node) -> tuple[Any, str, timedelta]:
+    """Down from ``node`` through nodes that pass rows on unchanged (a
+    view, a subquery, a select of columns) to ``withWatermark``: (its
+    child, its column, its delay)."""
+    while True:
+        kind = _kind(node)
+        if kind == "EventTimeWatermark":
+            ts = node.eventTime()
+            if str(ts.dataType().simpleString()) != "timestamp":
+                raise Refused("EventTimeWatermark", f"its column {ts.name()} is {ts.dataType().simpleString()}, "
+                                                    "not a timestamp")
+            return node.child(), str(ts.name()), _interval(node.delay())
+        if kind in _TRANSPARENT or (kind == "Project" and all(
+                _kind(e) == "AttributeReference" for e in scala_iter(node.projectList()))):
+            node = node.child()
+            continue
+        if kind == "Filter":
+            raise Refused("Filter", "a filter between withWatermark and the operator: Spark's watermark sees "
+                                    "the rows before it, gpuwm's would see those after; filter before withWatermark")
+        if kind == "Project":
+            raise Refused("Project", "new columns between withWatermark and the operator; add them before "
+                                     "withWatermark")
+        if kind in ("StreamingRelation", "StreamingRelationV2", "StreamingExecutionRelation"):
+            raise Refused("query", "no withWatermark: gpuwm's operators drain by the watermark")
+        raise Refused(kind, "an operator below the aggregation (a join, another aggregation, a union ...): "
+                            "gpuwm translates one stateful operator over a source")
+
+
+def _window(spark, agg, keys: list[str]):
+    """The window of a windowed aggregation's grouping, from the two nodes
+    Spark's analyzer put under it: (window attribute id, gpuwm window,
+    the node below, text for explain). Checked by making the same
+    ``window``/``session_window`` over the node below: the same plan, or refused."""
+    from pyspark.sql import functions as F
+
+    from ..session import Session
+    from ..window import Hop, Tumble
+
+    upper = agg.child()
+    lower = upper.child()
+    below = lower.child()
+    kinds = (_kind(upper), _kind(lower))
+    made = next((n for n in (upper, lower) if _kind(n) in ("Project", "Expand")), None)
+    if made is None or kinds not in (("Project", "Filter"), ("Filter", "Expand"), ("Filter", "Project")):
+        raise Refused("Aggregate", "its grouping has no window(...) or session_window(...) of the event time")
+    out = list(scala_iter(made.output()))[0]
+    text = str(made.toString())
+    _, ts, _ = _watermark(below)
+    col = F.col(_quoted(ts))
+    if " as interval)" in text:
+        m = re.search(r"cast\(([^()]+?) as interval\)", text)
+        gap = m.group(1) if m else None
+        if not gap or gap.count("(") != gap.count(")"):
+            raise Refused("Aggregate", "a session_window whose gap is not a constant")
+        iv = spark._jvm.org.apache.spark.sql.catalyst.util.IntervalUtils.stringToInterval(
+            spark._jvm.org.apache.spark.unsafe.types.UTF8String.fromString(gap))
+        made_by, win, shown = F.session_window(col, gap), Session(ts, _interval(iv)), f"session_window({ts}, {gap})"
+    else:
+        slide = re.search(r" % (\d+)\)", text)
+        start = re.search(r"LongType\) - (-?\d+)\) % ", text)
+        size = re.search(r"\) \+ (\d+)\), LongType, TimestampType\)", text)
+        if not (slide and start and size):
+            raise Refused("Aggregate", "its window(...) is not one gpuwm reads")
+        size_us, slide_us, start_us = int(size.group(1)), int(slide.group(1)), int(start.group(1))
+        made_by = F.window(col, f"{size_us} microseconds", f"{slide_us} microseconds", f"{start_us} microseconds")
+        if start_us:
+            raise Refused("Aggregate", f"a window with a start offset ({timedelta(microseconds=start_us)}): gpuwm's "
+                                       "windows start at the epoch")
+        size_td, slide_td = timedelta(microseconds=size_us), timedelta(microseconds=slide_us)
+        shown = f"window({ts}, {size_td}" + (f", {slide_td})" if size_us != slide_us else ")")
+        try:
+            win = Tumble(ts, size_td) if size_us == slide_us else Hop(ts, size=size_td, slide=slide_td)
+        except ConfigError as e:  # a hop whose slide does not divide its size
+            raise Refused("Aggregate", f"{shown}: {e}") from None
+    again = _of_rows(spark, below).groupBy(made_by.alias(str(out.name())), *[F.col(_quoted(k)) for k in keys]).count()
+    mine = again._jdf.queryExecution().analyzed().child()
+    if _no_ids(str(mine.toString())) != _no_ids(str(upper.toString())):
+        raise Refused("Aggregate", f"its window is not {shown} as gpuwm read it")
+    return _id(out), win, below, shown
+
+
+def _aggregate(spark, agg) -> Translation:
+    groups = list(scala_iter(agg.groupingExpressions()))
+    if any(_kind(g) != "AttributeReference" for g in groups):
+        bad = next(g for g in groups if _kind(g) != "AttributeReference")
+        raise Refused("Aggregate", f"a grouping expression ({bad.sql()}): group by columns (add them before "
+                                   "withWatermark)")
+    # the window is the grouping attribute the node under the aggregation makes
+    made = {_id(a) for n in (agg.child(), agg.child().child()) if _kind(n) in ("Project", "Expand")
+            for a in list(scala_iter(n.output()))[:1]}
+    keys = [str(g.name()) for g in groups if _id(g) not in made]
+    key_ids = {_id(g): str(g.name()) for g in groups if _id(g) not in made}
+    if len(groups) - len(keys) != 1:
+        raise Refused("Aggregate", "its grouping has no window(...) or session_window(...) of the event time")
+    if len(set(keys)) != len(keys):
+        raise Refused("Aggregate", f"two grouping columns share a name ({keys})")
+    win_id, win, below, shown_win = _window(spark, agg, keys)
+    source, ts, delay = _watermark(below)
+    aggs: dict[str, tuple[str, str]] = {}
+    step, ids, shown_aggs = [], {}, []
+    for ne in scala_iter(agg.aggregateExpressions()):
+        name = str(ne.name())
+        e = ne.child() if _kind(ne) == "Alias" else ne
+        k = _kind(e)
+        if k == "AttributeReference" and _id(e) == win_id:
+            step.append([name, _WINDOW_STRUCT])
+        elif k == "AttributeReference" and _id(e) in key_ids:
+            step.append([name, {"col": key_ids[_id(e)]}])
+        elif k == "AggregateExpression":
+            fn = e.aggregateFunction()
+            fk = _kind(fn)
+            if fk not in _AGGS:
+                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm has count, sum, min, max and avg")
+            if e.isDistinct() or e.filter().isDefined():
+                raise Refused("Aggregate", f"the aggregate {e.sql()}: DISTINCT and FILTER are not gpuwm's")
+            args = list(scala_iter(fn.children()))
+            if fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None:
+                what = "*"
+            elif len(args) == 1 and _kind(args[0]) == "AttributeReference":
+                what = str(args[0].name())
+            else:
+                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
+            inner = f"__gpuwm_agg{len(aggs)}"
+            aggs[inner] = (what, _AGGS[fk])
+            step.append([name, {"col": inner}])
+            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({what})")
+        else:
+            raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs the window, the keys and "
+                                       "aggregates (compute on them in a select after)")
+        ids[_id(ne)] = name
+    if len({n for n, _ in step}) != len(step):
+        raise Refused("Aggregate", f"two output columns share a name ({[n for n, _ in step]})")
+    return Translation(_of_rows(spark, source), ts, delay, ("window", win, keys, aggs), [step],
+                       [f"aggregate  {shown_win} by {keys}: {', '.join(shown_aggs)}"], ids)
+
+
+def _dedup(spark, node) -> Translation:
+    keys = [str(a.name()) for a in scala_iter(node.keys())]
+    source, ts, delay = _watermark(node.child())
+    out = list(scala_iter(node.output()))
+    return Translation(_of_rows(spark, source), ts, delay, ("dedup", keys), [[[str(a.name()), {"col": str(a.name())}] for a in out]],
+                       [f"dedup      dropDuplicatesWithinWatermark({keys})"], {_id(a): str(a.name()) for a in out})
+
+
+def _conf(spark, key: str, given: Any, default: Any) -> Any:
+    return given if given is not None else spark.conf.get(f"spark.gpuwm.{key}", default)
+
+
+class Accelerated:
+    """What :func:`accelerate` returns: ``.writeStream`` as on a DataFrame;
+    ``.translation`` (None when Spark runs the query) and ``.refused``
+    (what kept it in Spark, or None)."""
+
+    def __init__(self, df, *, vnodes: int | None = None, profile: str | None = None, fallback: str | None = None,
+                 read: str | None = None, backend: str | None = None, verbose: bool = False,
+                 on_batch: Any = None):
+        spark = df.sparkSession
+        self.df = df
+        self.fallback = _conf(spark, "fallback", fallback, "spark")
+        if self.fallback not in FALLBACKS:
+            raise ConfigError(f"spark.gpuwm.fallback must be one of {FALLBACKS}, got {self.fallback!r}")
+        self.profile = _conf(spark, "profile", profile, "spark")
+        vn = _conf(spark, "vnodes", vnodes, None)
+        try:
+            self.vnodes = None if vn is None else int(vn)
+        except ValueError:
+            raise ConfigError(f"spark.gpuwm.vnodes must be an integer, got {vn!r}") from None
+        self.read, self.backend, self.verbose, self.on_batch = read, backend, verbose, on_batch
+        self.translation: Translation | None = None
+        self.refused: Refused | None = None
+        try:
+            self.translation = translate(df)
+        except Refused as r:
+            self._refuse(r)
+
+    def _refuse(self, r: Refused) -> None:
+        """Spark runs the query (one warning line), or the error the user asked for."""
+        self.translation, self.refused = None, r
+        if self.fallback == "error":
+            raise ConfigError(f"gpuwm cannot run {r.operator}: {r.reason} (spark.gpuwm.fallback=error)")
+        print(f"gpuwm: warning: the query runs in Spark, not gpuwm: {r.operator}: {r.reason}", file=sys.stderr,
+              flush=True)
+
+    @property
+    def writeStream(self) -> "AcceleratedWriter":
+        return AcceleratedWriter(self)
+
+    def pipeline(self, checkpoint: str, sink: tuple = ("console",), name: str | None = None):
+        """The gpuwm :class:`~gpuwm.spark.Pipeline` of the translated query
+        (its output columns checked against Spark's: :class:`Refused` if
+        they would differ)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from .kafka import _same_type
+        from .pipeline import Pipeline
+
+        t = self.translation
+        p = Pipeline(t.source, checkpoint, vnodes=self.vnodes, backend=self.backend, read=self.read,
+                     on_batch=self.on_batch, verbose=self.verbose, name=name)
+        p.watermark(t.column, delay=t.delay, profile=self.profile)
+        if t.stage[0] == "window":
+            _, win, keys, aggs = t.stage
+            p.window(win, by=keys, aggs=aggs)
+        else:
+            p.dedup(key=t.stage[1])
+        if sink[0] == "parquet":
+            p.write_parquet(sink[1])
+        else:
+            p.write_console(*sink[1:])
+        p.output(t.output)
+        got, want = p.output_schema(), to_arrow_schema(self.df.schema)
+        if got.names != want.names or any(not _same_type(a.type, b.type) for a, b in zip(got, want)):
+            raise Refused("query", f"gpuwm's output columns ({_schema_text(got)}) would not be Spark's "
+                                   f"({_schema_text(want)})")
+        return p
+
+    def explain(self) -> str:
+        """Which operators gpuwm runs and which Spark does, and why."""
+        if self.translation is None:
+            r = self.refused
+            return f"Spark runs the whole query: {r.operator}: {r.reason}"
+        t = self.translation
+        try:
+            p = self.pipeline(f"{tempfile.gettempdir()}/gpuwm-explain")
+        except Refused as r:
+            return f"Spark runs the whole query: {r.operator}: {r.reason}"
+        from .direct import direct_reason
+
+        why = direct_reason(t.source, None, p.checkpoint)[0] if (self.read or "auto") != "spark" else "read='spark'"
+        src = _describe_source(t.source._jdf.queryExecution().analyzed())
+        lines = [f"gpuwm runs (profile {self.profile}, vnodes {self.vnodes or 1}):",
+                 f"  watermark  {t.column}, delay {t.delay}"]
+        lines += [f"  {s}" for s in t.shown]
+        lines.append(f"  output     {', '.join(p.output_schema().names)}")
+        lines.append(f"Spark runs: the source, {src}" + (
+            " (its files read by gpuwm's tasks)" if why is None else f" (its rows handed to gpuwm: {why})"))
+        return "\n".join(lines)
+
+
+def _describe_source(plan) -> str:
+    """A source plan in a few words: its top node, and the source it reads."""
+    stack, leaf = [plan], None
+    while stack:
+        node = stack.pop()
+        if _kind(node) == "StreamingRelation":
+            leaf = f"{node.dataSource().className()} {node.sourceName()}"
+        elif _kind(node) == "StreamingRelationV2":
+            leaf = str(node.sourceName())
+        stack.extend(scala_iter(node.children()))
+    top = _kind(plan)
+    return (leaf or top) if top.startswith("StreamingRelation") else f"{top} over {leaf or 'a source'}"
+
+
+def _schema_text(schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+class AcceleratedWriter:
+    """``DataStreamWriter``'s calls a gpuwm query takes: ``format``
+    (``parquet``, ``console``), ``option``/``options`` (``path``,
+    ``checkpointLocation``; ``numRows`` for the console), ``outputMode``
+    (``append``), ``trigger``, ``queryName``, ``start``. What gpuwm cannot
+    honour makes Spark run the query (``spark.gpuwm.fallback``)."""
+
+    def __init__(self, acc: Accelerated):
+        self._acc = acc
+        self._format = "parquet"
+        self._options: dict[str, str] = {}
+        self._mode = "append"
+        self._trigger: dict[str, Any] = {}
+        self._name: str | None = None
+
+    def format(self, source: str) -> "AcceleratedWriter":
+        self._format = source
+        return self
+
+    def option(self, key: str, value: Any) -> "AcceleratedWriter":
+        self._options[key] = str(value) if not isinstance(value, bool) else str(value).lower()
+        return self
+
+    def options(self, **options: Any) -> "AcceleratedWriter":
+        for k, v in options.items():
+            self.option(k, v)
+        return self
+
+    def outputMode(self, mode: str) -> "AcceleratedWriter":
+        self._mode = mode
+        return self
+
+    def trigger(self, **trigger: Any) -> "AcceleratedWriter":
+        self._trigger = {k: v for k, v in trigger.items() if v is not None}
+        return self
+
+    def queryName(self, name: str) -> "AcceleratedWriter":
+        self._name = name
+        return self
+
+    def _why_not(self) -> Refused | None:
+        if self._mode.lower() != "append":
+            return Refused("writeStream", f"output mode {self._mode!r}: gpuwm's operators emit append only")
+        if self._format not in ("parquet", "console"):
+            return Refused("writeStream", f"format {self._format!r}: gpuwm writes parquet and console")
+        allowed = {"path", "checkpointlocation"} | ({"numrows"} if self._format == "console" else set())
+        other = sorted(k for k in self._options if k.lower() not in allowed)
+        if other:
+            return Refused("writeStream", f"option(s) {other}: gpuwm's {self._format} sink does not apply them")
+        if "continuous" in self._trigger:
+            return Refused("writeStream", "a continuous trigger: gpuwm runs micro-batches")
+        return None
+
+    def start(self, path: str | None = None):
+        """Start the query (gpuwm's, or Spark's as written); returns Spark's ``StreamingQuery``."""
+        if path is not None:
+            self._options["path"] = path
+        acc = self._acc
+        if acc.translation is not None:
+            why = self._why_not()
+            p = None
+            if why is None:
+                opts = {k.lower(): v for k, v in self._options.items()}
+                ck = opts.get("checkpointlocation")
+                if ck is None and self._format == "parquet":
+                    raise ConfigError("a streaming query's parquet sink needs option('checkpointLocation', ...)")
+                ck = ck or tempfile.mkdtemp(prefix="gpuwm-console-")
+                if self._format == "parquet" and not opts.get("path"):
+                    raise ConfigError("the parquet sink needs a path: option('path', ...) or start(path)")
+                sink = ("parquet", opts["path"]) if self._format == "parquet" else \
+                    ("console", int(opts.get("numrows", 20)))
+                try:
+                    p = acc.pipeline(ck, sink, name=self._name)
+                except Refused as r:
+                    why = r
+            if why is None:
+                return p.start(trigger=self._trigger or None, query_name=self._name)
+            acc._refuse(why)
+        w = acc.df.writeStream.format(self._format).outputMode(self._mode)
+        for k, v in self._options.items():
+            w = w.option(k, v)
+        if self._trigger:
+            w = w.trigger(**self._trigger)
+        if self._name:
+            w = w.queryName(self._name)
+        return w.start()
+
+
+def accelerate(df, **settings: Any) -> Accelerated:
+    """``df`` (a streaming DataFrame: PySpark's API or ``spark.sql``) run by
+    gpuwm where it can be, else by Spark; use the result as ``df``:
+    ``accelerate(df).writeStream.format("parquet")...start()``.
+
+    Settings, as keywords or Spark conf: ``vnodes`` (``spark.gpuwm.vnodes``,
+    default 1), ``profile`` (``spark.gpuwm.profile``, default ``spark``:
+    Spark's results), ``fallback`` (``spark.gpuwm.fallback``: ``spark``,
+    the default, or ``error``); ``read``, ``backend``, ``verbose``,
+    ``on_batch`` as :class:`~gpuwm.spark.Pipeline` takes them."""
+    return Accelerated(df, **settings)
+
+
+def explain(df, **settings: Any) -> str:
+    """Print (and return) which operators of ``df`` gpuwm runs and which
+    Spark does, with the reason for each it does not."""
+    settings.setdefault("fallback", "spark")
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):  # the fallback's warning: the text says it
+        text = Accelerated(df, **settings).explain()
+    print(text)
+    return text

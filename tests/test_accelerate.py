@@ -1,0 +1,208 @@
+"""``gpuwm.spark.accelerate``: a streaming query written with PySpark's API
+(or Spark SQL over a streaming temp view) run by gpuwm, against the same
+query run by Spark on the same micro-batch files, batch for batch; and each
+shape gpuwm does not translate falling back to Spark with its reason."""
+
+from __future__ import annotations
+
+import glob
+import os
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import gpuwm
+from gpuwm.spark import accelerate, explain, local_session
+
+from .test_spark import SCHEMA_TKP, _random_batches, _session_batches, _write_batches
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = local_session(app="gpuwm-accelerate", cores=2)
+    yield s
+    s.stop()
+
+
+def _norm(v):
+    """A value as Spark's and gpuwm's Parquet files both give it: naive UTC datetimes, structs as tuples."""
+    if isinstance(v, dict):
+        return tuple(_norm(x) for x in v.values())
+    if hasattr(v, "to_pydatetime"):  # Spark's INT96 timestamps come back as pandas' nanosecond Timestamps
+        v = v.to_pydatetime()
+    if isinstance(v, datetime):
+        return v.astimezone(timezone.utc).replace(tzinfo=None) if v.tzinfo else v
+    if isinstance(v, float):
+        return round(v, 9)
+    return v
+
+
+def _batches(path: str) -> dict[int, list]:
+    """``{batch id: sorted rows}`` of a sink written ``<path>/batch_id=<N>/``."""
+    out: dict[int, list] = {}
+    for d in glob.glob(f"{path}/batch_id=*"):
+        files = glob.glob(f"{d}/*.parquet")
+        rows = [tuple(_norm(v) for v in r.values()) for f in files for r in pq.read_table(f).to_pylist()]
+        if rows:
+            out[int(d.rsplit("=", 1)[1])] = sorted(rows, key=repr)
+    return out
+
+
+def _native(df, path: str, ck: str) -> None:
+    """Spark runs ``df`` to the end (availableNow), each micro-batch's rows to ``<path>/batch_id=<N>/``."""
+    def each(batch, batch_id):
+        batch.write.mode("overwrite").parquet(f"{path}/batch_id={batch_id}")
+
+    df.writeStream.foreachBatch(each).option("checkpointLocation", ck).outputMode("append").trigger(
+        availableNow=True).start().awaitTermination()
+
+
+def _source(spark, src):
+    return spark.readStream.schema(SCHEMA_TKP).option("maxFilesPerTrigger", 1).parquet(src)
+
+
+def _query(spark, src, shape):
+    from pyspark.sql import functions as F
+
+    w = _source(spark, src).withWatermark("ts", "10 seconds")
+    if shape == "tumble":
+        return w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+    if shape == "hop":  # Spark's own column names, avg and sum
+        return w.groupBy(F.window("ts", "10 seconds", "5 seconds"), "k").agg(F.count("*"), F.avg("price"),
+                                                                          F.sum("price"), F.min("price"))
+    if shape == "session":
+        return w.groupBy(F.session_window("ts", "4 seconds"), "k").agg(F.count("price").alias("n"))
+    if shape == "dedup":
+        return w.dropDuplicatesWithinWatermark(["k"])
+    if shape == "select":  # projections after the aggregation: struct fields, renames, a cast
+        return (w.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
+                .agg(F.max("price").alias("mx"))
+                .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx")))
+    raise AssertionError(shape)
+
+
+@pytest.mark.parametrize("shape,vnodes", [("tumble", None), ("hop", 2), ("session", 2), ("dedup", None),
+                                          ("select", 2)])
+def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vnodes):
+    """The query as a Spark user writes it, run by Spark and through
+    ``accelerate`` (profile spark) on the same files: the same rows in the
+    same micro-batches, Spark's final no-data batch included, with Spark's
+    columns (``window`` a struct) — and gpuwm ran it, reading the files
+    itself."""
+    rng = np.random.default_rng({"tumble": 1, "hop": 2, "session": 3, "dedup": 4, "select": 5}[shape])
+    batches = _session_batches(rng) if shape == "session" else _random_batches(rng, 8, 30, step=6, behind=14, keys=3)
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _query(spark, src, shape)
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    assert sum(map(len, want.values())) > 5
+    history: list = []
+    acc = accelerate(df, vnodes=vnodes, on_batch=history.append)
+    assert acc.translation is not None and acc.refused is None
+    q = (acc.writeStream.format("parquet").option("path", f"{tmp_path}/out")
+         .option("checkpointLocation", f"{tmp_path}/ck").outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    got = _batches(f"{tmp_path}/out")
+    assert got == want
+    assert pq.read_table(glob.glob(f"{tmp_path}/out/batch_id=*/*.parquet")[0]).column_names == df.columns
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
+    assert len(history) == len([f for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit()])
+
+
+def test_spark_sql_over_a_streaming_view_equals_the_dataframe_form(spark, tmp_path, capsys):
+    """``spark.sql`` over a watermarked temp view: translated as its
+    DataFrame twin is, and equal to it; ``explain`` says what gpuwm runs."""
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(6)
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(rng, 6, 30, step=6, behind=14, keys=3))
+    _source(spark, src).withWatermark("ts", "10 seconds").createOrReplaceTempView("bids")
+    sql = spark.sql("SELECT window(ts, '5 seconds') AS window, k, count(*) AS n, max(price) AS mx FROM bids "
+                    "GROUP BY window(ts, '5 seconds'), k")
+    frame = _source(spark, src).withWatermark("ts", "10 seconds").groupBy(F.window("ts", "5 seconds"), "k").agg(
+        F.count("*").alias("n"), F.max("price").alias("mx"))
+    text = explain(sql)
+    assert capsys.readouterr().out.strip() == text
+    assert text.splitlines()[:4] == [
+        "gpuwm runs (profile spark, vnodes 1):", "  watermark  ts, delay 0:00:10",
+        "  aggregate  window(ts, 0:00:05) by ['k']: n = count(*), mx = max(price)", "  output     window, k, n, mx"]
+    assert "Spark runs: the source" in text and "read by gpuwm's tasks" in text
+    for name, df in (("sql", sql), ("frame", frame)):
+        accelerate(df).writeStream.option("checkpointLocation", f"{tmp_path}/{name}-ck").trigger(
+            availableNow=True).start(f"{tmp_path}/{name}").awaitTermination()
+    assert _batches(f"{tmp_path}/sql") == _batches(f"{tmp_path}/frame") != {}
+
+
+def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_path, capsys):
+    """Each shape gpuwm does not translate is named with its reason by
+    ``explain``; started, it runs in Spark as written (one warning line) —
+    the same output as Spark's own — or, with ``spark.gpuwm.fallback=error``,
+    fails in one line."""
+    from pyspark.sql import functions as F
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(7), 4, 20, step=6, behind=14, keys=3))
+    s = _source(spark, src)
+    w = s.withWatermark("ts", "10 seconds")
+    win = F.window("ts", "5 seconds")
+    other = _source(spark, src).withWatermark("ts", "10 seconds").selectExpr("ts as ts2", "k as k2")
+    refused = {
+        "Aggregate: the aggregate first(price)": w.groupBy(win, "k").agg(F.first("price")),
+        "Aggregate: the aggregate count(DISTINCT price): DISTINCT": w.groupBy(win, "k").agg(F.countDistinct("price")),
+        "Aggregate: a window with a start offset (0:00:02)": w.groupBy(F.window("ts", "5 seconds", None, "2 seconds"),
+                                                                       "k").count(),
+        "Aggregate: its grouping has no window": w.groupBy("k").count(),
+        "Aggregate: window(ts, 0:00:10, 0:00:03): slide": w.groupBy(F.window("ts", "10 seconds", "3 seconds")).count(),
+        "Aggregate: a grouping expression ((k % CAST(2 AS BIGINT)))": w.groupBy(win, F.col("k") % 2).count(),
+        "Aggregate: the output expression (count(1) + CAST(1 AS BIGINT))": w.groupBy(win, "k").agg((F.count("*") + 1).alias("n")),
+        "Filter: a filter between withWatermark and the operator": w.filter("k > 0").groupBy(win, "k").count(),
+        "Project: new columns between withWatermark": w.withColumn("k", F.col("k") + 1).groupBy(win, "k").count(),
+        "query: no withWatermark": s.groupBy(win, "k").count(),
+        "Filter: gpuwm runs the operators after": w.groupBy(win, "k").count().filter("count > 1"),
+        "Join: gpuwm translates one withWatermark": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
+                                                                         "interval 5 seconds")),
+        "Project: gpuwm does not evaluate `(count * CAST(2 AS BIGINT))`": w.groupBy(win, "k").count().selectExpr("count * 2"),
+    }
+    texts = {reason: explain(df) for reason, df in refused.items()}
+    assert [r for r, text in texts.items() if not text.startswith(f"Spark runs the whole query: {r}")] == [], texts
+    df = refused["Aggregate: the aggregate first(price)"]
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    capsys.readouterr()
+    acc = accelerate(df)
+    assert capsys.readouterr().err == ("gpuwm: warning: the query runs in Spark, not gpuwm: Aggregate: the aggregate "
+                                       "first(price): gpuwm has count, sum, min, max and avg\n")
+    acc.writeStream.format("parquet").option("path", f"{tmp_path}/fb").option(
+        "checkpointLocation", f"{tmp_path}/fb-ck").trigger(availableNow=True).start().awaitTermination()
+    df.writeStream.format("parquet").option("path", f"{tmp_path}/sp").option(
+        "checkpointLocation", f"{tmp_path}/sp-ck").trigger(availableNow=True).start().awaitTermination()
+    rows = lambda p: sorted(map(repr, spark.read.parquet(p).collect()))  # noqa: E731
+    assert rows(f"{tmp_path}/fb") == rows(f"{tmp_path}/sp") != []
+    assert os.path.isdir(f"{tmp_path}/fb/_spark_metadata")  # Spark's file sink wrote it
+    # what a translated query's writer cannot honour: Spark runs it, saying why
+    ok = w.groupBy(win, "k").count()
+    capsys.readouterr()
+    q = accelerate(ok).writeStream.outputMode("update").format("console").start()
+    q.stop()
+    assert "output mode 'update': gpuwm's operators emit append only" in capsys.readouterr().err
+    capsys.readouterr()
+    q = accelerate(ok).writeStream.format("parquet").option("compression", "zstd").option("path", f"{tmp_path}/z") \
+        .option("checkpointLocation", f"{tmp_path}/z-ck").start()
+    q.stop()
+    assert "option(s) ['compression']: gpuwm's parquet sink does not apply them" in capsys.readouterr().err
+    # fallback=error: one line, by keyword or Spark conf
+    with pytest.raises(gpuwm.ConfigError, match=r"^gpuwm cannot run Aggregate: the aggregate first\(price\): .* "
+                                                r"\(spark.gpuwm.fallback=error\)$"):
+        accelerate(df, fallback="error")
+    spark.conf.set("spark.gpuwm.fallback", "error")
+    try:
+        with pytest.raises(gpuwm.ConfigError, match="output mode 'complete'"):
+            accelerate(ok).writeStream.outputMode("complete").format("console").start()
+        with pytest.raises(gpuwm.ConfigError, match="spark.gpuwm.fallback must be one of"):
+            accelerate(ok, fallback="maybe")
+    finally:
+        spark.conf.unset("spark.gpuwm.fallback")
