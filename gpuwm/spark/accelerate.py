@@ -186,26 +186,33 @@ def _watermark(node) -> tuple[Any, str, timedelta]:
                             "gpuwm translates one stateful operator over a source")
 
 
-def _window(spark, agg, keys: list[str]):
-    """The window of a windowed aggregation's grouping, from the two nodes
-    Spark's analyzer put under it: (window attribute id, gpuwm window,
-    the node below, text for explain). Checked by making the same
-    ``window``/``session_window`` over the node below: the same plan, or refused."""
+_NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"
+
+
+def _windowing(agg) -> tuple[Any, Any, Any]:
+    """The two nodes Spark's analyzer puts under a windowed aggregation
+    (tumble: Project over Filter; hop: Filter over Expand; session: Filter
+    over Project): (the one that makes the window column, that column,
+    the node below them)."""
+    upper = agg.child()
+    lower = upper.child()
+    if (_kind(upper), _kind(lower)) not in (("Project", "Filter"), ("Filter", "Expand"), ("Filter", "Project")):
+        raise Refused("Aggregate", _NO_WINDOW)
+    made = upper if _kind(upper) == "Project" else lower
+    return made, list(scala_iter(made.output()))[0], lower.child()
+
+
+def _window(spark, agg, made, out, below, ts: str, keys: list[str]):
+    """The window ``made`` computes into ``out`` over ``below``, on the
+    watermark's column ``ts``: (gpuwm window, text for explain). Checked
+    by making the same ``window``/``session_window`` over ``below``: the
+    same plan, or refused."""
     from pyspark.sql import functions as F
 
     from ..session import Session
     from ..window import Hop, Tumble
 
-    upper = agg.child()
-    lower = upper.child()
-    below = lower.child()
-    kinds = (_kind(upper), _kind(lower))
-    made = next((n for n in (upper, lower) if _kind(n) in ("Project", "Expand")), None)
-    if made is None or kinds not in (("Project", "Filter"), ("Filter", "Expand"), ("Filter", "Project")):
-        raise Refused("Aggregate", "its grouping has no window(...) or session_window(...) of the event time")
-    out = list(scala_iter(made.output()))[0]
     text = str(made.toString())
-    _, ts, _ = _watermark(below)
     col = F.col(_quoted(ts))
     if " as interval)" in text:
         m = re.search(r"cast\(([^()]+?) as interval\)", text)
@@ -234,9 +241,9 @@ def _window(spark, agg, keys: list[str]):
             raise Refused("Aggregate", f"{shown}: {e}") from None
     again = _of_rows(spark, below).groupBy(made_by.alias(str(out.name())), *[F.col(_quoted(k)) for k in keys]).count()
     mine = again._jdf.queryExecution().analyzed().child()
-    if _no_ids(str(mine.toString())) != _no_ids(str(upper.toString())):
+    if _no_ids(str(mine.toString())) != _no_ids(str(agg.child().toString())):
         raise Refused("Aggregate", f"its window is not {shown} as gpuwm read it")
-    return _id(out), win, below, shown
+    return win, shown
 
 
 def _aggregate(spark, agg) -> Translation:
@@ -245,17 +252,16 @@ def _aggregate(spark, agg) -> Translation:
         bad = next(g for g in groups if _kind(g) != "AttributeReference")
         raise Refused("Aggregate", f"a grouping expression ({bad.sql()}): group by columns (add them before "
                                    "withWatermark)")
-    # the window is the grouping attribute the node under the aggregation makes
-    made = {_id(a) for n in (agg.child(), agg.child().child()) if _kind(n) in ("Project", "Expand")
-            for a in list(scala_iter(n.output()))[:1]}
-    keys = [str(g.name()) for g in groups if _id(g) not in made]
-    key_ids = {_id(g): str(g.name()) for g in groups if _id(g) not in made}
+    made, out, below = _windowing(agg)  # the window is the grouping attribute the node under it makes
+    win_id = _id(out)
+    key_ids = {_id(g): str(g.name()) for g in groups if _id(g) != win_id}
+    keys = list(key_ids.values())
     if len(groups) - len(keys) != 1:
-        raise Refused("Aggregate", "its grouping has no window(...) or session_window(...) of the event time")
+        raise Refused("Aggregate", _NO_WINDOW)
     if len(set(keys)) != len(keys):
         raise Refused("Aggregate", f"two grouping columns share a name ({keys})")
-    win_id, win, below, shown_win = _window(spark, agg, keys)
     source, ts, delay = _watermark(below)
+    win, shown_win = _window(spark, agg, made, out, below, ts, keys)
     aggs: dict[str, tuple[str, str]] = {}
     step, ids, shown_aggs = [], {}, []
     for ne in scala_iter(agg.aggregateExpressions()):
@@ -351,7 +357,7 @@ class Accelerated:
         they would differ)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from .kafka import _same_type
+        from .kafka import same_columns
         from .pipeline import Pipeline
 
         t = self.translation
@@ -369,7 +375,7 @@ class Accelerated:
             p.write_console(*sink[1:])
         p.output(t.output)
         got, want = p.output_schema(), to_arrow_schema(self.df.schema)
-        if got.names != want.names or any(not _same_type(a.type, b.type) for a, b in zip(got, want)):
+        if not same_columns(got, want):
             raise Refused("query", f"gpuwm's output columns ({_schema_text(got)}) would not be Spark's "
                                    f"({_schema_text(want)})")
         return p
@@ -391,7 +397,7 @@ class Accelerated:
         lines = [f"gpuwm runs (profile {self.profile}, vnodes {self.vnodes or 1}):",
                  f"  watermark  {t.column}, delay {t.delay}"]
         lines += [f"  {s}" for s in t.shown]
-        lines.append(f"  output     {', '.join(p.output_schema().names)}")
+        lines.append(f"  output     {', '.join(self.df.columns)}")  # pipeline() checked they are gpuwm's
         lines.append(f"Spark runs: the source, {src}" + (
             " (its files read by gpuwm's tasks)" if why is None else f" (its rows handed to gpuwm: {why})"))
         return "\n".join(lines)
