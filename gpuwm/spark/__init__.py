@@ -102,8 +102,6 @@ def read_nexmark(spark, checkpoint: str, **options):
         r = r.option("gpuwmFsOptions", json.dumps(loc.options))
     for k, v in options.items():
         r = r.option(k, str(v))
-    df = r.load()
-    # lets a Pipeline on this very DataFrame generate each batch in its own task
-    # (gpuwm.spark.direct); a DataFrame derived from it does not carry this
-    df._gpuwm_nexmark = {"checkpoint": checkpoint, "options": {k: str(v) for k, v in options.items()}}
-    return df
+    # a Pipeline on this very stream generates each batch in its own task
+    # (gpuwm.spark.nexmark.nexmark_source finds these options in its plan)
+    return r.load()

@@ -95,7 +95,9 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
         if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
             return "one input's directory holds another's", [], None
         return None, dirs, None
-    nex = getattr(df, "_gpuwm_nexmark", None)
+    from .nexmark import nexmark_source
+
+    nex = nexmark_source(df)
     if nex is not None:  # offsets come from this query's own offset log
         return (None if nex["checkpoint"] == checkpoint.loc.uri else
                 "read_nexmark() was given another checkpoint than the Pipeline"), [], None

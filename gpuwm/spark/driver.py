@@ -135,6 +135,9 @@ class Driver:
         self.plan = plan
         self.spark = spark
         self.df = df
+        from .nexmark import nexmark_source
+
+        self._nexmark = nexmark_source(df)  # a Nexmark stream's options: its tasks generate each batch
         self.checkpoint = plan.checkpoint
         self.inputs = inputs
         self.read = read
@@ -299,7 +302,7 @@ class Driver:
     def _input_ended(self, batch_id: int) -> bool:
         """The input is bounded and ``batch_id`` read its last rows (a Nexmark
         source with ``totalEvents``)."""
-        nex = getattr(self.df, "_gpuwm_nexmark", None)
+        nex = self._nexmark
         if nex is None:
             return False
         from .nexmark import nexmark_end
@@ -374,7 +377,7 @@ class Driver:
         from .direct import batch_files, check_files
         from .nexmark import nexmark_range
 
-        nex = getattr(self.df, "_gpuwm_nexmark", None)
+        nex = self._nexmark
         if plan.multi:  # each file to the input whose directory holds it
             files = batch_files(df, scans_allowed=len(self.inputs))
             if files == []:

@@ -117,6 +117,25 @@ def nexmark_range(ck: Checkpoint, batch_id: int) -> tuple[int, int] | None:
     return start, end
 
 
+def nexmark_source(df) -> dict | None:
+    """``{"checkpoint": uri, "options": {...}}`` when ``df`` is a Nexmark
+    stream itself (no projection, filter or column added; a temp view's name
+    over it is fine), else None: then gpuwm's tasks can generate each batch
+    themselves from the offsets the query's own log gives."""
+    try:
+        plan = df._jdf.queryExecution().analyzed()
+        while plan.getClass().getSimpleName() in ("SubqueryAlias", "View"):
+            plan = plan.child()
+        if plan.getClass().getSimpleName() != "StreamingRelationV2" or str(plan.sourceName()) != "nexmark":
+            return None
+        opts = {str(k): str(v) for k, v in plan.extraOptions().asCaseSensitiveMap().items()}
+    except Exception:  # noqa: BLE001  not a py4j DataFrame, or another relation
+        return None
+    checkpoint = opts.pop("checkpointLocation", None)
+    opts.pop("gpuwmFsOptions", None)
+    return None if checkpoint is None else {"checkpoint": checkpoint, "options": opts}
+
+
 class NexmarkStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.cfg, self.total, self.step = config_from_options(options)
