@@ -206,3 +206,125 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
             accelerate(ok, fallback="maybe")
     finally:
         spark.conf.unset("spark.gpuwm.fallback")
+
+
+_SQL_Q = ("SELECT window(ts, '5 seconds') AS window, k, count(*) AS n, max(price) AS mx FROM bids "
+          "GROUP BY window(ts, '5 seconds'), k")
+
+
+def _sql_spec(tmp_path, src: str, sql: str, name: str, **more) -> dict:
+    """A ``gpuwm run`` spec of ``sql`` over the Parquet stream ``src`` named ``bids``, loaded as the CLI loads it."""
+    import json
+
+    from gpuwm.spark.spec import load_spec
+
+    spec = {"sources": {"bids": {"format": "parquet", "schema": SCHEMA_TKP, "path": src,
+                                 "options": {"maxFilesPerTrigger": 1},
+                                 "watermark": {"column": "ts", "delay": "10 seconds"}}},
+            "sql": sql, "checkpoint": f"{tmp_path}/{name}-ck", "sink": {"parquet": f"{tmp_path}/{name}"},
+            "trigger": {"availableNow": True}, **more}
+    (tmp_path / f"{name}.json").write_text(json.dumps(spec))
+    return load_spec(str(tmp_path / f"{name}.json"))
+
+
+def test_a_sql_spec_runs_its_query_in_gpuwm_as_spark_runs_it(spark, tmp_path, capsys):
+    """``"sql"`` over ``"sources"`` (each with Spark's ``withWatermark``):
+    Spark parses and analyzes the query, gpuwm runs it — the same rows in
+    the same micro-batches as Spark running that SQL itself, the files read
+    by gpuwm's tasks; ``--dry-run``'s text says the split. A query gpuwm
+    does not translate runs in Spark as written (one warning line), or with
+    ``"fallback": "error"`` fails in one line."""
+    from gpuwm.spark import Pipeline
+    from gpuwm.spark.accelerate import SparkRun
+    from gpuwm.spark.spec import explain as explain_spec
+    from gpuwm.spark.spec import run
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(8), 5, 30, step=6, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _source(spark, src).withWatermark("ts", "10 seconds").createOrReplaceTempView("bids")
+    _native(spark.sql(_SQL_Q), f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    assert sum(map(len, want.values())) > 5
+    spec = _sql_spec(tmp_path, src, _SQL_Q, "sql", vnodes=2)
+    text = explain_spec(spark, spec)
+    assert text.splitlines()[:4] == [
+        "gpuwm runs (profile spark, vnodes 2):", "  watermark  ts, delay 0:00:10",
+        "  aggregate  window(ts, 0:00:05) by ['k']: n = count(*), mx = max(price)", "  output     window, k, n, mx"]
+    assert "read         auto: the task makes the input itself" in text
+    p = run(spark, spec, verbose=False)
+    assert isinstance(p, Pipeline) and {m["read"] for m in p.history if m["input_rows"]} == {"direct"}
+    assert _batches(f"{tmp_path}/sql") == want
+    # not translated: Spark runs the SQL as written, its own file sink, one warning line
+    first = _SQL_Q.replace("max(price)", "first(price)")
+    capsys.readouterr()
+    p = run(spark, _sql_spec(tmp_path, src, first, "fb"), verbose=False)
+    assert isinstance(p, SparkRun) and p.history == []
+    assert capsys.readouterr().err == ("gpuwm: warning: the query runs in Spark, not gpuwm: Aggregate: the aggregate "
+                                       "first(bids.price): gpuwm has count, sum, min, max and avg\n")
+    assert os.path.isdir(f"{tmp_path}/fb/_spark_metadata") and spark.read.parquet(f"{tmp_path}/fb").count() == \
+        sum(map(len, want.values()))
+    with pytest.raises(gpuwm.ConfigError, match=r"^gpuwm cannot run Aggregate: the aggregate first\(bids.price\)"):
+        run(spark, _sql_spec(tmp_path, src, first, "err", fallback="error"), verbose=False)
+    assert not os.path.exists(f"{tmp_path}/err-ck")
+
+
+def test_a_sql_specs_problems_are_named_before_spark_starts(tmp_path):
+    """A ``sql`` spec is checked whole without Spark, as the others are:
+    each source's watermark, the settings, the keys it cannot take."""
+    with pytest.raises(gpuwm.ConfigError) as e:
+        _sql_spec(tmp_path, "in", " ", "bad", profile="sprak", fallback="never", vnodes=0)
+    msg = str(e.value)
+    assert msg.startswith(f"pipeline spec '{tmp_path}/bad.json': 4 problems: "), msg
+    for part in ("$.vnodes: a whole number >= 1", "$.sql: a Spark SQL query over the sources' names, got ' '",
+                 "$.profile: one of ['flink', 'risingwave', 'spark'], got 'sprak': did you mean 'spark'?",
+                 "$.fallback: one of ['spark', 'error'], got 'never'"):
+        assert part in msg, (part, msg)
+    import json
+
+    from gpuwm.spark.spec import load_spec
+
+    def problems_of(**change) -> str:
+        spec = json.loads((tmp_path / "bad.json").read_text())
+        spec.update(sql="SELECT * FROM bids", profile="spark", fallback="spark", vnodes=1)
+        for k, v in change.items():
+            spec[k] = v
+        (tmp_path / "bad.json").write_text(json.dumps(spec))
+        with pytest.raises(gpuwm.ConfigError) as e:
+            load_spec(str(tmp_path / "bad.json"))
+        return str(e.value).removeprefix(f"pipeline spec '{tmp_path}/bad.json': ")
+
+    src = {"format": "parquet", "path": "in", "watermark": {"column": "ts", "delay": 10, "splt": "x"}}
+    assert problems_of(sources={"bids": src, "two words": {"format": "parquet", "path": "in", "wm": {}}}) == (
+        "4 problems: $.sources.bids.watermark.splt: unknown key; expected one of ['column', 'delay']; "
+        "$.sources.bids.watermark: Spark's withWatermark: {\"column\": ..., \"delay\": \"10 seconds\"}, got "
+        "{'column': 'ts', 'delay': 10, 'splt': 'x'}; $.sources.two words: a source's name is the table name the "
+        "query reads: letters, digits and _; $.sources.two words.wm: unknown key; expected one of ['format', "
+        "'options', 'path', 'schema', 'select', 'watermark']")
+    src["watermark"] = {"column": "ts", "delay": "-3 seconds"}
+    assert problems_of(sources={"bids": src}).startswith("1 problem: $.sources.bids.watermark: ")
+    assert problems_of(stages=[{"window": {"tumble": "5 seconds"}}], late={"parquet": "x"}) == (
+        "a spec with \"sql\" takes its operators from the query and each source's watermark from \"sources\"; "
+        "drop ['stages', 'late']")
+
+
+def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation(spark, tmp_path):
+    """gpuwm's tasks generate a Nexmark stream's batches themselves when the
+    pipeline's input is that stream: found from Spark's plan, so also
+    through a temp view and the DataFrame ``accelerate`` rebuilds below
+    ``withWatermark`` — not through a projection."""
+    from gpuwm.spark import read_nexmark
+    from gpuwm.spark.accelerate import translate
+    from gpuwm.spark.nexmark import nexmark_source
+
+    ck = f"{tmp_path}/ck"
+    df = read_nexmark(spark, ck, totalEvents=5000, eventsPerBatch=1000)
+    want = {"checkpoint": ck, "options": {"totalEvents": "5000", "eventsPerBatch": "1000"}}
+    assert nexmark_source(df) == want
+    df.createOrReplaceTempView("nex")
+    assert nexmark_source(spark.table("nex")) == want
+    df.withWatermark("date_time", "1 second").createOrReplaceTempView("nex")
+    q = spark.sql("SELECT auction, count(*) AS n FROM nex GROUP BY window(date_time, '2 seconds'), auction")
+    assert nexmark_source(translate(q).source) == want
+    assert nexmark_source(df.select("auction", "date_time")) is None
+    assert nexmark_source(_source(spark, str(tmp_path))) is None

@@ -104,6 +104,15 @@ def test_a_duration_on_an_integer_column_is_refused_before_the_first_batch(tmp_p
     (tmp_path / "q.json").write_text(json.dumps(spec))
     r = gpuwm("run", str(tmp_path / "q.json"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.splitlines()[-1].startswith("gpuwm: error: ")
+    # a sql spec's query naming a table no source has: Spark's analysis error, one line (not pyspark's logged trace)
+    sql = {"sources": {"bids": {"format": "parquet", "schema": "t timestamp, k bigint", "path": str(tmp_path / "in"),
+                                "watermark": {"column": "t", "delay": "5 seconds"}}},
+           "sql": "SELECT k, count(*) FROM bidz GROUP BY window(t, '5 seconds'), k",
+           "checkpoint": str(tmp_path / "ck"), "sink": {"parquet": str(tmp_path / "out")}}
+    (tmp_path / "q.json").write_text(json.dumps(sql))
+    r = gpuwm("run", str(tmp_path / "q.json"))
+    assert r.returncode == 2 and "Trace" not in r.stderr and "\tat " not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.splitlines()[-1].startswith("gpuwm: error: [TABLE_OR_VIEW_NOT_FOUND] The table or view `bidz` ")
 
 
 @pytest.mark.spark

@@ -380,14 +380,28 @@ class Accelerated:
                                    f"({_schema_text(want)})")
         return p
 
-    def explain(self) -> str:
-        """Which operators gpuwm runs and which Spark does, and why."""
+    def runner(self, checkpoint: str, sink: tuple = ("console",), name: str | None = None):
+        """What runs the query: gpuwm's :class:`~gpuwm.spark.Pipeline`, or
+        — where gpuwm cannot run it (``spark.gpuwm.fallback=spark``, the
+        warning said once) — :class:`SparkRun`, Spark's own query as
+        written. Both take ``start(trigger=..., query_name=...)``."""
+        if self.translation is not None:
+            try:
+                return self.pipeline(checkpoint, sink, name=name)
+            except Refused as r:
+                self._refuse(r)
+        return SparkRun(self.df, checkpoint, sink)
+
+    def explain(self, checkpoint: str | None = None) -> str:
+        """Which operators gpuwm runs and which Spark does, and why (with
+        the query's ``checkpoint`` where known: a Nexmark source's tasks
+        read by it)."""
         if self.translation is None:
             r = self.refused
             return f"Spark runs the whole query: {r.operator}: {r.reason}"
         t = self.translation
         try:
-            p = self.pipeline(f"{tempfile.gettempdir()}/gpuwm-explain")
+            p = self.pipeline(checkpoint or f"{tempfile.gettempdir()}/gpuwm-explain")
         except Refused as r:
             return f"Spark runs the whole query: {r.operator}: {r.reason}"
         from .direct import direct_reason
@@ -401,6 +415,37 @@ class Accelerated:
         lines.append(f"Spark runs: the source, {src}" + (
             " (its files read by gpuwm's tasks)" if why is None else f" (its rows handed to gpuwm: {why})"))
         return "\n".join(lines)
+
+
+class SparkRun:
+    """A query Spark runs as written (what :func:`accelerate` did not
+    translate), with the calls ``gpuwm run`` makes on a Pipeline:
+    :meth:`start`, :meth:`explain`, ``history`` (gpuwm's batch metrics:
+    none) and ``checkpoint``."""
+
+    def __init__(self, df, checkpoint: str, sink: tuple):
+        from .checkpoint import Checkpoint, Location, spark_fs_options
+
+        self.df, self.sink = df, sink
+        self.checkpoint = Checkpoint(Location.of(checkpoint, spark_fs_options(df.sparkSession), "checkpoint"))
+        self.history: list[dict] = []
+        self.interrupted = False
+
+    def start(self, *, trigger: Any = None, query_name: str | None = None):
+        """Spark's ``writeStream`` of the query, in append mode, to the sink; returns its ``StreamingQuery``."""
+        w = self.df.writeStream.outputMode("append").option("checkpointLocation", self.checkpoint.loc.uri)
+        if self.sink[0] == "parquet":
+            w = w.format("parquet").option("path", self.sink[1])
+        else:
+            w = w.format("console").option("numRows", str(self.sink[1] if len(self.sink) > 1 else 20))
+        if trigger:
+            w = w.trigger(**trigger)
+        if query_name:
+            w = w.queryName(query_name)
+        return w.start()
+
+    def explain(self, trigger: Any = None) -> str:
+        return "Spark runs the whole query (as written, its own sink and checkpoint)"
 
 
 def _describe_source(plan) -> str:
@@ -481,7 +526,6 @@ class AcceleratedWriter:
         acc = self._acc
         if acc.translation is not None:
             why = self._why_not()
-            p = None
             if why is None:
                 opts = {k.lower(): v for k, v in self._options.items()}
                 ck = opts.get("checkpointlocation")
@@ -492,12 +536,8 @@ class AcceleratedWriter:
                     raise ConfigError("the parquet sink needs a path: option('path', ...) or start(path)")
                 sink = ("parquet", opts["path"]) if self._format == "parquet" else \
                     ("console", int(opts.get("numrows", 20)))
-                try:
-                    p = acc.pipeline(ck, sink, name=self._name)
-                except Refused as r:
-                    why = r
-            if why is None:
-                return p.start(trigger=self._trigger or None, query_name=self._name)
+                return acc.runner(ck, sink, name=self._name).start(trigger=self._trigger or None,
+                                                                   query_name=self._name)
             acc._refuse(why)
         w = acc.df.writeStream.format(self._format).outputMode(self._mode)
         for k, v in self._options.items():

@@ -150,11 +150,12 @@ def _demo_spark(args: argparse.Namespace) -> int:
 
 def _run_spec(args: argparse.Namespace) -> int:
     from . import local_session
-    from .spec import build, load_spec, run, spec_conf
+    from .spec import explain, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
     if not _DEBUG:  # a failure is gpuwm's one line; its trace goes to the file that line names
-        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        for name in ("py4j", "SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # pyspark logs its errors
+            logging.getLogger(name).setLevel(logging.CRITICAL)  # with their whole Java trace, then raises them
     conf = spec_conf(spec)
     jars = " (and the jars it needs, fetched once)" if "spark.jars.packages" in conf else ""
     print(f"gpuwm: spec {args.spec} checked; starting Spark in local mode{jars}...", flush=True)
@@ -162,7 +163,7 @@ def _run_spec(args: argparse.Namespace) -> int:
     if not _DEBUG:
         spark.sparkContext.setLogLevel("OFF")
     if args.dry_run:
-        print(build(spark, spec, verbose=False).explain(trigger=spec.get("trigger")))
+        print(explain(spark, spec))
     else:
         p = run(spark, spec)
         if p.history:
@@ -336,7 +337,9 @@ def parser() -> argparse.ArgumentParser:
                        epilog='A spec: {"source": {"format": "nexmark" | "kafka" | "parquet" ..., "options": {...}}, '
                        '"checkpoint": path, "watermark": {"column": ..., "delay": "4 seconds", "split": ..., '
                        '"profile": ...}, "stages": [{"window": {"tumble": "10 seconds", "by": [...], "aggs": {...}}}, '
-                       '...], "sink": {"parquet": path}}. The whole format, with every stage kind: the docstring of '
+                       '...], "sink": {"parquet": path}}; or Spark SQL: {"sources": {"bids": {"format": ..., '
+                       '"watermark": {"column": ..., "delay": ...}}}, "sql": "SELECT ... FROM bids GROUP BY window(...), '
+                       '...", "checkpoint": path, "sink": {...}}. The whole format, with every stage kind: the docstring of '
                        'gpuwm/spark/spec.py (python -m pydoc gpuwm.spark.spec) and the README, "Command line and '
                        'spark-submit".')
     r.add_argument("spec", help="the pipeline spec, a JSON file")

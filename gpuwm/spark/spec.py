@@ -76,6 +76,23 @@ parses its own options); for one stage, its kind at the top level
                   "aggs": {"max_n": ["n", "max"], "total": ["n", "sum"], "groups": ["*", "count"]}}}
     ]
 
+Or the operators as Spark SQL: ``"sql"`` over ``"sources"``, each a
+``source`` object as above named as the query's table, with Spark's
+``withWatermark(column, delay)`` as its ``"watermark"``; Spark parses and
+analyzes the query, :func:`gpuwm.spark.accelerate` translates its plan
+(what it cannot run, Spark runs as written with one warning line, or with
+``"fallback": "error"`` it is refused in one line; ``--dry-run`` prints the
+split); ``"profile"`` defaults to ``spark``. ``stages``, ``source``,
+``watermark`` and ``late`` do not go with it::
+
+    {
+      "sources": {"bids": {"format": "nexmark", "options": {"eventsPerSecond": 10000},
+                           "watermark": {"column": "date_time", "delay": "4 seconds"}}},
+      "sql": "SELECT window(date_time, '10 seconds') AS window, auction, count(*) AS bids
+              FROM bids GROUP BY window(date_time, '10 seconds'), auction",
+      "checkpoint": "ck/q7sql", "sink": {"parquet": "out/q7sql"}, "vnodes": 2
+    }
+
 ``sink``:
 ``{"parquet": path}`` or ``{"console": rows}``. ``late`` (optional):
 ``{"parquet": path}`` keeps every row dropped as late aside, with its
@@ -91,13 +108,16 @@ Hadoop's S3A is then added to ``spark.jars.packages``); with
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
 
 from ..errors import ConfigError, SchemaError, unknown_keys
 from ..operator import stage_class, stage_kinds
 
 _TOP = {"source", "checkpoint", "watermark", "stages", "sink", "trigger", "vnodes", "backend", "read", "late",
-        "inputs", "conf"}
+        "inputs", "conf", "sql", "sources", "profile", "fallback"}
+#: keys only a ``sql`` spec takes, and those it does not (its query says what they would)
+_SQL_ONLY = ("sql", "sources", "profile", "fallback")
+_NOT_WITH_SQL = ("source", "watermark", "inputs", "stages", "late")
 
 
 def load_spec(path: str) -> dict:
@@ -109,9 +129,16 @@ def load_spec(path: str) -> dict:
     except json.JSONDecodeError as e:
         raise ConfigError(f"pipeline spec {path!r} is not valid JSON: {e}") from None
     kinds = stage_kinds()
+    if not isinstance(spec, dict):
+        raise ConfigError(f"pipeline spec {path!r} must be a JSON object {{\"source\": ..., ...}}")
     unknown = set(spec) - _TOP - set(kinds)
     if unknown:
         raise ConfigError(unknown_keys(f"pipeline spec {path!r}", unknown, _TOP | set(kinds)))
+    if "sql" in spec or "sources" in spec:
+        return _load_sql_spec(path, spec)
+    only = [k for k in _SQL_ONLY if k in spec]
+    if only:
+        raise ConfigError(f"pipeline spec {path!r}: {only} belong to a spec with \"sql\" and \"sources\"")
     if "inputs" in spec:
         both = [k for k in ("source", "watermark") if k in spec]
         if both:
@@ -136,6 +163,23 @@ def load_spec(path: str) -> dict:
     if "stages" in spec and not (isinstance(spec["stages"], list) and spec["stages"]):
         raise ConfigError(f"pipeline spec {path!r}: 'stages' must be a non-empty list of stages, "
                           f"e.g. [{{\"window\": {{...}}}}, {{\"window\": {{...}}}}]")
+    found = problems(spec)
+    if found:
+        raise ConfigError(f"pipeline spec {path!r}: {len(found)} problem{'s' if len(found) > 1 else ''}: "
+                          + "; ".join(found))
+    return spec
+
+
+def _load_sql_spec(path: str, spec: dict) -> dict:
+    """A spec whose query is Spark SQL over named ``sources``."""
+    for k in ("sql", "sources", "checkpoint", "sink"):
+        if k not in spec:
+            raise ConfigError(f"pipeline spec {path!r}: a spec with \"sql\" needs {k!r}"
+                              + (": {name: {\"format\": ..., \"watermark\": {...}}, ...}" if k == "sources" else ""))
+    other = [k for k in spec if k in _NOT_WITH_SQL or k in stage_kinds()]
+    if other:
+        raise ConfigError(f"pipeline spec {path!r}: a spec with \"sql\" takes its operators from the query and each "
+                          f"source's watermark from \"sources\"; drop {other}")
     found = problems(spec)
     if found:
         raise ConfigError(f"pipeline spec {path!r}: {len(found)} problem{'s' if len(found) > 1 else ''}: "
@@ -197,7 +241,9 @@ def problems(spec: dict) -> list[str]:
     if late is not None and not (isinstance(late, dict) and set(late) == {"parquet"}
                                  and isinstance(late["parquet"], str)):
         bad("$.late", f"{{\"parquet\": path}} (rows dropped as late, kept aside), got {late!r}")
-    if "inputs" in spec:
+    if "sql" in spec:
+        _sql_problems(bad, keys, spec)
+    elif "inputs" in spec:
         for name, inp in spec["inputs"].items():
             _source_problems(bad, keys, f"$.inputs.{name}.source", inp.get("source"))
             _watermark_spec(bad, f"$.inputs.{name}.watermark", inp.get("watermark"))
@@ -208,13 +254,48 @@ def problems(spec: dict) -> list[str]:
     return out
 
 
-def _source_problems(bad, keys, path: str, src) -> None:
+def _sql_problems(bad, keys, spec: dict) -> None:
+    """A ``sql`` spec's query text, settings and ``sources`` (each a
+    source with an optional ``watermark``: Spark's ``withWatermark(column,
+    delay)``); Spark's parser and analyzer check the query itself."""
+    from ..errors import near_miss
+    from ..profiles import PROFILES
+    from .accelerate import FALLBACKS
+
+    if not (isinstance(spec["sql"], str) and spec["sql"].strip()):
+        bad("$.sql", f"a Spark SQL query over the sources' names, got {spec['sql']!r}")
+    for k, choices in (("profile", tuple(sorted(PROFILES))), ("fallback", FALLBACKS)):
+        if k in spec and spec[k] not in choices:
+            bad(f"$.{k}", f"one of {list(choices)}, got {spec[k]!r}{near_miss(str(spec[k]), choices)}")
+    sources = spec["sources"]
+    if not (isinstance(sources, dict) and sources):
+        bad("$.sources", f"{{name: {{\"format\": ..., \"watermark\": {{\"column\": ..., \"delay\": ...}}}}, ...}}, "
+                         f"got {sources!r}")
+        return
+    for name, src in sources.items():
+        path = f"$.sources.{name}"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+            bad(path, "a source's name is the table name the query reads: letters, digits and _")
+        _source_problems(bad, keys, path, src, also=("watermark",))
+        w = src.get("watermark") if isinstance(src, dict) else None
+        if w is None:
+            continue
+        if isinstance(w, dict):
+            keys(f"{path}.watermark", w, ("column", "delay"))
+        if not (isinstance(w, dict) and isinstance(w.get("delay"), str)):
+            bad(f"{path}.watermark", "Spark's withWatermark: {\"column\": ..., \"delay\": \"10 seconds\"}, "
+                                     f"got {w!r}")
+        else:
+            _watermark_spec(bad, f"{path}.watermark", {"column": w.get("column"), "delay": w["delay"]})
+
+
+def _source_problems(bad, keys, path: str, src, also: tuple = ()) -> None:
     from ..errors import near_miss
 
     if not isinstance(src, dict):
         bad(path, f"{{\"format\": ..., \"options\": {{...}}, ...}}, got {src!r}")
         return
-    keys(path, src, ("format", "options", "select", "schema", "path"))
+    keys(path, src, ("format", "options", "select", "schema", "path") + also)
     fmt, opts = src.get("format"), src.get("options", {})
     if not (isinstance(fmt, str) and fmt):
         bad(f"{path}.format", f"nexmark, kafka or a file format (parquet, json, csv, ...), got {fmt!r}")
@@ -338,10 +419,39 @@ def add_stage(p, i: int, stage: dict) -> None:
         raise type(e)(f"stage {i}: {e}" if str(e).startswith(kind) else f"stage {i} ({kind}): {e}") from None
 
 
+def accelerated(spark, spec: dict, verbose: bool = True):
+    """A ``sql`` spec's query: each source read, watermarked
+    (``withWatermark``) and named as a temp view, the query given to
+    ``spark.sql`` and to :func:`~gpuwm.spark.accelerate` with the spec's
+    settings; returns its :class:`~gpuwm.spark.accelerate.Accelerated`."""
+    from .accelerate import accelerate
+
+    for name, src in spec["sources"].items():
+        df = _read_source(spark, {k: v for k, v in src.items() if k != "watermark"}, spec["checkpoint"])
+        w = src.get("watermark")
+        if w is not None:
+            df = df.withWatermark(w["column"], w["delay"])
+        df.createOrReplaceTempView(name)
+    return accelerate(spark.sql(spec["sql"]), vnodes=spec.get("vnodes"), profile=spec.get("profile"),
+                      fallback=spec.get("fallback"), read=spec.get("read"), backend=spec.get("backend"),
+                      verbose=verbose)
+
+
+def _sink_tuple(sink: dict) -> tuple:
+    if "parquet" in sink:
+        return ("parquet", sink["parquet"])
+    return ("console", int(sink["console"]) if not isinstance(sink["console"], bool) else 20)
+
+
 def build(spark, spec: dict, verbose: bool = True):
-    """The :class:`~gpuwm.spark.Pipeline` a spec describes (not started)."""
+    """The :class:`~gpuwm.spark.Pipeline` a spec describes (not started);
+    for a ``sql`` spec that gpuwm does not translate (and ``fallback``
+    ``spark``), the :class:`~gpuwm.spark.accelerate.SparkRun` of Spark's
+    own query."""
     from . import Pipeline
 
+    if "sql" in spec:
+        return accelerated(spark, spec, verbose).runner(spec["checkpoint"], _sink_tuple(spec["sink"]))
     if "inputs" in spec:
         dfs = {name: _read_source(spark, inp["source"], spec["checkpoint"]) for name, inp in spec["inputs"].items()}
         p = Pipeline(dfs, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
@@ -355,13 +465,11 @@ def build(spark, spec: dict, verbose: bool = True):
         _add_watermark(p, spec["watermark"])
     for i, stage in enumerate(stages_of(spec)):
         add_stage(p, i, stage)
-    sink: dict[str, Any] = spec["sink"]
-    if "parquet" in sink:
-        p.write_parquet(sink["parquet"])
-    elif "console" in sink:
-        p.write_console(int(sink["console"]) if not isinstance(sink["console"], bool) else 20)
+    sink = _sink_tuple(spec["sink"])
+    if sink[0] == "parquet":
+        p.write_parquet(sink[1])
     else:
-        raise ConfigError("sink needs 'parquet': path or 'console': rows")
+        p.write_console(sink[1])
     if "late" in spec:
         late = spec["late"]
         if not (isinstance(late, dict) and set(late) == {"parquet"}):
@@ -430,8 +538,23 @@ def spec_conf(spec: dict) -> dict:
     return conf
 
 
+def explain(spark, spec: dict) -> str:
+    """``gpuwm run --dry-run``: the plan the spec would run; for a ``sql``
+    spec, first which of the query's operators gpuwm runs and which Spark
+    does, and why."""
+    if "sql" not in spec:
+        return build(spark, spec, verbose=False).explain(trigger=spec.get("trigger"))
+    acc = accelerated(spark, spec, verbose=False)
+    runner = acc.runner(spec["checkpoint"], _sink_tuple(spec["sink"]))
+    return acc.explain(spec["checkpoint"]) + "\n" + runner.explain(trigger=spec.get("trigger"))
+
+
 def _sources(spec: dict) -> list:
     inputs = spec.get("inputs")
+    sources = spec.get("sources")
+    if isinstance(sources, dict):
+        return [{k: v for k, v in s.items() if k != "watermark"} if isinstance(s, dict) else s
+                for s in sources.values()]
     if isinstance(inputs, dict):
         return [i.get("source") for i in inputs.values() if isinstance(i, dict)]
     return [spec.get("source")]
