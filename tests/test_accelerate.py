@@ -80,18 +80,25 @@ def _query(spark, src, shape):
         return (w.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
                 .agg(F.max("price").alias("mx"))
                 .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx")))
+    if shape == "chain":  # a window over a window's rows (window_time), as Spark chains them (SPARK-40925)
+        a = w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+        return a.groupBy(F.window(F.window_time("window"), "10 seconds"), "k").agg(
+            F.sum("n").alias("total"), F.count("*").alias("groups"), F.max("mx").alias("mx"))
+    if shape == "dedup-window":  # a dedup, then a window over its rows, keyed by Spark's own `window` column
+        return w.dropDuplicatesWithinWatermark(["k", "price"]).groupBy(F.window("ts", "5 seconds"), "k").count()
     raise AssertionError(shape)
 
 
 @pytest.mark.parametrize("shape,vnodes", [("tumble", None), ("hop", 2), ("session", 2), ("dedup", None),
-                                          ("select", 2)])
+                                          ("select", 2), ("chain", 2), ("dedup-window", None)])
 def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vnodes):
     """The query as a Spark user writes it, run by Spark and through
     ``accelerate`` (profile spark) on the same files: the same rows in the
     same micro-batches, Spark's final no-data batch included, with Spark's
     columns (``window`` a struct) — and gpuwm ran it, reading the files
     itself."""
-    rng = np.random.default_rng({"tumble": 1, "hop": 2, "session": 3, "dedup": 4, "select": 5}[shape])
+    rng = np.random.default_rng({"tumble": 1, "hop": 2, "session": 3, "dedup": 4, "select": 5, "chain": 6,
+                                 "dedup-window": 7}[shape])
     batches = _session_batches(rng) if shape == "session" else _random_batches(rng, 8, 30, step=6, behind=14, keys=3)
     src = f"{tmp_path}/in"
     _write_batches(src, batches)
@@ -167,6 +174,10 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Join: gpuwm translates one withWatermark": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
                                                                          "interval 5 seconds")),
         "Project: gpuwm does not evaluate `(count * CAST(2 AS BIGINT))`": w.groupBy(win, "k").count().selectExpr("count * 2"),
+        # a chain whose second window is not over the first's window_time
+        "Aggregate: a window over the rows of a stage that gives no event time": w.groupBy(win, "k").count().groupBy(F.window("window.start", "10 seconds")).count(),
+        "Aggregate: a grouping column the stage below does not give": w.groupBy(win, "k").count().groupBy(
+            F.window("window", "10 seconds"), "window").count(),
     }
     texts = {reason: explain(df) for reason, df in refused.items()}
     assert [r for r, text in texts.items() if not text.startswith(f"Spark runs the whole query: {r}")] == [], texts

@@ -15,9 +15,11 @@ the projections after it become the sink's output columns
          .writeStream.format("parquet").option("path", out)
          .option("checkpointLocation", ck).trigger(availableNow=True).start())
 
-What it translates today: one ``withWatermark`` over a source, then one
-of ``groupBy(window(ts, size[, slide]) | session_window(ts, gap), keys...)
-.agg(count/sum/min/max/avg ...)`` or ``dropDuplicatesWithinWatermark(keys)``,
+What it translates today: one ``withWatermark`` over a source, then
+``groupBy(window(ts, size[, slide]) | session_window(ts, gap), keys...)
+.agg(count/sum/min/max/avg ...)`` or ``dropDuplicatesWithinWatermark(keys)``
+— or a chain of them as Spark chains stateful operators (a window over a
+window's rows by ``window_time(window)``, an aggregation after a dedup) —,
 then projections (columns, struct fields, renames, casts). The window's
 parameters are read from the plan Spark's analyzer made of them and
 checked: the same call on the same input must give the same plan, or the
@@ -66,16 +68,20 @@ class Refused(Exception):
 @dataclass
 class Translation:
     """A query as gpuwm runs it: Spark's ``source`` DataFrame (below
-    ``withWatermark``), the watermark, the stage, and the projection steps
-    from the stage's output to the query's columns."""
+    ``withWatermark``), the watermark, the stages in order, and the
+    projection steps from the last stage's output to the query's columns."""
 
     source: Any
     column: str
     delay: timedelta
-    stage: tuple  # ("window", window, keys, aggs) | ("dedup", keys)
-    output: list
+    stages: list[tuple] = field(default_factory=list)  # ("window", window, keys, aggs) | ("dedup", keys)
+    output: list = field(default_factory=list)
     shown: list[str] = field(default_factory=list)  # the operators, for explain
     output_ids: dict[int, str] = field(default_factory=dict)  # Spark's expression id -> output column
+    columns: dict[int, str] = field(default_factory=dict)  # Spark's id -> gpuwm's column, of the last stage's rows
+    window_id: int | None = None  # the last stage's window column (a struct in Spark; start/end in gpuwm)
+    time: tuple[str, str] | None = None  # the rows' event-time column: (Spark's name, gpuwm's); None: a window's
+    #                                      rows without window_time(window)
 
 
 def _kind(node) -> str:
@@ -129,16 +135,14 @@ def translate(df) -> Translation:
             tops.append(node)
         node = node.child()
     kind = _kind(node)
-    if kind == "Aggregate":
-        t = _aggregate(df.sparkSession, node)
-    elif kind == "DeduplicateWithinWatermark":
-        t = _dedup(df.sparkSession, node)
+    if kind in _STATEFUL:
+        t = _STATEFUL[kind](df.sparkSession, node)
     elif kind in ("Filter", "Expand", "Generate", "Window", "Sort", "Limit"):
         raise Refused(kind, "gpuwm runs the operators after a windowed aggregation or a dedup as projections "
                             "only (columns, struct fields, renames, casts)")
     else:
         raise Refused(kind, "gpuwm translates one withWatermark, then groupBy(window | session_window, "
-                            "keys).agg(...) or dropDuplicatesWithinWatermark, then projections")
+                            "keys).agg(...) or dropDuplicatesWithinWatermark (chained), then projections")
     from .kafka import Untranslatable, translate as expr
 
     ids = t.output_ids
@@ -158,10 +162,19 @@ def translate(df) -> Translation:
     return t
 
 
-def _watermark(node) -> tuple[Any, str, timedelta]:
-    """Down from ``node`` through nodes that pass rows on unchanged (a
-    view, a subquery, a select of columns) to ``withWatermark``: (its
-    child, its column, its delay)."""
+_WINDOW_TIME = re.compile(r"precisetimestampconversion\(\(precisetimestampconversion\([^()#]+#(\d+)(?:-T\d+ms)?"
+                          r"\.end, TimestampType, LongType\) - 1\), LongType, TimestampType\)")
+
+
+def _input(spark, node) -> Translation:
+    """What an operator reads, down from ``node`` through nodes that pass
+    rows on unchanged (a view, a subquery, a select of columns): either
+    ``withWatermark`` over the source (a translation with no stages yet),
+    or another stateful operator's output — the stages that make it, with
+    Spark's ``window_time(window)`` of a window stage as gpuwm's
+    ``window_time`` column (a chain, as Spark runs one since SPARK-40925)."""
+    from ..aggregates import WINDOW_TIME
+
     while True:
         kind = _kind(node)
         if kind == "EventTimeWatermark":
@@ -169,9 +182,34 @@ def _watermark(node) -> tuple[Any, str, timedelta]:
             if str(ts.dataType().simpleString()) != "timestamp":
                 raise Refused("EventTimeWatermark", f"its column {ts.name()} is {ts.dataType().simpleString()}, "
                                                     "not a timestamp")
-            return node.child(), str(ts.name()), _interval(node.delay())
-        if kind in _TRANSPARENT or (kind == "Project" and all(
-                _kind(e) == "AttributeReference" for e in scala_iter(node.projectList()))):
+            return Translation(_of_rows(spark, node.child()), str(ts.name()), _interval(node.delay()),
+                               columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
+                               time=(str(ts.name()), str(ts.name())))
+        if kind in _STATEFUL:
+            return _STATEFUL[kind](spark, node)
+        if kind == "Project":  # columns, and window_time(window) of a window stage below
+            made = {}
+            for e in scala_iter(node.projectList()):
+                if _kind(e) == "AttributeReference":
+                    continue
+                m = _WINDOW_TIME.fullmatch(str(e.child().toString())) if _kind(e) == "Alias" else None
+                if m is None:
+                    made = None
+                    break
+                made[_id(e)] = int(m.group(1))
+            if made is not None:
+                if made:
+                    below = _input(spark, node.child())
+                    if any(w != below.window_id for w in made.values()):
+                        raise Refused("Project", "window_time() of a column that is not the window of the "
+                                                 "aggregation below")
+                    below.columns.update({i: WINDOW_TIME for i in made})
+                    below.time = next(str(e.name()) for e in scala_iter(node.projectList()) if _id(e) in made), \
+                        WINDOW_TIME
+                    return below
+                node = node.child()
+                continue
+        if kind in _TRANSPARENT:
             node = node.child()
             continue
         if kind == "Filter":
@@ -182,8 +220,8 @@ def _watermark(node) -> tuple[Any, str, timedelta]:
                                      "withWatermark")
         if kind in ("StreamingRelation", "StreamingRelationV2", "StreamingExecutionRelation"):
             raise Refused("query", "no withWatermark: gpuwm's operators drain by the watermark")
-        raise Refused(kind, "an operator below the aggregation (a join, another aggregation, a union ...): "
-                            "gpuwm translates one stateful operator over a source")
+        raise Refused(kind, "an operator below the aggregation (a join, a union ...): gpuwm translates "
+                            "windowed aggregations and dedups over one watermarked source, chained")
 
 
 _NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"
@@ -202,11 +240,12 @@ def _windowing(agg) -> tuple[Any, Any, Any]:
     return made, list(scala_iter(made.output()))[0], lower.child()
 
 
-def _window(spark, agg, made, out, below, ts: str, keys: list[str]):
+def _window(spark, agg, made, out, below, ts: str, keys: list[str], on: str):
     """The window ``made`` computes into ``out`` over ``below``, on the
-    watermark's column ``ts``: (gpuwm window, text for explain). Checked
-    by making the same ``window``/``session_window`` over ``below``: the
-    same plan, or refused."""
+    event-time column Spark names ``ts`` and gpuwm ``on``: (gpuwm window,
+    text for explain). Checked by making the same
+    ``window``/``session_window`` over ``below`` (grouped by Spark's
+    ``keys``): the same plan, or refused."""
     from pyspark.sql import functions as F
 
     from ..session import Session
@@ -221,7 +260,7 @@ def _window(spark, agg, made, out, below, ts: str, keys: list[str]):
             raise Refused("Aggregate", "a session_window whose gap is not a constant")
         iv = spark._jvm.org.apache.spark.sql.catalyst.util.IntervalUtils.stringToInterval(
             spark._jvm.org.apache.spark.unsafe.types.UTF8String.fromString(gap))
-        made_by, win, shown = F.session_window(col, gap), Session(ts, _interval(iv)), f"session_window({ts}, {gap})"
+        made_by, win, shown = F.session_window(col, gap), Session(on, _interval(iv)), f"session_window({ts}, {gap})"
     else:
         slide = re.search(r" % (\d+)\)", text)
         start = re.search(r"LongType\) - (-?\d+)\) % ", text)
@@ -236,7 +275,7 @@ def _window(spark, agg, made, out, below, ts: str, keys: list[str]):
         size_td, slide_td = timedelta(microseconds=size_us), timedelta(microseconds=slide_us)
         shown = f"window({ts}, {size_td}" + (f", {slide_td})" if size_us != slide_us else ")")
         try:
-            win = Tumble(ts, size_td) if size_us == slide_us else Hop(ts, size=size_td, slide=slide_td)
+            win = Tumble(on, size_td) if size_us == slide_us else Hop(on, size=size_td, slide=slide_td)
         except ConfigError as e:  # a hop whose slide does not divide its size
             raise Refused("Aggregate", f"{shown}: {e}") from None
     again = _of_rows(spark, below).groupBy(made_by.alias(str(out.name())), *[F.col(_quoted(k)) for k in keys]).count()
@@ -254,24 +293,31 @@ def _aggregate(spark, agg) -> Translation:
                                    "withWatermark)")
     made, out, below = _windowing(agg)  # the window is the grouping attribute the node under it makes
     win_id = _id(out)
-    key_ids = {_id(g): str(g.name()) for g in groups if _id(g) != win_id}
-    keys = list(key_ids.values())
-    if len(groups) - len(keys) != 1:
+    named = {_id(g): str(g.name()) for g in groups if _id(g) != win_id}  # Spark's names of the keys
+    if len(groups) - len(named) != 1:
         raise Refused("Aggregate", _NO_WINDOW)
-    if len(set(keys)) != len(keys):
-        raise Refused("Aggregate", f"two grouping columns share a name ({keys})")
-    source, ts, delay = _watermark(below)
-    win, shown_win = _window(spark, agg, made, out, below, ts, keys)
+    if len(set(named.values())) != len(named):
+        raise Refused("Aggregate", f"two grouping columns share a name ({list(named.values())})")
+    t = _input(spark, below)
+    if t.time is None:
+        raise Refused("Aggregate", "a window over the rows of a stage that gives no event time (window a window's "
+                                   "rows by window_time(window))")
+    cols = t.columns
+    if any(i not in cols for i in named):
+        raise Refused("Aggregate", "a grouping column the stage below does not give as a column (its window?)")
+    keys = [cols[i] for i in named]  # gpuwm's names of the keys
+    win, shown_win = _window(spark, agg, made, out, below, t.time[0], list(named.values()), t.time[1])
+    stage = len(t.stages)
     aggs: dict[str, tuple[str, str]] = {}
-    step, ids, shown_aggs = [], {}, []
+    step, ids, shown_aggs, columns = [], {}, [], {i: cols[i] for i in named}
     for ne in scala_iter(agg.aggregateExpressions()):
         name = str(ne.name())
         e = ne.child() if _kind(ne) == "Alias" else ne
         k = _kind(e)
         if k == "AttributeReference" and _id(e) == win_id:
             step.append([name, _WINDOW_STRUCT])
-        elif k == "AttributeReference" and _id(e) in key_ids:
-            step.append([name, {"col": key_ids[_id(e)]}])
+        elif k == "AttributeReference" and _id(e) in named:
+            step.append([name, {"col": cols[_id(e)]}])
         elif k == "AggregateExpression":
             fn = e.aggregateFunction()
             fk = _kind(fn)
@@ -282,30 +328,41 @@ def _aggregate(spark, agg) -> Translation:
             args = list(scala_iter(fn.children()))
             if fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None:
                 what = "*"
-            elif len(args) == 1 and _kind(args[0]) == "AttributeReference":
-                what = str(args[0].name())
+            elif len(args) == 1 and _kind(args[0]) == "AttributeReference" and _id(args[0]) in cols:
+                what = cols[_id(args[0])]
             else:
                 raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
-            inner = f"__gpuwm_agg{len(aggs)}"
+            inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
             aggs[inner] = (what, _AGGS[fk])
             step.append([name, {"col": inner}])
-            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({what})")
+            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({args[0].name() if what != '*' else '*'})")
+            columns[_id(ne)] = inner
         else:
             raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs the window, the keys and "
                                        "aggregates (compute on them in a select after)")
         ids[_id(ne)] = name
     if len({n for n, _ in step}) != len(step):
         raise Refused("Aggregate", f"two output columns share a name ({[n for n, _ in step]})")
-    return Translation(_of_rows(spark, source), ts, delay, ("window", win, keys, aggs), [step],
-                       [f"aggregate  {shown_win} by {keys}: {', '.join(shown_aggs)}"], ids)
+    t.stages.append(("window", win, keys, aggs))
+    t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, win_id, None
+    t.shown.append(f"aggregate  {shown_win} by {list(named.values())}: {', '.join(shown_aggs)}")
+    return t
 
 
 def _dedup(spark, node) -> Translation:
-    keys = [str(a.name()) for a in scala_iter(node.keys())]
-    source, ts, delay = _watermark(node.child())
-    out = list(scala_iter(node.output()))
-    return Translation(_of_rows(spark, source), ts, delay, ("dedup", keys), [[[str(a.name()), {"col": str(a.name())}] for a in out]],
-                       [f"dedup      dropDuplicatesWithinWatermark({keys})"], {_id(a): str(a.name()) for a in out})
+    t = _input(spark, node.child())
+    if any(_id(a) not in t.columns for a in scala_iter(node.keys())):
+        raise Refused("DeduplicateWithinWatermark", "a key the stage below does not give as a column")
+    keys = [t.columns[_id(a)] for a in scala_iter(node.keys())]
+    out = [a for a in scala_iter(node.output()) if _id(a) in t.columns]
+    t.stages.append(("dedup", keys))
+    t.output = [[[str(a.name()), {"col": t.columns[_id(a)]}] for a in out]]
+    t.output_ids = {_id(a): str(a.name()) for a in out}
+    t.shown.append(f"dedup      dropDuplicatesWithinWatermark({[str(a.name()) for a in scala_iter(node.keys())]})")
+    return t
+
+
+_STATEFUL = {"Aggregate": _aggregate, "DeduplicateWithinWatermark": _dedup}
 
 
 def _conf(spark, key: str, given: Any, default: Any) -> Any:
@@ -364,11 +421,14 @@ class Accelerated:
         p = Pipeline(t.source, checkpoint, vnodes=self.vnodes, backend=self.backend, read=self.read,
                      on_batch=self.on_batch, verbose=self.verbose, name=name)
         p.watermark(t.column, delay=t.delay, profile=self.profile)
-        if t.stage[0] == "window":
-            _, win, keys, aggs = t.stage
-            p.window(win, by=keys, aggs=aggs)
-        else:
-            p.dedup(key=t.stage[1])
+        try:
+            for st in t.stages:
+                if st[0] == "window":
+                    p.window(st[1], by=st[2], aggs=st[3])
+                else:
+                    p.dedup(key=st[1])
+        except ConfigError as e:  # a chain gpuwm's stages cannot make
+            raise Refused("query", str(e)) from None
         if sink[0] == "parquet":
             p.write_parquet(sink[1])
         else:
