@@ -20,7 +20,9 @@ What it translates today: one ``withWatermark`` over a source, then
 .agg(count/sum/min/max/avg ...)`` or ``dropDuplicatesWithinWatermark(keys)``
 — or a chain of them as Spark chains stateful operators (a window over a
 window's rows by ``window_time(window)``, an aggregation after a dedup) —,
-then projections (columns, struct fields, renames, casts). The window's
+then projections (columns, struct fields, renames, casts) and filters
+(``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
+evaluated as the sink writes (:mod:`gpuwm.spark.project`). The window's
 parameters are read from the plan Spark's analyzer made of them and
 checked: the same call on the same input must give the same plan, or the
 query is not translated. Anything else — another operator, an aggregate
@@ -130,16 +132,16 @@ def translate(df) -> Translation:
     except Exception as e:  # Spark Connect: no py4j plan
         raise Refused("query", f"its plan cannot be read ({type(e).__name__}: Spark Connect?)") from None
     tops, node = [], plan
-    while _kind(node) in ("Project",) + _TRANSPARENT:
-        if _kind(node) == "Project":
+    while _kind(node) in ("Project", "Filter") + _TRANSPARENT:
+        if _kind(node) in ("Project", "Filter"):
             tops.append(node)
         node = node.child()
     kind = _kind(node)
     if kind in _STATEFUL:
         t = _STATEFUL[kind](df.sparkSession, node)
-    elif kind in ("Filter", "Expand", "Generate", "Window", "Sort", "Limit"):
+    elif kind in ("Expand", "Generate", "Window", "Sort", "Limit"):
         raise Refused(kind, "gpuwm runs the operators after a windowed aggregation or a dedup as projections "
-                            "only (columns, struct fields, renames, casts)")
+                            "and filters only (columns, struct fields, renames, casts, comparisons)")
     else:
         raise Refused(kind, "gpuwm translates one withWatermark, then groupBy(window | session_window, "
                             "keys).agg(...) or dropDuplicatesWithinWatermark (chained), then projections")
@@ -147,6 +149,14 @@ def translate(df) -> Translation:
 
     ids = t.output_ids
     for p in reversed(tops):
+        if _kind(p) == "Filter":  # a filter of the operator's rows (HAVING): a step of the sink's projection
+            try:
+                t.output.append({"where": expr(p.condition(), ids)})
+                t.shown.append(f"filter     {p.condition().sql()}")
+            except Untranslatable as e:
+                raise Refused("Filter", f"gpuwm does not evaluate `{e}` after the {t.shown[-1].split()[0]}") \
+                    from None
+            continue
         step, names = [], {}
         for ne in scala_iter(p.projectList()):
             try:

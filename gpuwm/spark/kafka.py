@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import GpuwmError
 from .direct import scala_iter, scan_rdds
-from .project import JSON_TYPES
+from .project import JSON_TYPES, LITERAL_TYPES
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
 # under another name, or without effect on what a read of fixed offsets returns
@@ -226,6 +226,9 @@ class Untranslatable(Exception):
 _TS = {"MillisToTimestamp": "millis", "SecondsToTimestamp": "seconds", "MicrosToTimestamp": "micros"}
 
 
+_CMP = {"EqualTo": "=", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">", "GreaterThanOrEqual": ">="}
+
+
 def translate(e, ids: dict[int, str]) -> dict:
     """A Catalyst expression as a :mod:`gpuwm.spark.project` expression."""
     kind = e.getClass().getSimpleName()
@@ -238,6 +241,10 @@ def translate(e, ids: dict[int, str]) -> dict:
         return {"field": [translate(e.child(), ids), str(e.extractFieldName())]}
     if kind in _TS:
         return {"ts": [translate(e.child(), ids), _TS[kind]]}
+    if kind == "Cast" and e.child().getClass().getSimpleName() == "Literal" and e.child().value() is not None \
+            and str(e.child().dataType().simpleString()).startswith("decimal") \
+            and str(e.dataType().simpleString()) == "double":  # SQL's 450.5 compared with a double
+        return {"lit": [float(str(e.child().value().toString())), "double"]}  # correctly rounded, as Java's
     if kind == "Cast":
         src, to = str(e.child().dataType().simpleString()), str(e.dataType().simpleString())
         ok = (src == "binary" and to == "string") or (src in ("bigint", "int", "smallint", "tinyint")
@@ -245,6 +252,20 @@ def translate(e, ids: dict[int, str]) -> dict:
         if not ok:
             raise Untranslatable(str(e.sql()))
         return {"cast": [translate(e.child(), ids), to]}
+    if kind == "Literal":
+        typ = str(e.dataType().simpleString())
+        v = e.value()
+        if typ not in LITERAL_TYPES:
+            raise Untranslatable(str(e.sql()))
+        return {"lit": [None if v is None else str(v.toString()) if typ == "string" else v, typ]}
+    if kind in _CMP:
+        if any(str(x.dataType().simpleString()) not in LITERAL_TYPES for x in (e.left(), e.right())):
+            raise Untranslatable(str(e.sql()))
+        return {"cmp": [_CMP[kind], translate(e.left(), ids), translate(e.right(), ids)]}
+    if kind in ("And", "Or"):
+        return {kind.lower(): [translate(e.left(), ids), translate(e.right(), ids)]}
+    if kind in ("Not", "IsNull", "IsNotNull"):
+        return {{"Not": "not", "IsNull": "is_null", "IsNotNull": "is_not_null"}[kind]: translate(e.child(), ids)}
     if kind == "JsonToStructs":
         fields = [[str(f.name()), str(f.dataType().simpleString())] for f in e.schema().fields()] \
             if str(e.schema().typeName()) == "struct" else None

@@ -17,7 +17,16 @@ plan, :func:`gpuwm.spark.kafka.translate`):
   (``accelerate``'s ``window`` column from ``window_start``/``window_end``);
 - ``{"from_json": [expr, [[field, type], ...]]}`` — Spark's ``from_json``
   with a struct of ``bigint``, ``int``, ``smallint``, ``tinyint``,
-  ``double``, ``boolean`` and ``string`` fields, PERMISSIVE.
+  ``double``, ``boolean`` and ``string`` fields, PERMISSIVE;
+- ``{"lit": [value, type]}`` — a constant (a timestamp in microseconds);
+- ``{"cmp": [op, a, b]}`` (``=``, ``<``, ``<=``, ``>``, ``>=``), ``{"and":
+  [a, b]}``, ``{"or": [a, b]}``, ``{"not": a}``, ``{"is_null": a}``,
+  ``{"is_not_null": a}`` — Spark's predicates: null in, null out (three-valued
+  ``and``/``or``), and for floating point Spark's order (NaN equals NaN and
+  is above every other value).
+
+A step may also be ``{"where": expr}``: the rows for which ``expr`` is true
+(Spark's ``filter``/``HAVING``: null drops the row), every column kept.
 
 ``from_json``: the messages go through ``pyarrow.json`` in one call; only
 those it rejects are parsed one by one, by :func:`spark_json`, which follows
@@ -52,6 +61,9 @@ def evaluate(steps: list, table: pa.Table, counts: dict | None = None) -> pa.Tab
     """Apply the projection's steps to ``table``; ``counts["malformed"]``
     gets the messages ``from_json`` did not parse whole."""
     for step in steps:
+        if isinstance(step, dict):  # {"where": predicate}
+            table = table.filter(_eval(step["where"], table, counts)) if table.num_rows else table
+            continue
         cols = [_eval(e, table, counts) for _, e in step]
         table = pa.table(cols, names=[n for n, _ in step]) if cols else table.select([])
     return table
@@ -72,6 +84,8 @@ def inputs_of(steps: list) -> set[str]:
             for x in e:
                 walk(x)
 
+    if isinstance(steps[0], dict):
+        raise ValueError("a projection that starts with a filter reads every input column")
     for _, e in steps[0]:
         walk(e)
     return out
@@ -94,7 +108,49 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
         if counts is not None:
             counts["malformed"] = counts.get("malformed", 0) + bad
         return got
+    if op == "lit":
+        return pa.repeat(pa.scalar(arg[0], LITERAL_TYPES[arg[1]]), t.num_rows)
+    if op == "cmp":
+        return compare(arg[0], _eval(arg[1], t, counts), _eval(arg[2], t, counts))
+    if op in ("and", "or"):
+        f = pc.and_kleene if op == "and" else pc.or_kleene
+        return f(_eval(arg[0], t, counts), _eval(arg[1], t, counts))
+    if op == "not":
+        return pc.invert(_eval(arg, t, counts))
+    if op in ("is_null", "is_not_null"):
+        a = _eval(arg, t, counts)
+        return pc.is_null(a) if op == "is_null" else pc.is_valid(a)
     raise ValueError(f"unknown projection op {op!r}")
+
+
+#: the types a ``lit`` may have (Spark's names)
+LITERAL_TYPES = {**JSON_TYPES, "float": pa.float32(), "timestamp": pa.timestamp("us", tz="UTC")}
+_CMP = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
+
+
+def compare(op: str, a: pa.Array, b: pa.Array) -> pa.Array:
+    """Spark's comparison ``a op b``: null if either is null; for floating
+    point, Spark's total order, where NaN equals NaN and is above every
+    other value (IEEE's NaN compares false with everything).
+
+    >>> nan = float("nan")
+    >>> compare(">", pa.array([nan, 1.0, nan, None]), pa.array([5.0, nan, nan, 1.0])).to_pylist()
+    [True, False, False, None]
+    >>> compare("=", pa.array([nan, 0.0]), pa.array([nan, -0.0])).to_pylist()
+    [True, True]
+    """
+    if op in (">", ">="):
+        return compare("<" if op == ">" else "<=", b, a)
+    got = _CMP[op](a, b)
+    if not pa.types.is_floating(a.type):
+        return got
+    na, nb = pc.is_nan(a), pc.is_nan(b)
+    if op == "=":
+        return pc.or_kleene(got, pc.and_kleene(na, nb))
+    below = pc.and_kleene(pc.invert(na), nb)  # a number is below NaN
+    if op == "<":
+        return pc.or_kleene(got, below)
+    return pc.or_kleene(pc.or_kleene(got, below), pc.and_kleene(na, nb))  # <=
 
 
 def _timestamp(a: pa.Array, unit: str) -> pa.Array:

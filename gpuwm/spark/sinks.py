@@ -13,18 +13,24 @@ def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
     """The sink's output of one task: ``<path>/batch_id=<N>/part-<part>.parquet``
     (published whole: a replay rewrites it), or, for the console sink, the
     rows as an exchange piece the driver prints. What the task's result
-    says of it: ``{"output": piece}`` for the console sink's rows, else ``{}``."""
+    says of it: ``{"output": piece}`` for the console sink's rows, and
+    ``{"rows_emitted": n}`` where the sink's projection filters the rows
+    (a query's ``filter``/``HAVING`` after its operator)."""
     if out is None or not out.num_rows:
         return {}
     sink = plan.sink
+    said = {}
     if sink.project:
         from .project import evaluate
 
         out = evaluate(json.loads(sink.project), out)
+        said["rows_emitted"] = out.num_rows
+        if not out.num_rows:
+            return said
     if sink.kind != "parquet":
-        return {"output": plan.checkpoint.write_piece(batch_id, "out", 0, part, out)}
+        return {**said, "output": plan.checkpoint.write_piece(batch_id, "out", 0, part, out)}
     sink.location.publish_parquet(f"batch_id={batch_id}/part-{part:05d}.parquet", out)
-    return {}
+    return said
 
 
 def clear_batch(plan, batch_id: int) -> None:

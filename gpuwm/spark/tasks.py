@@ -362,11 +362,11 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         flows.append(exchange.send(plan.checkpoint, batch_id, "ranges", vnode, out, op_parts, plan.vnodes, wm))
     else:
         written = write_output(plan, batch_id, vnode, out)
-    metrics = {**written,
+    metrics = {
         "segment": seg, "vnode": vnode, "rows_to_operator": _num_rows(rows), "rows_emitted": emitted,
         "stages": per_stage, "kernel_s": kernel_s, "state_save_s": save_s,
         "backend": gpuwm.get_backend(plan.backend).name, "vnode_task_s": time.perf_counter() - t_start,
-        "versions": versions, "files": sorted(files),
+        "versions": versions, "files": sorted(files), **written,  # the sink's own count where it filters
     }
     if filt is not None:
         f = filt.f
