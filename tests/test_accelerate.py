@@ -86,6 +86,10 @@ def _query(spark, src, shape):
             F.sum("n").alias("total"), F.count("*").alias("groups"), F.max("mx").alias("mx"))
     if shape == "dedup-window":  # a dedup, then a window over its rows, keyed by Spark's own `window` column
         return w.dropDuplicatesWithinWatermark(["k", "price"]).groupBy(F.window("ts", "5 seconds"), "k").count()
+    if shape == "dropdup":  # dropDuplicates with the event time among the keys (Spark drains it by the watermark)
+        return w.dropDuplicates(["k", "ts"])
+    if shape == "dropdup":  # dropDuplicates with the event time among the keys (Spark drains it by the watermark)
+        return w.dropDuplicates(["k", "ts"])
     if shape == "having":  # Spark SQL's HAVING, then a DataFrame filter: predicates on keys and aggregates
         w.createOrReplaceTempView("having_src")
         return spark.sql("SELECT window, k, count(*) AS n, avg(price) AS p FROM having_src GROUP BY "
@@ -95,7 +99,8 @@ def _query(spark, src, shape):
 
 
 @pytest.mark.parametrize("shape,vnodes", [("tumble", None), ("hop", 2), ("session", 2), ("dedup", None),
-                                          ("select", 2), ("chain", 2), ("dedup-window", None), ("having", 2)])
+                                          ("select", 2), ("chain", 2), ("dedup-window", None), ("having", 2),
+                                          ("dropdup", 2)])
 def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vnodes):
     """The query as a Spark user writes it, run by Spark and through
     ``accelerate`` (profile spark) on the same files: the same rows in the
@@ -103,8 +108,10 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vn
     columns (``window`` a struct) — and gpuwm ran it, reading the files
     itself."""
     rng = np.random.default_rng({"tumble": 1, "hop": 2, "session": 3, "dedup": 4, "select": 5, "chain": 6,
-                                 "dedup-window": 7, "having": 8}[shape])
-    batches = _session_batches(rng) if shape == "session" else _random_batches(rng, 8, 30, step=6, behind=14, keys=3)
+                                 "dedup-window": 7, "having": 8, "dropdup": 9}[shape])
+    behind = 26 if shape == "dropdup" else 14  # dropdup: rows behind Spark's watermark, dropped as late
+    batches = _session_batches(rng) if shape == "session" else _random_batches(rng, 8, 30, step=6, behind=behind,
+                                                                                keys=3)
     src = f"{tmp_path}/in"
     _write_batches(src, batches)
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
@@ -125,6 +132,8 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vn
     assert len(history) == len([f for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit()])
     # rows out: what the sink wrote (after a HAVING), not what the operator released before it
     assert sum(m["rows_emitted"] for m in history) == sum(map(len, got.values()))
+    if shape in ("dedup", "dropdup"):  # the input has duplicates (and late rows): dropped as Spark drops them
+        assert history[-1]["totals"]["duplicate_rows"] > 0 and (shape == "dedup" or history[-1]["totals"]["late_rows"])
     if shape == "having":
         assert sum(m["stages"][-1]["rows_emitted"] for m in history) > sum(map(len, got.values()))
 
@@ -179,6 +188,7 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Filter: a filter between withWatermark and the operator": w.filter("k > 0").groupBy(win, "k").count(),
         "Project: new columns between withWatermark": w.withColumn("k", F.col("k") + 1).groupBy(win, "k").count(),
         "query: no withWatermark": s.groupBy(win, "k").count(),
+        "Deduplicate: dropDuplicates without the event-time column": w.dropDuplicates(["k"]),
         "Filter: gpuwm does not evaluate `(count % CAST(2 AS BIGINT))` after the aggregate":
             w.groupBy(win, "k").count().filter("count % 2 = 0"),
         "Join: gpuwm translates one withWatermark": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "

@@ -17,8 +17,9 @@ the projections after it become the sink's output columns
 
 What it translates today: one ``withWatermark`` over a source, then
 ``groupBy(window(ts, size[, slide]) | session_window(ts, gap), keys...)
-.agg(count/sum/min/max/avg ...)`` or ``dropDuplicatesWithinWatermark(keys)``
-— or a chain of them as Spark chains stateful operators (a window over a
+.agg(count/sum/min/max/avg ...)``, ``dropDuplicatesWithinWatermark(keys)``
+or ``dropDuplicates(keys)`` with the watermark's column among the keys —
+or a chain of them as Spark chains stateful operators (a window over a
 window's rows by ``window_time(window)``, an aggregation after a dedup) —,
 then projections (columns, struct fields, renames, casts) and filters
 (``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
@@ -360,19 +361,31 @@ def _aggregate(spark, agg) -> Translation:
 
 
 def _dedup(spark, node) -> Translation:
+    """``dropDuplicatesWithinWatermark(keys)``, or ``dropDuplicates(keys)``
+    with the watermark's column among the keys: Spark keeps such a key
+    until the watermark passes its event time and drops rows behind the
+    watermark as late, so a duplicate can only come while the key is in
+    state or as a late row — gpuwm's dedup, which keeps each key longer
+    (its event time + the delay) and drops the same late rows, gives the
+    same rows."""
     t = _input(spark, node.child())
     if any(_id(a) not in t.columns for a in scala_iter(node.keys())):
-        raise Refused("DeduplicateWithinWatermark", "a key the stage below does not give as a column")
+        raise Refused(_kind(node), "a key the stage below does not give as a column")
     keys = [t.columns[_id(a)] for a in scala_iter(node.keys())]
+    if _kind(node) == "Deduplicate" and (t.time is None or t.time[1] not in keys):
+        raise Refused("Deduplicate", "dropDuplicates without the event-time column among its keys keeps every key "
+                                     "forever; gpuwm drains its state by the watermark: add the watermark's column "
+                                     "to the keys, or use dropDuplicatesWithinWatermark")
     out = [a for a in scala_iter(node.output()) if _id(a) in t.columns]
     t.stages.append(("dedup", keys))
     t.output = [[[str(a.name()), {"col": t.columns[_id(a)]}] for a in out]]
     t.output_ids = {_id(a): str(a.name()) for a in out}
-    t.shown.append(f"dedup      dropDuplicatesWithinWatermark({[str(a.name()) for a in scala_iter(node.keys())]})")
+    call = "dropDuplicates" if _kind(node) == "Deduplicate" else "dropDuplicatesWithinWatermark"
+    t.shown.append(f"dedup      {call}({[str(a.name()) for a in scala_iter(node.keys())]})")
     return t
 
 
-_STATEFUL = {"Aggregate": _aggregate, "DeduplicateWithinWatermark": _dedup}
+_STATEFUL = {"Aggregate": _aggregate, "DeduplicateWithinWatermark": _dedup, "Deduplicate": _dedup}
 
 
 def _conf(spark, key: str, given: Any, default: Any) -> Any:

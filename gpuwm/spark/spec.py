@@ -163,6 +163,11 @@ def load_spec(path: str) -> dict:
     if "stages" in spec and not (isinstance(spec["stages"], list) and spec["stages"]):
         raise ConfigError(f"pipeline spec {path!r}: 'stages' must be a non-empty list of stages, "
                           f"e.g. [{{\"window\": {{...}}}}, {{\"window\": {{...}}}}]")
+    return _without_problems(path, spec)
+
+
+def _without_problems(path: str, spec: dict) -> dict:
+    """``spec``, or every one of its :func:`problems` in one error."""
     found = problems(spec)
     if found:
         raise ConfigError(f"pipeline spec {path!r}: {len(found)} problem{'s' if len(found) > 1 else ''}: "
@@ -180,11 +185,7 @@ def _load_sql_spec(path: str, spec: dict) -> dict:
     if other:
         raise ConfigError(f"pipeline spec {path!r}: a spec with \"sql\" takes its operators from the query and each "
                           f"source's watermark from \"sources\"; drop {other}")
-    found = problems(spec)
-    if found:
-        raise ConfigError(f"pipeline spec {path!r}: {len(found)} problem{'s' if len(found) > 1 else ''}: "
-                          + "; ".join(found))
-    return spec
+    return _without_problems(path, spec)
 
 
 _TRIGGERS = {"processingTime": str, "availableNow": bool, "once": bool}
