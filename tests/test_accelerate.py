@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -191,8 +191,12 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Deduplicate: dropDuplicates without the event-time column": w.dropDuplicates(["k"]),
         "Filter: gpuwm does not evaluate `(count % CAST(2 AS BIGINT))` after the aggregate":
             w.groupBy(win, "k").count().filter("count % 2 = 0"),
-        "Join: gpuwm translates one withWatermark": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
-                                                                         "interval 5 seconds")),
+        # a join side renamed after withWatermark; a join without an upper time bound
+        "Project: new columns between withWatermark and the operator": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
+                                                                           "interval 5 seconds")),
+        "Join: gpuwm's join needs equal keys and both a lower and an upper bound": w.join(
+            _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
+            F.expr("k = k2 AND ts2 >= ts")),
         "Project: gpuwm does not evaluate `(count * CAST(2 AS BIGINT))`": w.groupBy(win, "k").count().selectExpr("count * 2"),
         # a chain whose second window is not over the first's window_time
         "Aggregate: a window over the rows of a stage that gives no event time": w.groupBy(win, "k").count().groupBy(F.window("window.start", "10 seconds")).count(),
@@ -359,3 +363,50 @@ def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation
     assert nexmark_source(translate(q).source) == want
     assert nexmark_source(df.select("auction", "date_time")) is None
     assert nexmark_source(_source(spark, str(tmp_path))) is None
+
+
+def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
+    """Spark's stream-stream join of two watermarked file streams on equal
+    keys and a time range (a left outer join, its unmatched rows emitted
+    when the watermark passes them, the last in Spark's final no-data
+    batch): through ``accelerate``, gpuwm's interval join writes the same
+    rows in the same micro-batches (vnodes 2, both inputs' files read by
+    gpuwm's tasks); the range's other spellings are read the same."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.accelerate import translate
+
+    from .test_spark_join import A_SCHEMA, B_SCHEMA, COND, _streams
+    from .test_spark_join import _write as write_streams
+
+    auctions, bids = _streams(seed=31)
+    write_streams(f"{tmp_path}/a", auctions)
+    write_streams(f"{tmp_path}/b", bids)
+
+    def side(name, schema, ts, delay):
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{name}") \
+            .withWatermark(ts, delay)
+
+    a, b = side("a", A_SCHEMA, "a_ts", "10 seconds"), side("b", B_SCHEMA, "b_ts", "5 seconds")
+    df = a.join(b, F.expr(COND), "leftOuter")
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    rows = [r for b in want.values() for r in b]
+    assert len(rows) > 50 and sum(r[3] is None for r in rows) > 5  # matched pairs and unmatched auctions
+    history: list = []
+    acc = accelerate(df, vnodes=2, on_batch=history.append)
+    assert acc.translation is not None, acc.refused
+    text = explain(df)
+    assert "  join       left on [['a_id', 'b_aid']], b_ts between a_ts + 0:00:00 and a_ts + 0:00:20" in text
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out").awaitTermination()
+    assert _batches(f"{tmp_path}/out") == want
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
+    # the same range spelled otherwise (BETWEEN, the sides swapped, strict bounds one microsecond inside)
+    for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
+                          (-3_000_000, 60_000_000)),
+                         ("b_aid = a_id AND a_ts > b_ts - interval 20 seconds AND a_ts < b_ts", (1, 19_999_999))):
+        (_, _, _, on, between, how), = translate(a.join(b, F.expr(cond))).stages
+        assert (on, between[:2], how) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner")
+        assert [d // timedelta(microseconds=1) for d in between[2:]] == list(bounds)

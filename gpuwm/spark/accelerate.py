@@ -21,6 +21,8 @@ What it translates today: one ``withWatermark`` over a source, then
 or ``dropDuplicates(keys)`` with the watermark's column among the keys —
 or a chain of them as Spark chains stateful operators (a window over a
 window's rows by ``window_time(window)``, an aggregation after a dedup) —,
+or a stream-stream join of two watermarked sources on equal keys and a
+time range between their event times (inner, left, right, full outer),
 then projections (columns, struct fields, renames, casts) and filters
 (``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
 evaluated as the sink writes (:mod:`gpuwm.spark.project`). The window's
@@ -49,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SchemaError
 from .direct import scala_iter
 
 FALLBACKS = ("spark", "error")
@@ -85,6 +87,7 @@ class Translation:
     window_id: int | None = None  # the last stage's window column (a struct in Spark; start/end in gpuwm)
     time: tuple[str, str] | None = None  # the rows' event-time column: (Spark's name, gpuwm's); None: a window's
     #                                      rows without window_time(window)
+    inputs: dict[str, Translation] | None = None  # a join's two inputs ("left", "right"), each a watermarked source
 
 
 def _kind(node) -> str:
@@ -385,7 +388,129 @@ def _dedup(spark, node) -> Translation:
     return t
 
 
-_STATEFUL = {"Aggregate": _aggregate, "DeduplicateWithinWatermark": _dedup, "Deduplicate": _dedup}
+_HOWS = {"Inner": "inner", "LeftOuter": "left", "RightOuter": "right", "FullOuter": "full"}
+_BOUND = {"GreaterThanOrEqual": (">=", 0), "GreaterThan": (">=", 1), "LessThanOrEqual": ("<=", 0),
+          "LessThan": ("<=", 1)}
+
+
+def _join(spark, node) -> Translation:
+    """A stream-stream join of two watermarked sources on equal keys and a
+    time range between their event times (Spark's symmetric hash join:
+    ``a.join(b, "k = k2 AND ts2 BETWEEN ts AND ts + interval 20 seconds",
+    how)``): gpuwm's interval join, ``right.time`` between ``left.time +
+    lower`` and ``left.time + upper`` (a strict bound one microsecond
+    inside)."""
+    jt = _kind(node.joinType()).rstrip("$")
+    if jt not in _HOWS:
+        raise Refused("Join", f"a {jt} join: gpuwm joins streams inner, left, right or full outer")
+    sides = {"left": _input(spark, node.left()), "right": _input(spark, node.right())}
+    for name, t in sides.items():
+        if t.stages or t.inputs or t.time is None:
+            raise Refused("Join", f"its {name} side is not a watermarked source (gpuwm joins two of them)")
+    times = {}  # Spark's id of each side's watermark column -> the side
+    for name, t in sides.items():
+        times.update({i: name for i, c in t.columns.items() if c == t.time[1]})
+    cond = node.condition()
+    if not cond.isDefined():
+        raise Refused("Join", "no join condition: gpuwm joins on equal keys within a time range")
+    on, bounds = [], {}
+    for e in _conjuncts(cond.get()):
+        k = "Between" if isinstance(e, tuple) else _kind(e)
+        if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
+            a, b = _id(e.left()), _id(e.right())
+            if a in sides["right"].columns and b in sides["left"].columns:
+                a, b = b, a
+            if a in sides["left"].columns and b in sides["right"].columns and a not in times and b not in times:
+                on.append([sides["left"].columns[a], sides["right"].columns[b]])
+                continue
+        got = _range(e, times) if k in _BOUND or k == "Between" else None
+        if got is None:
+            raise Refused("Join", f"the condition {(e[1] if k == 'Between' else e).sql()}: gpuwm joins on equal keys (column = column) and "
+                                  "bounds between the two sides' watermark columns")
+        for which, value in got:
+            if which in bounds:
+                raise Refused("Join", f"two {which} bounds on the time between the sides")
+            bounds[which] = value
+    if not on or set(bounds) != {"lower", "upper"}:
+        raise Refused("Join", "gpuwm's join needs equal keys and both a lower and an upper bound of one side's "
+                              "event time around the other's (Spark keeps unbounded state otherwise)")
+    left, right = sides["left"], sides["right"]
+    between = [right.time[1], left.time[1], timedelta(microseconds=bounds["lower"]),
+               timedelta(microseconds=bounds["upper"])]
+    columns = {**left.columns, **right.columns}
+    out = list(scala_iter(node.output()))
+    def signed(td: timedelta) -> str:
+        return ("- " if td < timedelta(0) else "+ ") + str(abs(td))
+
+    shown = f"join       {_HOWS[jt]} on {on}, {right.time[0]} between {left.time[0]} {signed(between[2])} and " \
+            f"{left.time[0]} {signed(between[3])}"
+    return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, _HOWS[jt])],
+                       [[[str(a.name()), {"col": columns[_id(a)]}] for a in out]], left.shown + right.shown + [shown],
+                       {_id(a): str(a.name()) for a in out}, columns, time=left.time, inputs=sides)
+
+
+def _conjuncts(e) -> list:
+    if _kind(e) == "And":
+        return _conjuncts(e.left()) + _conjuncts(e.right())
+    if _kind(e) == "Between":  # input BETWEEN lower AND upper
+        return [("between", e)]
+    return [e]
+
+
+def _time_term(e) -> tuple[int, int] | None:
+    """``attr [+/- interval]`` as (Spark's id of attr, the interval in microseconds), or None."""
+    k = _kind(e)
+    if k == "AttributeReference":
+        return _id(e), 0
+    if k == "Cast" and str(e.dataType().simpleString()) == "timestamp":
+        return _time_term(e.child())
+    if k == "DatetimeSub":
+        return _time_term(e.replacement())
+    if k == "TimestampAddInterval":
+        base, iv = _time_term(e.start()), e.interval()
+        sign = 1
+        if _kind(iv) == "UnaryMinus":
+            sign, iv = -1, iv.child()
+        if base is None or _kind(iv) != "Literal":
+            return None
+        typ = str(iv.dataType().simpleString())
+        if typ.startswith(("interval day", "interval hour", "interval minute", "interval second")):
+            us = int(iv.value())
+        elif typ == "interval":
+            try:
+                us = _interval(iv.value()) // timedelta(microseconds=1)
+            except Refused:
+                return None
+        else:
+            return None
+        return base[0], base[1] + sign * us
+    return None
+
+
+def _range(e, times: dict[int, str]) -> list[tuple[str, int]] | None:
+    """A comparison between the two sides' event times as bounds on
+    ``right.time - left.time``: [("lower" | "upper", microseconds)], or None."""
+    if isinstance(e, tuple):  # ("between", node): input >= lower AND input <= upper
+        node = e[1]
+        lo = _range_of(">=", 0, node.input(), node.lower(), times)
+        hi = _range_of("<=", 0, node.input(), node.upper(), times)
+        return None if lo is None or hi is None else lo + hi
+    op, strict = _BOUND[_kind(e)]
+    return _range_of(op, strict, e.left(), e.right(), times)
+
+
+def _range_of(op: str, strict: int, a, b, times: dict[int, str]) -> list[tuple[str, int]] | None:
+    ta, tb = _time_term(a), _time_term(b)
+    if ta is None or tb is None or {times.get(ta[0]), times.get(tb[0])} != {"left", "right"}:
+        return None
+    if times[ta[0]] == "left":  # a op b  <=>  b (reversed op) a: the right side's time first
+        ta, tb, op = tb, ta, {">=": "<=", "<=": ">="}[op]
+    # right + ra  op  left + lb   <=>   right - left  op  lb - ra
+    d = tb[1] - ta[1]
+    return [("lower", d + strict)] if op == ">=" else [("upper", d - strict)]
+
+
+_STATEFUL = {"Aggregate": _aggregate, "DeduplicateWithinWatermark": _dedup, "Deduplicate": _dedup, "Join": _join}
 
 
 def _conf(spark, key: str, given: Any, default: Any) -> Any:
@@ -441,16 +566,20 @@ class Accelerated:
         from .pipeline import Pipeline
 
         t = self.translation
-        p = Pipeline(t.source, checkpoint, vnodes=self.vnodes, backend=self.backend, read=self.read,
+        src = {n: i.source for n, i in t.inputs.items()} if t.inputs else t.source
+        p = Pipeline(src, checkpoint, vnodes=self.vnodes, backend=self.backend, read=self.read,
                      on_batch=self.on_batch, verbose=self.verbose, name=name)
-        p.watermark(t.column, delay=t.delay, profile=self.profile)
+        for n, i in (t.inputs or {None: t}).items():
+            p.watermark(i.column, delay=i.delay, profile=self.profile, input=n)
         try:
             for st in t.stages:
                 if st[0] == "window":
                     p.window(st[1], by=st[2], aggs=st[3])
+                elif st[0] == "join":
+                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5])
                 else:
                     p.dedup(key=st[1])
-        except ConfigError as e:  # a chain gpuwm's stages cannot make
+        except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make
             raise Refused("query", str(e)) from None
         if sink[0] == "parquet":
             p.write_parquet(sink[1])
@@ -489,10 +618,12 @@ class Accelerated:
             return f"Spark runs the whole query: {r.operator}: {r.reason}"
         from .direct import direct_reason
 
-        why = direct_reason(t.source, None, p.checkpoint)[0] if (self.read or "auto") != "spark" else "read='spark'"
-        src = _describe_source(t.source._jdf.queryExecution().analyzed())
-        lines = [f"gpuwm runs (profile {self.profile}, vnodes {self.vnodes or 1}):",
-                 f"  watermark  {t.column}, delay {t.delay}"]
+        ins = t.inputs or {None: t}
+        why = direct_reason(t.source, {n: i.source for n, i in t.inputs.items()} if t.inputs else None,
+                            p.checkpoint)[0] if (self.read or "auto") != "spark" else "read='spark'"
+        src = " and ".join(_describe_source(i.source._jdf.queryExecution().analyzed()) for i in ins.values())
+        lines = [f"gpuwm runs (profile {self.profile}, vnodes {self.vnodes or 1}):"]
+        lines += [f"  watermark  {i.column}, delay {i.delay}" + (f" ({n})" if n else "") for n, i in ins.items()]
         lines += [f"  {s}" for s in t.shown]
         lines.append(f"  output     {', '.join(self.df.columns)}")  # pipeline() checked they are gpuwm's
         lines.append(f"Spark runs: the source, {src}" + (
