@@ -403,3 +403,59 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
         (_, _, _, on, between, how), = translate(a.join(b, F.expr(cond))).stages
         assert (on, between[:2], how) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner")
         assert [d // timedelta(microseconds=1) for d in between[2:]] == list(bounds)
+
+
+_UNITS = {"milliseconds": 1_000, "seconds": 1_000_000, "minutes": 60_000_000}
+
+
+def _durations():
+    from hypothesis import strategies as st
+
+    return st.tuples(st.integers(1, 90), st.sampled_from(sorted(_UNITS)))
+
+
+def test_generated_windowed_queries_translate_to_their_own_parameters(spark, tmp_path):
+    """Hypothesis over a small grammar of the queries gpuwm translates —
+    tumble / hop (a slide dividing the size) / session, sizes in ms, s and
+    min, a delay, grouping keys, a list of aggregates with names —: Spark's
+    analyzer turns each into its plan, and gpuwm reads back from that plan
+    exactly the window, keys, aggregates and delay the query was written
+    with, the output columns Spark's (the Spark-run equality of each kind is
+    tested above; this checks the plan reading over many parameters)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from pyspark.sql import functions as F
+
+    from gpuwm.session import Session
+    from gpuwm.spark.accelerate import translate
+    from gpuwm.window import Hop, Tumble
+
+    src = _source(spark, str(tmp_path))
+    fns = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}
+
+    @settings(max_examples=40)
+    @given(kind=st.sampled_from(["tumble", "hop", "session"]), size=_durations(), per=st.integers(1, 6),
+           delay=st.integers(0, 600), keys=st.sampled_from([[], ["k"], ["price"], ["k", "price"], ["price", "k"]]),
+           aggs=st.lists(st.tuples(st.sampled_from(sorted(fns)), st.sampled_from(["*", "price", "k"])),
+                         min_size=1, max_size=4))
+    def check(kind, size, per, delay, keys, aggs):
+        n, unit = size
+        us = n * _UNITS[unit]
+        text = f"{n} {unit}"
+        if kind == "hop" and per > 1 and us % per == 0:
+            made, want = F.window("ts", text, f"{us // per} microseconds"), Hop("ts", size=timedelta(
+                microseconds=us), slide=timedelta(microseconds=us // per))
+        elif kind == "session":
+            made, want = F.session_window("ts", text), Session("ts", timedelta(microseconds=us))
+        else:
+            made, want = F.window("ts", text), Tumble("ts", timedelta(microseconds=us))
+        aggs = [(fn, "*" if fn == "count" and col == "*" else "price" if col == "*" else col) for fn, col in aggs]
+        cols = [(fns[fn]("*") if col == "*" else fns[fn](col)).alias(f"a{i}") for i, (fn, col) in enumerate(aggs)]
+        df = src.withWatermark("ts", f"{delay} seconds").groupBy(made, *keys).agg(*cols)
+        t = translate(df)
+        (stage, win, got_keys, got_aggs), = t.stages
+        assert (stage, win, got_keys, t.column, t.delay) == ("window", want, keys, "ts", timedelta(seconds=delay))
+        assert list(got_aggs.values()) == [(col, "mean" if fn == "avg" else fn) for fn, col in aggs]
+        assert [n for n, _ in t.output[-1]] == df.columns
+
+    check()
