@@ -80,8 +80,9 @@ def _query(spark, src, shape):
                 .filter("(p >= 450.5 OR mx < 990) AND (NOT key = 1 OR p IS NULL)")
                 .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx")))
     if shape == "chain":  # a window over a window's rows (window_time), as Spark chains them (SPARK-40925)
-        a = w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
-        return a.groupBy(F.window(F.window_time("window"), "10 seconds"), "k").agg(
+        a = w.groupBy(F.window("ts", "10 seconds", "5 seconds").alias("w"), "k").agg(F.count("*").alias("n"),
+                                                                                    F.max("price").alias("mx"))
+        return a.groupBy(F.window(F.window_time("w"), "10 seconds"), "k").agg(
             F.sum("n").alias("total"), F.count("*").alias("groups"), F.max("mx").alias("mx"))
     if shape == "dedup-window":  # a dedup, then a window over its rows, keyed by Spark's own `window` column
         return w.dropDuplicatesWithinWatermark(["k", "price"]).groupBy(F.window("ts", "5 seconds"), "k").count()

@@ -324,12 +324,14 @@ def _aggregate(spark, agg) -> Translation:
     stage = len(t.stages)
     aggs: dict[str, tuple[str, str]] = {}
     step, ids, shown_aggs, columns = [], {}, [], {i: cols[i] for i in named}
+    window_out = None
     for ne in scala_iter(agg.aggregateExpressions()):
         name = str(ne.name())
         e = ne.child() if _kind(ne) == "Alias" else ne
         k = _kind(e)
         if k == "AttributeReference" and _id(e) == win_id:
             step.append([name, _WINDOW_STRUCT])
+            window_out = _id(ne)  # the window as the aggregation outputs it (an alias has its own id)
         elif k == "AttributeReference" and _id(e) in named:
             step.append([name, {"col": cols[_id(e)]}])
         elif k == "AggregateExpression":
@@ -358,7 +360,7 @@ def _aggregate(spark, agg) -> Translation:
     if len({n for n, _ in step}) != len(step):
         raise Refused("Aggregate", f"two output columns share a name ({[n for n, _ in step]})")
     t.stages.append(("window", win, keys, aggs))
-    t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, win_id, None
+    t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.shown.append(f"aggregate  {shown_win} by {list(named.values())}: {', '.join(shown_aggs)}")
     return t
 
