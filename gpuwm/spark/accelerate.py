@@ -417,7 +417,7 @@ def _join(spark, node) -> Translation:
         raise Refused("Join", "no join condition: gpuwm joins on equal keys within a time range")
     on, bounds = [], {}
     for e in _conjuncts(cond.get()):
-        k = "Between" if isinstance(e, tuple) else _kind(e)
+        k = _kind(e)
         if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
             a, b = _id(e.left()), _id(e.right())
             if a in sides["right"].columns and b in sides["left"].columns:
@@ -427,7 +427,7 @@ def _join(spark, node) -> Translation:
                 continue
         got = _range(e, times) if k in _BOUND or k == "Between" else None
         if got is None:
-            raise Refused("Join", f"the condition {(e[1] if k == 'Between' else e).sql()}: gpuwm joins on equal keys (column = column) and "
+            raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (column = column) and "
                                   "bounds between the two sides' watermark columns")
         for which, value in got:
             if which in bounds:
@@ -454,8 +454,6 @@ def _join(spark, node) -> Translation:
 def _conjuncts(e) -> list:
     if _kind(e) == "And":
         return _conjuncts(e.left()) + _conjuncts(e.right())
-    if _kind(e) == "Between":  # input BETWEEN lower AND upper
-        return [("between", e)]
     return [e]
 
 
@@ -492,10 +490,9 @@ def _time_term(e) -> tuple[int, int] | None:
 def _range(e, times: dict[int, str]) -> list[tuple[str, int]] | None:
     """A comparison between the two sides' event times as bounds on
     ``right.time - left.time``: [("lower" | "upper", microseconds)], or None."""
-    if isinstance(e, tuple):  # ("between", node): input >= lower AND input <= upper
-        node = e[1]
-        lo = _range_of(">=", 0, node.input(), node.lower(), times)
-        hi = _range_of("<=", 0, node.input(), node.upper(), times)
+    if _kind(e) == "Between":  # input >= lower AND input <= upper
+        lo = _range_of(">=", 0, e.input(), e.lower(), times)
+        hi = _range_of("<=", 0, e.input(), e.upper(), times)
         return None if lo is None or hi is None else lo + hi
     op, strict = _BOUND[_kind(e)]
     return _range_of(op, strict, e.left(), e.right(), times)

@@ -420,6 +420,11 @@ def add_stage(p, i: int, stage: dict) -> None:
         raise type(e)(f"stage {i}: {e}" if str(e).startswith(kind) else f"stage {i} ({kind}): {e}") from None
 
 
+def _without_watermark(src: dict) -> dict:
+    """A ``sql`` spec's source as the other specs' sources are: its ``watermark`` is Spark's, applied apart."""
+    return {k: v for k, v in src.items() if k != "watermark"}
+
+
 def accelerated(spark, spec: dict, verbose: bool = True):
     """A ``sql`` spec's query: each source read, watermarked
     (``withWatermark``) and named as a temp view, the query given to
@@ -428,7 +433,7 @@ def accelerated(spark, spec: dict, verbose: bool = True):
     from .accelerate import accelerate
 
     for name, src in spec["sources"].items():
-        df = _read_source(spark, {k: v for k, v in src.items() if k != "watermark"}, spec["checkpoint"])
+        df = _read_source(spark, _without_watermark(src), spec["checkpoint"])
         w = src.get("watermark")
         if w is not None:
             df = df.withWatermark(w["column"], w["delay"])
@@ -554,7 +559,7 @@ def _sources(spec: dict) -> list:
     inputs = spec.get("inputs")
     sources = spec.get("sources")
     if isinstance(sources, dict):
-        return [{k: v for k, v in s.items() if k != "watermark"} if isinstance(s, dict) else s
+        return [_without_watermark(s) if isinstance(s, dict) else s
                 for s in sources.values()]
     if isinstance(inputs, dict):
         return [i.get("source") for i in inputs.values() if isinstance(i, dict)]
