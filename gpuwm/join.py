@@ -39,7 +39,9 @@ state store written once; an outer side's rows of a saved run that match
 later go to small *hit* parts (their first match only), so a batch writes
 its new rows, its merges and its hits — not the state. The window join
 keeps its runs in arrival order (only its closed rows are ever matched) and
-finds them with the same cut.
+finds them with the same cut — or, where it emits pairs as they match
+(profile knob ``window_join="match"``, Spark's), sorted and probed as the
+interval join's, by (keys, window start).
 
 The inputs' schema is one :class:`pyarrow.Schema` with one struct field per
 named input (:func:`inputs_schema`); the output has the left input's columns
@@ -124,7 +126,9 @@ class _JoinSpec(OperatorSpec):
         col], ...], "between": [t1, t2, lower, upper] | "window": {"tumble":
         size} | {"hop": size, "slide": s}, "how": ...}}``: an interval join
         (:meth:`IntervalJoinSpec.between`) or a window join on the inputs'
-        watermark columns."""
+        watermark columns — or, with neither, a join on equal event times:
+        the two watermark columns as a pair in ``on`` (Spark's ``a.ts =
+        b.ts``; ``time_key``)."""
         o = json_options("join", options, {"left", "right", "on", "between", "how", "window"},
                          ("left", "right", "on"),
                          '{"left": "auctions", "right": "bids", "on": [["a_id", "b_aid"]], "between": ["b_ts", '
@@ -132,9 +136,21 @@ class _JoinSpec(OperatorSpec):
         left, right, how = o["left"], o["right"], o.get("how", "inner")
         lw, rw = ctx.watermark(left), ctx.watermark(right)
         between, window = o.get("between"), o.get("window")
+        on = [list(p) if isinstance(p, (list, tuple)) else p for p in o["on"]] \
+            if isinstance(o["on"], (list, tuple)) else o["on"]
+        if between is None and window is None and isinstance(on, list) and [lw.column, rw.column] in on:
+            keys = [p for p in on if p != [lw.column, rw.column]]
+            if not keys:
+                raise ConfigError(f"a join on the event times alone ({lw.column} = {rw.column}): add a key pair "
+                                  "to 'on' (gpuwm joins on equal keys)")
+            ts = ctx.inputs[left].field(lw.column).type if lw.column in ctx.inputs[left].names else None
+            zero = timedelta(0) if ts is not None and pa.types.is_timestamp(ts) else 0
+            return IntervalJoinSpec(left, right, tuple(tuple(p) for p in keys), lw.column, rw.column, zero, zero,
+                                    how, time_key=True)
         if (between is None) == (window is None):
-            raise ConfigError("a join needs either between=[t1, t2, lower, upper] (an interval join) or "
-                              "window={'tumble': size} / {'hop': size, 'slide': slide} (a window join)")
+            raise ConfigError("a join needs either between=[t1, t2, lower, upper] (an interval join), "
+                              "window={'tumble': size} / {'hop': size, 'slide': slide} (a window join), or the "
+                              "inputs' watermark columns as a pair in 'on' (a join on equal event times)")
         if between is not None:
             return IntervalJoinSpec.between(left, right, o["on"], between, ctx.inputs, how)
         w = dict(window) if isinstance(window, Mapping) else {}
@@ -220,9 +236,18 @@ class IntervalJoinSpec(_JoinSpec):
     lower: Any
     upper: Any
     how: str = "inner"
+    #: the event times are a join key (Spark's ``a.ts = b.ts`` among the equal
+    #: keys; bounds 0 and 0): a row leaves the state once its time is at or
+    #: below the watermark, without the range's 1 ms margin (Spark's
+    #: key-based state watermark instead of its range-based one)
+    time_key: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.time_key and (parse_interval(self.lower), parse_interval(self.upper)) not in (
+                (0, 0), (timedelta(0), timedelta(0))):
+            raise ConfigError("a join on equal event times (time_key) has bounds 0 and 0, got "
+                              f"{self.lower!r} and {self.upper!r}")
         lo, hi = _signed(self.lower, "lower"), _signed(self.upper, "upper")
         if type(lo) is not type(hi):
             raise ConfigError(f"join time bounds must both be durations or both ints, got {lo!r} and {hi!r}")
@@ -253,6 +278,14 @@ class IntervalJoinSpec(_JoinSpec):
     def build(self, profile: Any = None, backend: str | None = None) -> "IntervalJoin":
         return IntervalJoin(self, profile=profile or "risingwave", backend=backend)
 
+    def describe(self) -> dict:
+        """The dataclass's fields; ``time_key`` only when set, so a checkpoint
+        of an interval join from before it still matches."""
+        d = super().describe()
+        if not self.time_key:
+            del d["time_key"]
+        return d
+
     def event_time(self, upstream: str) -> str:
         return self.left_time
 
@@ -265,7 +298,9 @@ class IntervalJoinSpec(_JoinSpec):
 class WindowJoinSpec(_JoinSpec):
     """``left ⋈ right`` on ``on`` within the same tumbling (``slide ==
     size``) or hopping window of their time columns (Flink's window join):
-    each window's pairs go out when the watermark closes it.
+    each window's pairs go out when the watermark closes it — or, under a
+    profile whose ``window_join`` is ``match`` (Spark's join with the window
+    among its keys), as they match.
 
     >>> WindowJoinSpec("p", "a", (("id", "seller"),), "pt", "at", "10 seconds", "10 seconds").slide
     datetime.timedelta(seconds=10)
@@ -626,6 +661,63 @@ class _Join(Operator, Drained, Tiers):
         if self._late_by is not None:
             self._set_aside(frame, rows, into=self._late_by[name])
 
+    def _match_new(self, lo: int, hi: int) -> list[tuple]:
+        """The rows pushed since the last drain matched against the other
+        side's state and against each other (``right.time`` between
+        ``left.time + lo`` and ``left.time + hi``, equal keys), each pair
+        once, then added to their side's state as a run: the drain's parts
+        of output so far."""
+        xp = self._backend.xp
+        L, R = self.spec.left, self.spec.right
+        new = {n: self._run(_Side.concat(self._new[n], xp)) if self._new[n] else None for n in (L, R)}
+        self._new = {L: [], R: []}
+        nl, nr = new[L], new[R]
+        out: list[tuple] = []
+        # new left rows x (right runs + the new right run); left runs x new right rows:
+        # each a binary search of the batch's rows in a run
+        # (the ranges of every (batch, run) probe first; their sizes read in one copy)
+        probes = []  # (left side, right side, the probe is the left one, ranges)
+        if nl is not None:
+            for run in self._runs[R] + ([nr] if nr is not None else []):
+                probes.append((nl, run, True, run_ranges(xp, run.codes, run.ts, nl.codes, nl.ts + lo, nl.ts + hi)))
+        if nr is not None:
+            for run in self._runs[L]:
+                probes.append((run, nr, False, run_ranges(xp, run.codes, run.ts, nr.codes, nr.ts - hi, nr.ts - lo)))
+        totals = staging.read_ints(self._backend, [p[3].count.sum() for p in probes])
+        for (lside, rside, left_probes, ranges), total in zip(probes, totals):
+            pi, bi = expand(xp, ranges, total)
+            self._pair_up(out, lside, pi if left_probes else bi, rside, bi if left_probes else pi)
+        for n in (L, R):
+            if new[n] is not None:
+                self._runs[n].append(new[n])
+        return out
+
+    def _pair_up(self, out: list[tuple], lrun: _Side, li: Any, rrun: _Side, ri: Any) -> None:
+        """Rows ``li`` of ``lrun`` joined with rows ``ri`` of ``rrun``: emitted and flagged matched."""
+        if not li.shape[0]:
+            return
+        out.append(self._pairs(lrun.frame.take(li), rrun.frame.take(ri), self._prefix_of(lrun.ts[li])))
+        self.matches += int(li.shape[0])
+        self._matched(self.spec.left, lrun, li)
+        self._matched(self.spec.right, rrun, ri)
+
+    def _evict(self, out: list[tuple], cuts: dict[str, int]) -> None:
+        """Each side's state rows with time ``<= cuts[side]`` leave; an outer
+        side's that never matched go to ``out`` with nulls for the other side."""
+        for n, t in cuts.items():
+            self._runs[n], gone = self._cut(self._runs[n], t)
+            if n not in self._outer:
+                continue
+            alone = staging.mask_indexes(self._backend, [~run.matched[rows] for run, rows in gone])
+            for (run, rows), ix in zip(gone, alone):
+                if ix.shape[0]:
+                    f, prefix = run.frame.take(rows[ix]), self._prefix_of(run.ts[rows[ix]])
+                    out.append(self._pairs(f, None, prefix) if n == self.spec.left else self._pairs(None, f, prefix))
+
+    def _prefix_of(self, ts: Any) -> Sequence[pa.Array]:
+        """The columns an output row has before the inputs' (from its state time)."""
+        return ()
+
     def _pairs(self, left: Frame | None, right: Frame | None, prefix: Sequence[pa.Array] = ()) -> tuple:
         """Joined rows, built by :meth:`_emit`: ``prefix`` columns, left
         columns, then right columns (nulls for a missing side)."""
@@ -667,7 +759,7 @@ class _Join(Operator, Drained, Tiers):
         if any(self._new.values()):
             raise StateError(f"{type(self).__name__}.snapshot between push and drain: drain the batch first")
         meta = {**self._drained_meta(), "schema": schema_to_text(self._schema), "matches": self.matches,
-                "next_run": self._next_run, "next_hit": self._next_hit,
+                "next_run": self._next_run, "next_hit": self._next_hit, "sorted": self._sorted_runs,
                 "runs": {n: [[r.id, r.cut] for r in runs] for n, runs in self._runs.items()},
                 "hits": [h.seq for h in self._hits]}
         out = {"state": pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(
@@ -723,7 +815,9 @@ class _Join(Operator, Drained, Tiers):
         # a snapshot of gpuwm 0.x before runs: one part "side.<input>" per input, rows unsorted
         listed = meta.get("runs") or {n: [[f"side.{n}", None]] for n in self._runs}
         self._next_run, self._next_hit = meta.get("next_run", 0), meta.get("next_hit", 0)
-        resort = "runs" not in meta or any(not c.ordered for c in self._codecs)
+        # runs saved in arrival order (a window join at close, or before its on-match mode) that are probed now
+        unsorted = self._sorted_runs and not meta.get("sorted", type(self)._sorted_runs)
+        resort = "runs" not in meta or unsorted or any(not c.ordered for c in self._codecs)
         for n in self._runs:
             for rid, cut in listed[n]:
                 name = rid if isinstance(rid, str) else f"run.{rid}"
@@ -781,7 +875,7 @@ class IntervalJoin(_Join):
     def _bind_times(self, dom: TimeDomain) -> None:
         self._lo = dom.duration(self.spec.lower, "lower", signed=True)
         self._hi = dom.duration(self.spec.upper, "upper", signed=True)
-        self._margin = dom.one_ms()
+        self._margin = 0 if self.spec.time_key else dom.one_ms()
         self._behind = max(self._hi, 0) + self._margin  # the output's left time trails W by this
 
     def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":
@@ -803,52 +897,12 @@ class IntervalJoin(_Join):
         w = self._drain_to(watermark)
         if self._schema is None:
             return pa.table({})
-        xp = self._backend.xp
-        L, R = self.spec.left, self.spec.right
-        new = {n: self._run(_Side.concat(self._new[n], xp)) if self._new[n] else None for n in (L, R)}
-        self._new = {L: [], R: []}
-        nl, nr = new[L], new[R]
-        out: list[tuple] = []
-        # new left rows x (right runs + the new right run); left runs x new right rows:
-        # each a binary search of the batch's rows in a run
-        # (the ranges of every (batch, run) probe first; their sizes read in one copy)
-        probes = []  # (left side, right side, the probe is the left one, ranges)
-        if nl is not None:
-            for run in self._runs[R] + ([nr] if nr is not None else []):
-                probes.append((nl, run, True,
-                               run_ranges(xp, run.codes, run.ts, nl.codes, nl.ts + self._lo, nl.ts + self._hi)))
-        if nr is not None:
-            for run in self._runs[L]:
-                probes.append((run, nr, False,
-                               run_ranges(xp, run.codes, run.ts, nr.codes, nr.ts - self._hi, nr.ts - self._lo)))
-        totals = staging.read_ints(self._backend, [p[3].count.sum() for p in probes])
-        for (lside, rside, left_probes, ranges), total in zip(probes, totals):
-            pi, bi = expand(xp, ranges, total)
-            self._pair_up(out, lside, pi if left_probes else bi, rside, bi if left_probes else pi)
-        for n in (L, R):
-            if new[n] is not None:
-                self._runs[n].append(new[n])
+        out = self._match_new(self._lo, self._hi)
         if w is not None:
-            for n, t in ((L, w - self._hi - self._margin), (R, w + self._lo - self._margin)):
-                self._runs[n], gone = self._cut(self._runs[n], t)
-                if n not in self._outer:
-                    continue
-                alone = staging.mask_indexes(self._backend, [~run.matched[rows] for run, rows in gone])
-                for (run, rows), ix in zip(gone, alone):
-                    if ix.shape[0]:
-                        f = run.frame.take(rows[ix])
-                        out.append(self._pairs(f, None) if n == L else self._pairs(None, f))
+            self._evict(out, {self.spec.left: w - self._hi - self._margin,
+                              self.spec.right: w + self._lo - self._margin})
         self._end_drain()
         return self._emit(out)
-
-    def _pair_up(self, out: list[tuple], lrun: _Side, li: Any, rrun: _Side, ri: Any) -> None:
-        """Rows ``li`` of ``lrun`` joined with rows ``ri`` of ``rrun``: emitted and flagged matched."""
-        if not li.shape[0]:
-            return
-        out.append(self._pairs(lrun.frame.take(li), rrun.frame.take(ri)))
-        self.matches += int(li.shape[0])
-        self._matched(self.spec.left, lrun, li)
-        self._matched(self.spec.right, rrun, ri)
 
 
 class WindowJoin(_Join):
@@ -861,23 +915,37 @@ class WindowJoin(_Join):
     rows leave the state. A row whose window had closed at the last drain
     is late there (counted once per such window).
 
+    Under a profile whose ``window_join`` is ``match`` (Spark's
+    stream-stream join with the window among its join keys), each pair goes
+    out in the drain where its later row arrives, as the interval join's do
+    — the window start a key, probed in runs sorted by (keys, window start)
+    —, and only the rows of an outer side that never matched wait for the
+    close.
+
     Examples
     --------
     >>> import pyarrow as pa
     >>> from gpuwm.join import WindowJoinSpec, inputs_schema
     >>> p = pa.schema([("id", pa.int64()), ("pt", pa.int64())])
     >>> a = pa.schema([("seller", pa.int64()), ("at", pa.int64())])
-    >>> j = WindowJoinSpec("p", "a", [("id", "seller")], "pt", "at", 10, 10).build("spark", "cpu")
-    >>> _ = j.bind(inputs_schema({"p": p, "a": a}))
-    >>> j.push({"p": pa.table({"id": [1, 2], "pt": [3, 4]}, schema=p),
-    ...         "a": pa.table({"seller": [1, 2], "at": [8, 12]}, schema=a)})
+    >>> spec = WindowJoinSpec("p", "a", [("id", "seller")], "pt", "at", 10, 10, how="left")
+    >>> rows = {"p": pa.table({"id": [1, 2], "pt": [3, 4]}, schema=p),
+    ...         "a": pa.table({"seller": [1, 2], "at": [8, 12]}, schema=a)}
+    >>> j = spec.build("risingwave", "cpu").bind(inputs_schema({"p": p, "a": a}))
+    >>> j.push(rows)
     >>> j.drain(9).num_rows                  # [0, 10) still open
     0
     >>> j.drain(10).to_pydict()              # closed: id 1 opened an auction in it, id 2 in the next one
+    {'window_start': [0, 0], 'window_end': [10, 10], 'id': [1, 2], 'pt': [3, 4], 'seller': [1, None], 'at': [8, None]}
+    >>> j = spec.build("spark", "cpu").bind(inputs_schema({"p": p, "a": a}))
+    >>> j.push(rows)
+    >>> j.drain(9).to_pydict()               # Spark's: the pair as it matches
     {'window_start': [0], 'window_end': [10], 'id': [1], 'pt': [3], 'seller': [1], 'at': [8]}
+    >>> j.drain(10).to_pydict()              # and id 2, alone, when its window closes
+    {'window_start': [0], 'window_end': [10], 'id': [2], 'pt': [4], 'seller': [None], 'at': [None]}
     """
 
-    _sorted_runs = False  # its runs are read at close by window start only
+    _sorted_runs = False  # at close: its runs are read by window start only (on match: probed, sorted)
 
     late_reason = "window closed"
 
@@ -886,6 +954,8 @@ class WindowJoin(_Join):
         self._slide = dom.duration(self.spec.slide, "window slide", allow_zero=False)
         self._cm = 1 if self.profile.close_minus_one else 0
         self._behind = self._size  # windows still open start after W - size
+        self._on_match = self.profile.window_join == "match"
+        self._sorted_runs = self._on_match
 
     def _closed(self, ws: Any, w: int) -> Any:
         return ws + (self._size - self._cm) <= w
@@ -909,10 +979,20 @@ class WindowJoin(_Join):
 
     def drain(self, watermark: Any) -> pa.Table:
         """Close the windows ``watermark`` closes: their pairs (and, outer,
-        unmatched rows) go out and their rows leave the state."""
+        unmatched rows) go out and their rows leave the state. On match
+        (profile knob ``window_join``): first the pairs the new rows make
+        with the state and each other (the same window start, equal keys),
+        and at close only an outer side's rows that never matched."""
         w = self._drain_to(watermark)
         if self._schema is None:
             return pa.table({})
+        if self._on_match:
+            out = self._match_new(0, 0)
+            if w is not None:
+                t = w - (self._size - self._cm)
+                self._evict(out, {self.spec.left: t, self.spec.right: t})
+            self._end_drain()
+            return self._emit(out)
         xp = self._backend.xp
         L, R = self.spec.left, self.spec.right
         for n in (L, R):
@@ -946,6 +1026,9 @@ class WindowJoin(_Join):
                 out.append(self._pairs(f if which == "left" else None, f if which == "right" else None,
                                        self._windows(side.ts[alone])))
         return self._emit(out)
+
+    def _prefix_of(self, ts: Any) -> Sequence[pa.Array]:
+        return self._windows(ts)
 
     def _windows(self, ws: Any) -> list[pa.Array]:
         """``window_start`` and ``window_end`` columns for raw window starts."""

@@ -16,6 +16,7 @@ COMBINES = ("min", "max", "min-non-idle")
 NULLS = ("drop", "keep", "error")
 ENDS = ("watermark", "all")
 LATENESS = ("row", "window")
+WINDOW_JOINS = ("close", "match")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,12 @@ class Profile:
         ``all``: the end is a watermark of +infinity (Flink's
         ``MAX_WATERMARK``): every window fires, every buffered row is
         released, and rows that arrive after it are late.
+    window_join : when a window join emits a pair. ``close`` (Flink's window
+        join, RisingWave's): all of a window's pairs when the watermark
+        closes it. ``match`` (Spark's stream-stream join with the window in
+        its keys): each pair in the batch where its later row arrives; the
+        rows stay in state until their window closes (and then, in an outer
+        join, those that never matched go out with nulls).
     ms_watermark : a timestamp column's watermark comes from its newest event
         time truncated to whole milliseconds (Spark keeps its event-time
         statistics in ms): ``trunc_ms(max(ts)) - delay``.
@@ -78,6 +85,7 @@ class Profile:
     end_of_input: str = "watermark"
     window_lateness: str = "row"
     ms_watermark: bool = False
+    window_join: str = "close"
 
     def __post_init__(self) -> None:
         if self.emit not in EMITS:
@@ -90,6 +98,8 @@ class Profile:
             raise ConfigError(f"end_of_input must be one of {ENDS}, got {self.end_of_input!r}")
         if self.window_lateness not in LATENESS:
             raise ConfigError(f"window_lateness must be one of {LATENESS}, got {self.window_lateness!r}")
+        if self.window_join not in WINDOW_JOINS:
+            raise ConfigError(f"window_join must be one of {WINDOW_JOINS}, got {self.window_join!r}")
         if self.lag not in (0, 1):
             raise ConfigError(f"lag must be 0 or 1, got {self.lag!r}")
         if self.lag == 1 and self.emit != "on-batch":
@@ -99,7 +109,7 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     "risingwave": Profile("risingwave", False, False, "on-batch", 0, "min", False, False, "drop", True),
     "spark": Profile("spark", False, True, "on-batch", 1, "max", False, True, "keep", window_lateness="window",
-                     ms_watermark=True),
+                     ms_watermark=True, window_join="match"),
     "flink": Profile("flink", True, True, "on-event", 0, "min-non-idle", True, True, "error", end_of_input="all"),
 }
 

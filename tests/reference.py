@@ -588,13 +588,17 @@ class RefWindowJoin:
     ``s + size - close_minus_one <= w``: the pairs of equal non-None keys of
     a closed window go out as ``(s, s + size) + left + right``, an outer
     side's rows without a partner there with None, and the window's rows
-    leave. A row in a window closed at the last drain is late there."""
+    leave. A row in a window closed at the last drain is late there.
+    ``on_match`` (Spark's): a pair goes out at the first drain after both
+    its rows came, and at close only an outer side's rows that never
+    matched."""
 
     size: int
     slide: int
     how: str
     close_minus_one: int = 0
-    rows: dict = field(default_factory=lambda: {"left": [], "right": []})  # side -> [(row, window start)]
+    on_match: bool = False
+    rows: dict = field(default_factory=lambda: {"left": [], "right": []})  # side -> [[row, start, matched, new]]
     drained: Any = None
     late: int = 0
     nulls: int = 0
@@ -612,31 +616,44 @@ class RefWindowJoin:
                 if self.drained is not None and self._closed(s, self.drained):
                     self.late += 1
                 elif r[0] is not None or self.how in (("left", "full") if side == "left" else ("right", "full")):
-                    self.rows[side].append((r, s))
+                    self.rows[side].append([r, s, False, True])
                 s -= self.slide
 
     def drain(self, w: Any) -> list[tuple]:
-        if w is None:
-            return []
-        self.drained = w
         out = []
-        closed = sorted({s for side in self.rows.values() for _, s in side if self._closed(s, w)})
+        if self.on_match:  # every pair with a row new since the last drain, once
+            for lrow in self.rows["left"]:
+                for rrow in self.rows["right"]:
+                    if (lrow[3] or rrow[3]) and lrow[1] == rrow[1] and lrow[0][0] is not None \
+                            and lrow[0][0] == rrow[0][0]:
+                        out.append((lrow[1], lrow[1] + self.size) + lrow[0] + rrow[0])
+                        lrow[2] = rrow[2] = True
+            for side in self.rows.values():
+                for row in side:
+                    row[3] = False
+        if w is None:
+            return out
+        self.drained = w
+        closed = sorted({s for side in self.rows.values() for _, s, _, _ in side if self._closed(s, w)})
         for s in closed:
-            left = [r for r, ws in self.rows["left"] if ws == s]
-            right = [r for r, ws in self.rows["right"] if ws == s]
-            hit_l, hit_r = set(), set()
-            for i, lr in enumerate(left):
-                for j, rr in enumerate(right):
+            left = [(r, m) for r, ws, m, _ in self.rows["left"] if ws == s]
+            right = [(r, m) for r, ws, m, _ in self.rows["right"] if ws == s]
+            hit_l, hit_r = {i for i, (_, m) in enumerate(left) if m}, {j for j, (_, m) in enumerate(right) if m}
+            for i, (lr, _) in enumerate(left):
+                for j, (rr, _) in enumerate(right):
                     if lr[0] is not None and lr[0] == rr[0]:
-                        out.append((s, s + self.size) + lr + rr)
+                        if not self.on_match:
+                            out.append((s, s + self.size) + lr + rr)
                         hit_l.add(i)
                         hit_r.add(j)
             if self.how in ("left", "full"):
-                out += [(s, s + self.size) + lr + (None, None, None) for i, lr in enumerate(left) if i not in hit_l]
+                out += [(s, s + self.size) + lr + (None, None, None) for i, (lr, _) in enumerate(left)
+                        if i not in hit_l]
             if self.how in ("right", "full"):
-                out += [(s, s + self.size) + (None, None, None) + rr for j, rr in enumerate(right) if j not in hit_r]
+                out += [(s, s + self.size) + (None, None, None) + rr for j, (rr, _) in enumerate(right)
+                        if j not in hit_r]
         for side in self.rows:
-            self.rows[side] = [(r, s) for r, s in self.rows[side] if not self._closed(s, w)]
+            self.rows[side] = [row for row in self.rows[side] if not self._closed(row[1], w)]
         return out
 
     @property

@@ -122,13 +122,18 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="defau
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
 @pytest.mark.parametrize("keys", ["int", "str"])
 @given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8), profile=st.sampled_from(["spark", "risingwave"]),
-       bounds=st.sampled_from([(0, 20), (-5, 5), (3, 9), (-10, -2), (0, 0)]), tiers=st.sampled_from(list(TIERS)))
+       bounds=st.sampled_from([(0, 20), (-5, 5), (3, 9), (-10, -2), (0, 0), "key"]),
+       tiers=st.sampled_from(list(TIERS)))
 def test_join_matches_reference(backend, how, keys, batches, stop, profile, bounds, tiers):
-    lo, hi = bounds
+    """``bounds`` "key": the event times a join key (equal times, the state
+    watermark without the range's margin)."""
+    time_key = bounds == "key"
+    lo, hi = (0, 0) if time_key else bounds
     ls, rs = (LEFT, RIGHT) if keys == "int" else (SLEFT, SRIGHT)
-    spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", lo, hi, how)
+    spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", lo, hi, how, time_key=time_key)
     j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
-    ref = RefIntervalJoin(lo, hi, how, inclusive=gpuwm.resolve_profile(profile).late_inclusive)
+    ref = RefIntervalJoin(lo, hi, how, inclusive=gpuwm.resolve_profile(profile).late_inclusive,
+                          margin=0 if time_key else 1)
     j = _drive(j, ref, batches, stop, backend, profile, ls, rs, tiers=tiers)
     # a snapshot() round trip continues identically
     again = spec.build(profile, backend).restore(j.snapshot())
@@ -200,7 +205,9 @@ def test_window_join_matches_reference(backend, how, keys, batches, stop, profil
     ls, rs = (LEFT, RIGHT) if keys == "int" else (SLEFT, SRIGHT)
     spec = WindowJoinSpec("a", "b", [("k", "rk")], "lt", "rt", size, slide, how)
     j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
-    ref = RefWindowJoin(size, slide, how, close_minus_one=int(gpuwm.resolve_profile(profile).close_minus_one))
+    prof = gpuwm.resolve_profile(profile)
+    ref = RefWindowJoin(size, slide, how, close_minus_one=int(prof.close_minus_one),
+                        on_match=prof.window_join == "match")
     j = _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=2, tiers=tiers)
     again = spec.build(profile, backend).restore(j.snapshot())
     assert again.state_rows == j.state_rows and again.counters() == j.counters()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -154,13 +155,17 @@ def test_spark_profile_join_equals_spark_native(spark, tmp_path, how, vnodes):
     assert any(b < a for a, b in zip(state, state[1:])) and state[-1] < sum(t.num_rows for t in auctions + bids) / 2
 
 
-def test_spark_profile_window_join_equals_spark_native(spark, tmp_path):
-    """A tumbling window join (Flink's, Nexmark Q8's shape) against Spark's
-    stream-stream join with the 10 s window in its join keys: the same pairs
-    of every window the final watermark closes (Spark emits a pair when it
-    matches, a window join when its window closes, so the last open window's
-    pairs are Spark's alone)."""
+@pytest.mark.parametrize("how", ["inner", "fullOuter"])
+def test_spark_profile_window_join_equals_spark_native(spark, tmp_path, how):
+    """A tumbling window join against Spark's stream-stream join with the
+    10 s window in its join keys, batch for batch: under profile ``spark``
+    each pair goes out in the micro-batch where its later row arrives (not
+    when its window closes, as Flink's window join and the other profiles
+    do), and in a full outer join each side's rows that never matched go out
+    as their window closes — the last ones in Spark's final no-data batch."""
     from pyspark.sql import functions as F
+
+    from .test_accelerate import _batches, _native
 
     auctions, bids = _streams(seed=23)
     _write(f"{tmp_path}/a", auctions)
@@ -172,27 +177,34 @@ def test_spark_profile_window_join_equals_spark_native(spark, tmp_path):
     b = (spark.readStream.schema(B_SCHEMA).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/b")
          .withWatermark("b_ts", "5 seconds")
          .selectExpr("b_aid", "timestamp_micros(unix_micros(b_ts)) as b_ts", "price", "window(b_ts, '10 seconds') as bw"))
-    j = a.join(b, F.expr("a_id = b_aid AND aw = bw")).selectExpr("aw.start as window_start", "*")
-    q = (j.drop("aw", "bw").writeStream.format("parquet").option("path", f"{tmp_path}/native")
-         .option("checkpointLocation", f"{tmp_path}/nck").outputMode("append").trigger(availableNow=True).start())
-    q.awaitTermination()
+    j = a.join(b, F.expr("a_id = b_aid AND aw = bw"), how).selectExpr(
+        "coalesce(aw.start, bw.start) as window_start", "coalesce(aw.end, bw.end) as window_end",
+        "a_id", "a_ts", "seller", "b_aid", "b_ts", "price")
+    _native(j, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
     spec = _spec(tmp_path, "inner")
     join = spec["stages"][0]["join"]
     del join["between"]
     join["window"] = {"tumble": "10 seconds"}
+    join["how"] = {"inner": "inner", "fullOuter": "full"}[how]
     spec["late"] = {"parquet": f"{tmp_path}/late"}
     hist = []
     p = build_spec(spark, spec, verbose=False)
     p.on_batch = hist.append
     p.start(trigger={"availableNow": True}).awaitTermination()
-    out = read_out(f"{tmp_path}/out-inner")
-    final = T0 + timedelta(microseconds=hist[-1]["output_watermark"] - int(T0.timestamp() * 1e6))
-    native = [r for r in spark.read.parquet(f"{tmp_path}/native").toArrow().to_pylist()]
-    closed = [r["window_start"].astimezone(timezone.utc) + timedelta(seconds=10) <= final for r in native]
-    assert 50 < sum(closed) < len(native)
-    assert _rows(out) == _rows(pa.Table.from_pylist([r for r, c in zip(native, closed) if c]))
-    assert sorted(r["window_start"] for r in out.to_pylist()) == \
-        sorted(r["window_start"].astimezone(timezone.utc) for r, c in zip(native, closed) if c)
+    got = _batches(f"{tmp_path}/out-inner")
+    rows = [r for b in want.values() for r in b]
+    assert len(rows) > 50 and len(want) > 5
+    final = max(want)
+    # pairs go out as they match: a window's pairs spread over several batches
+    assert max(Counter(s for s, _ in {(r[0], k) for k, b in want.items() for r in b}).values()) > 1
+    if how == "fullOuter":
+        alone = [r for b in want.values() for r in b if r[2] is None or r[5] is None]
+        assert {r[2] is None for r in alone} == {True, False} and final in {k for k, b in want.items()
+                                                                            if any(r[5] is None for r in b)}
+    assert got == want
+    if how != "inner":
+        return
     # the late rows, kept aside per input in its own schema: the filters' and
     # the window join's (a row whose window had closed), as many as counted
     late = {n: read_out(f"{tmp_path}/late/{n}") for n in ("auctions", "bids")}
@@ -252,8 +264,13 @@ def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):
     with pytest.raises(gpuwm.ConfigError, match="unknown input 'nope'"):
         build_spec(spark, spec, verbose=False)
     spec = _spec(tmp_path, "inner")
+    del spec["stages"][0]["join"]["between"]
+    spec["stages"][0]["join"]["on"] = [["a_ts", "b_ts"]]
+    with pytest.raises(gpuwm.ConfigError, match=r"a join on the event times alone \(a_ts = b_ts\): add a key pair"):
+        build_spec(spark, spec, verbose=False)
+    spec = _spec(tmp_path, "inner")
     spec["stages"][0]["join"]["window"] = {"tumble": "10 seconds"}
-    with pytest.raises(gpuwm.ConfigError, match="either between=.* or window="):
+    with pytest.raises(gpuwm.ConfigError, match="either between=.*, window=.*, or the inputs. watermark columns"):
         build_spec(spark, spec, verbose=False)
     del spec["stages"][0]["join"]["between"]
     spec["stages"][0]["join"]["window"] = {"tumble": "10 seconds", "slide": "5 seconds"}

@@ -234,7 +234,11 @@ class Pipeline:
         ``{"hop": size, "slide": slide}`` on the inputs' watermark columns —
         a window join (Flink's, Nexmark Q8): rows with equal keys in the same
         window, emitted with ``window_start`` and ``window_end`` when the
-        watermark closes it (see :class:`gpuwm.join.WindowJoin`)."""
+        watermark closes it — under profile ``spark`` as they match, as
+        Spark's join with the window in its keys (see
+        :class:`gpuwm.join.WindowJoin`). Or, with neither and the two
+        watermark columns as a pair in ``on``, a join on equal event times
+        (Spark's ``ts = ts2`` among its keys)."""
         opts = {"left": left, "right": right, "on": on, "how": how}
         opts.update({k: v for k, v in (("between", between), ("window", window)) if v is not None})
         return self.add("join", **opts)
