@@ -186,9 +186,19 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         # a join side renamed after withWatermark; a join without an upper time bound
         "Project: new columns between withWatermark and the operator": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
                                                                            "interval 5 seconds")),
-        "Join: gpuwm's join needs equal keys and both a lower and an upper bound": w.join(
+        "Join: gpuwm's join needs both a lower and an upper bound": w.join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
             F.expr("k = k2 AND ts2 >= ts")),
+        "Join: gpuwm's join needs equal keys (column = column) besides the event times": w.join(
+            _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
+            F.expr("ts = ts2")),
+        "Join: a join on equal event times with a time range as well": w.join(
+            _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
+            F.expr("k = k2 AND ts = ts2 AND ts2 <= ts + interval 1 second")),
+        "Join: a window in a join's side (window(ts, 0:00:05)) that is not a key equal to the same window of the "
+        "other side (window(ts2, 0:00:10))": w.select("k", win.alias("w1")).join(
+            _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds")
+            .select("k2", F.window("ts2", "10 seconds").alias("w2")), F.expr("k = k2 AND w1 = w2")),
         "Project: gpuwm does not evaluate `(count * CAST(2 AS BIGINT))`": w.groupBy(win, "k").count().selectExpr("count * 2"),
         # a chain whose second window is not over the first's window_time
         "Aggregate: a window over the rows of a stage that gives no event time": w.groupBy(win, "k").count().groupBy(F.window("window.start", "10 seconds")).count(),
@@ -401,9 +411,47 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
                           (-3_000_000, 60_000_000)),
                          ("b_aid = a_id AND a_ts > b_ts - interval 20 seconds AND a_ts < b_ts", (1, 19_999_999))):
-        (_, _, _, on, between, how), = translate(a.join(b, F.expr(cond))).stages
+        (_, _, _, on, between, how, _), = translate(a.join(b, F.expr(cond))).stages
         assert (on, between[:2], how) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner")
         assert [d // timedelta(microseconds=1) for d in between[2:]] == list(bounds)
+
+
+def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_them(spark, tmp_path):
+    """Spark's stream-stream join with the window among its keys (a full
+    outer join of two sides that select ``window(ts, '10 seconds')``, vnodes
+    2) and its join on equal event times (``ts = ts2`` among the keys, left
+    outer): through ``accelerate``, gpuwm's window join emits each pair as
+    it matches and each unmatched row as its window closes (the other
+    side's window column null, as Spark's), and its interval join with the
+    times as a key drops state at the watermark itself — the same rows in
+    the same micro-batches as Spark's."""
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(41)
+    for side in ("l", "r"):
+        _write_batches(f"{tmp_path}/{side}", _random_batches(rng, 8, 30, step=4, behind=12, keys=40))
+    left = _source(spark, f"{tmp_path}/l").withWatermark("ts", "6 seconds")
+    right = _source(spark, f"{tmp_path}/r").selectExpr("ts as ts2", "k as k2", "price as p2") \
+        .withWatermark("ts2", "3 seconds")
+    queries = {
+        "window": (left.select("k", "price", F.window("ts", "10 seconds").alias("w")).join(
+            right.select(F.col("k2").alias("rk"), "p2", F.window("ts2", "10 seconds").alias("w2")),
+            F.expr("k = rk AND w = w2"), "fullOuter"), 2),
+        "time": (left.join(right, F.expr("k = k2 AND ts = ts2"), "leftOuter"), None),
+    }
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    for name, (df, vnodes) in queries.items():
+        _native(df, f"{tmp_path}/native-{name}", f"{tmp_path}/nck-{name}")
+        want = _batches(f"{tmp_path}/native-{name}")
+        rows = [r for b in want.values() for r in b]
+        assert len(rows) > 30 and sum(r[3] is None for r in rows) > 3, name  # pairs, and rows without a partner
+        acc = accelerate(df, vnodes=vnodes)
+        assert acc.translation is not None, acc.refused
+        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
+            f"{tmp_path}/out-{name}").awaitTermination()
+        assert _batches(f"{tmp_path}/out-{name}") == want, name
+    assert "join       full on [['k', 'k2']] in the same window(ts, 0:00:10)" in explain(queries["window"][0])
+    assert "join       left on [['k', 'k2'], ['ts', 'ts2']] (equal event times)" in explain(queries["time"][0])
 
 
 _UNITS = {"milliseconds": 1_000, "seconds": 1_000_000, "minutes": 60_000_000}

@@ -22,7 +22,9 @@ or ``dropDuplicates(keys)`` with the watermark's column among the keys —
 or a chain of them as Spark chains stateful operators (a window over a
 window's rows by ``window_time(window)``, an aggregation after a dedup) —,
 or a stream-stream join of two watermarked sources on equal keys and a
-time range between their event times (inner, left, right, full outer),
+time range between their event times, equal event times, or the same
+window (``window(ts, ...)`` selected on each side; inner, left, right, full
+outer),
 then projections (columns, struct fields, renames, casts) and filters
 (``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
 evaluated as the sink writes (:mod:`gpuwm.spark.project`). The window's
@@ -241,25 +243,27 @@ def _input(spark, node) -> Translation:
 _NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"
 
 
-def _windowing(agg) -> tuple[Any, Any, Any]:
-    """The two nodes Spark's analyzer puts under a windowed aggregation
-    (tumble: Project over Filter; hop: Filter over Expand; session: Filter
-    over Project): (the one that makes the window column, that column,
-    the node below them)."""
-    upper = agg.child()
-    lower = upper.child()
-    if (_kind(upper), _kind(lower)) not in (("Project", "Filter"), ("Filter", "Expand"), ("Filter", "Project")):
-        raise Refused("Aggregate", _NO_WINDOW)
+def _windowing(upper, operator: str = "Aggregate") -> tuple[Any, Any, Any]:
+    """The two nodes Spark's analyzer makes of ``window(...)``, ``upper``
+    the higher (tumble: Project over Filter; hop: Filter over Expand;
+    session: Filter over Project): (the one that makes the window column,
+    that column, the node below them)."""
+    lower = upper.child() if _kind(upper) in ("Project", "Filter") else None
+    if lower is None or (_kind(upper), _kind(lower)) not in (("Project", "Filter"), ("Filter", "Expand"),
+                                                             ("Filter", "Project")):
+        raise Refused(operator, _NO_WINDOW)
     made = upper if _kind(upper) == "Project" else lower
     return made, list(scala_iter(made.output()))[0], lower.child()
 
 
-def _window(spark, agg, made, out, below, ts: str, keys: list[str], on: str):
+def _window(spark, upper, made, out, below, ts: str, keys: list[str] | None, on: str):
     """The window ``made`` computes into ``out`` over ``below``, on the
     event-time column Spark names ``ts`` and gpuwm ``on``: (gpuwm window,
     text for explain). Checked by making the same
     ``window``/``session_window`` over ``below`` (grouped by Spark's
-    ``keys``): the same plan, or refused."""
+    ``keys``; ``None``: selected, as a join's side does): the same plan
+    from ``upper`` down, or refused."""
+    operator = "Aggregate" if keys is not None else "Join"
     from pyspark.sql import functions as F
 
     from ..session import Session
@@ -271,7 +275,7 @@ def _window(spark, agg, made, out, below, ts: str, keys: list[str], on: str):
         m = re.search(r"cast\(([^()]+?) as interval\)", text)
         gap = m.group(1) if m else None
         if not gap or gap.count("(") != gap.count(")"):
-            raise Refused("Aggregate", "a session_window whose gap is not a constant")
+            raise Refused(operator, "a session_window whose gap is not a constant")
         iv = spark._jvm.org.apache.spark.sql.catalyst.util.IntervalUtils.stringToInterval(
             spark._jvm.org.apache.spark.unsafe.types.UTF8String.fromString(gap))
         made_by, win, shown = F.session_window(col, gap), Session(on, _interval(iv)), f"session_window({ts}, {gap})"
@@ -280,22 +284,24 @@ def _window(spark, agg, made, out, below, ts: str, keys: list[str], on: str):
         start = re.search(r"LongType\) - (-?\d+)\) % ", text)
         size = re.search(r"\) \+ (\d+)\), LongType, TimestampType\)", text)
         if not (slide and start and size):
-            raise Refused("Aggregate", "its window(...) is not one gpuwm reads")
+            raise Refused(operator, "its window(...) is not one gpuwm reads")
         size_us, slide_us, start_us = int(size.group(1)), int(slide.group(1)), int(start.group(1))
         made_by = F.window(col, f"{size_us} microseconds", f"{slide_us} microseconds", f"{start_us} microseconds")
         if start_us:
-            raise Refused("Aggregate", f"a window with a start offset ({timedelta(microseconds=start_us)}): gpuwm's "
+            raise Refused(operator, f"a window with a start offset ({timedelta(microseconds=start_us)}): gpuwm's "
                                        "windows start at the epoch")
         size_td, slide_td = timedelta(microseconds=size_us), timedelta(microseconds=slide_us)
         shown = f"window({ts}, {size_td}" + (f", {slide_td})" if size_us != slide_us else ")")
         try:
             win = Tumble(on, size_td) if size_us == slide_us else Hop(on, size=size_td, slide=slide_td)
         except ConfigError as e:  # a hop whose slide does not divide its size
-            raise Refused("Aggregate", f"{shown}: {e}") from None
-    again = _of_rows(spark, below).groupBy(made_by.alias(str(out.name())), *[F.col(_quoted(k)) for k in keys]).count()
+            raise Refused(operator, f"{shown}: {e}") from None
+    again = _of_rows(spark, below)
+    again = again.select(made_by.alias(str(out.name()))) if keys is None else \
+        again.groupBy(made_by.alias(str(out.name())), *[F.col(_quoted(k)) for k in keys]).count()
     mine = again._jdf.queryExecution().analyzed().child()
-    if _no_ids(str(mine.toString())) != _no_ids(str(agg.child().toString())):
-        raise Refused("Aggregate", f"its window is not {shown} as gpuwm read it")
+    if _no_ids(str(mine.toString())) != _no_ids(str(upper.toString())):
+        raise Refused(operator, f"its window is not {shown} as gpuwm read it")
     return win, shown
 
 
@@ -305,7 +311,7 @@ def _aggregate(spark, agg) -> Translation:
         bad = next(g for g in groups if _kind(g) != "AttributeReference")
         raise Refused("Aggregate", f"a grouping expression ({bad.sql()}): group by columns (add them before "
                                    "withWatermark)")
-    made, out, below = _windowing(agg)  # the window is the grouping attribute the node under it makes
+    made, out, below = _windowing(agg.child())  # the window is the grouping attribute the node under it makes
     win_id = _id(out)
     named = {_id(g): str(g.name()) for g in groups if _id(g) != win_id}  # Spark's names of the keys
     if len(groups) - len(named) != 1:
@@ -320,7 +326,7 @@ def _aggregate(spark, agg) -> Translation:
     if any(i not in cols for i in named):
         raise Refused("Aggregate", "a grouping column the stage below does not give as a column (its window?)")
     keys = [cols[i] for i in named]  # gpuwm's names of the keys
-    win, shown_win = _window(spark, agg, made, out, below, t.time[0], list(named.values()), t.time[1])
+    win, shown_win = _window(spark, agg.child(), made, out, below, t.time[0], list(named.values()), t.time[1])
     stage = len(t.stages)
     aggs: dict[str, tuple[str, str]] = {}
     step, ids, shown_aggs, columns = [], {}, [], {i: cols[i] for i in named}
@@ -395,60 +401,158 @@ _BOUND = {"GreaterThanOrEqual": (">=", 0), "GreaterThan": (">=", 1), "LessThanOr
           "LessThan": ("<=", 1)}
 
 
+def _join_side(spark, node) -> tuple[Translation, Any, str, set[int]]:
+    """A join's side: a watermarked source (:func:`_input`), or one that
+    selects ``window(ts, ...)`` after ``withWatermark`` (for Spark's join
+    with the window among its keys), through renames: (its translation, the
+    gpuwm window or None, its text for explain, Spark's ids of the window
+    column as the side outputs it)."""
+    from ..session import Session
+
+    renamed: dict[int, int] = {}  # Spark's id of a renamed column -> the id it renames
+    at = node
+    while True:
+        kind = _kind(at)
+        if kind in _TRANSPARENT:
+            at = at.child()
+            continue
+        entries = list(scala_iter(at.projectList())) if kind == "Project" else None
+        if entries is not None and all(_kind(e) == "AttributeReference" or (
+                _kind(e) == "Alias" and _kind(e.child()) == "AttributeReference") for e in entries):
+            renamed.update({_id(e): _id(e.child()) for e in entries if _kind(e) == "Alias"})
+            at = at.child()
+            continue
+        break
+    try:
+        made, out, below = _windowing(at, "Join")
+    except Refused:
+        return _input(spark, node), None, "", set()
+    if str(out.name()) != "window":
+        return _input(spark, node), None, "", set()
+    t = _input(spark, below)
+    if t.stages or t.inputs or t.time is None:
+        raise Refused("Join", "a window(...) in a join's side over rows that are not a watermarked source")
+    win, shown = _window(spark, at, made, out, below, t.time[0], None, t.time[1])
+    if isinstance(win, Session):
+        raise Refused("Join", f"{shown} in a join's keys: gpuwm joins in tumbling or hopping windows")
+    ids = set()
+    for a in scala_iter(node.output()):
+        i = _id(a)
+        while i in renamed:
+            i = renamed[i]
+        if i == _id(out):
+            ids.add(_id(a))
+        elif i in t.columns:
+            t.columns[_id(a)] = t.columns[i]
+    return t, win, shown, ids
+
+
 def _join(spark, node) -> Translation:
-    """A stream-stream join of two watermarked sources on equal keys and a
-    time range between their event times (Spark's symmetric hash join:
-    ``a.join(b, "k = k2 AND ts2 BETWEEN ts AND ts + interval 20 seconds",
-    how)``): gpuwm's interval join, ``right.time`` between ``left.time +
-    lower`` and ``left.time + upper`` (a strict bound one microsecond
-    inside)."""
+    """A stream-stream join of two watermarked sources (Spark's symmetric
+    hash join) on equal keys and either
+
+    - a time range between their event times (``a.join(b, "k = k2 AND ts2
+      BETWEEN ts AND ts + interval 20 seconds", how)``): gpuwm's interval
+      join, ``right.time`` between ``left.time + lower`` and ``left.time +
+      upper`` (a strict bound one microsecond inside);
+    - equal event times (``ts = ts2`` among the keys): the interval join
+      with bounds 0 and 0 and Spark's key-based state watermark
+      (``time_key``);
+    - the same window (``window(ts, ...)`` selected on each side, ``w =
+      w2`` among the keys): gpuwm's window join, which under profile
+      ``spark`` emits each pair as it matches, as Spark's does.
+
+    Inner, left, right or full outer."""
     jt = _kind(node.joinType()).rstrip("$")
     if jt not in _HOWS:
         raise Refused("Join", f"a {jt} join: gpuwm joins streams inner, left, right or full outer")
-    sides = {"left": _input(spark, node.left()), "right": _input(spark, node.right())}
-    for name, t in sides.items():
+    how = _HOWS[jt]
+    sides, windows = {}, {}
+    for name, child in (("left", node.left()), ("right", node.right())):
+        t, win, shown_win, ids = _join_side(spark, child)
         if t.stages or t.inputs or t.time is None:
             raise Refused("Join", f"its {name} side is not a watermarked source (gpuwm joins two of them)")
+        sides[name], windows[name] = t, (win, shown_win, ids)
     times = {}  # Spark's id of each side's watermark column -> the side
     for name, t in sides.items():
         times.update({i: name for i, c in t.columns.items() if c == t.time[1]})
+    wins = {i: name for name, (_, _, ids) in windows.items() for i in ids}
     cond = node.condition()
     if not cond.isDefined():
         raise Refused("Join", "no join condition: gpuwm joins on equal keys within a time range")
-    on, bounds = [], {}
+    on, bounds, equal = [], {}, set()  # equal: "time" (ts = ts2), "window" (w = w2)
     for e in _conjuncts(cond.get()):
         k = _kind(e)
         if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
             a, b = _id(e.left()), _id(e.right())
-            if a in sides["right"].columns and b in sides["left"].columns:
+            if a in sides["right"].columns or wins.get(a) == "right":
                 a, b = b, a
+            if wins.get(a) == "left" and wins.get(b) == "right":
+                equal.add("window")
+                continue
+            if times.get(a) == "left" and times.get(b) == "right":
+                equal.add("time")
+                continue
             if a in sides["left"].columns and b in sides["right"].columns and a not in times and b not in times:
                 on.append([sides["left"].columns[a], sides["right"].columns[b]])
                 continue
         got = _range(e, times) if k in _BOUND or k == "Between" else None
         if got is None:
             raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (column = column) and "
-                                  "bounds between the two sides' watermark columns")
+                                  "bounds between the two sides' watermark columns, equal event times or equal "
+                                  "windows")
         for which, value in got:
             if which in bounds:
                 raise Refused("Join", f"two {which} bounds on the time between the sides")
             bounds[which] = value
-    if not on or set(bounds) != {"lower", "upper"}:
-        raise Refused("Join", "gpuwm's join needs equal keys and both a lower and an upper bound of one side's "
-                              "event time around the other's (Spark keeps unbounded state otherwise)")
     left, right = sides["left"], sides["right"]
-    between = [right.time[1], left.time[1], timedelta(microseconds=bounds["lower"]),
-               timedelta(microseconds=bounds["upper"])]
-    columns = {**left.columns, **right.columns}
-    out = list(scala_iter(node.output()))
-    def signed(td: timedelta) -> str:
-        return ("- " if td < timedelta(0) else "+ ") + str(abs(td))
+    if not on:
+        raise Refused("Join", "gpuwm's join needs equal keys (column = column) besides the event times")
+    (lwin, lshown, _), (rwin, rshown, _) = windows["left"], windows["right"]
+    between, window, time = None, None, left.time
+    if lwin is not None or rwin is not None:
+        if "window" not in equal or lwin is None or rwin is None or (lwin.size, lwin.slide) != (rwin.size, rwin.slide):
+            raise Refused("Join", f"a window in a join's side ({lshown or rshown}) that is not a key equal to the "
+                                  f"same window of the other side ({rshown or lshown})")
+        if bounds or "time" in equal:
+            raise Refused("Join", "a join in the same window with a time condition as well")
+        from ..window import Tumble
 
-    shown = f"join       {_HOWS[jt]} on {on}, {right.time[0]} between {left.time[0]} {signed(between[2])} and " \
-            f"{left.time[0]} {signed(between[3])}"
-    return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, _HOWS[jt])],
-                       [[[str(a.name()), {"col": columns[_id(a)]}] for a in out]], left.shown + right.shown + [shown],
-                       {_id(a): str(a.name()) for a in out}, columns, time=left.time, inputs=sides)
+        window = {"tumble": lwin.size} if isinstance(lwin, Tumble) else {"hop": lwin.size, "slide": lwin.slide}
+        shown = f"join       {how} on {on} in the same {lshown}"
+        time = None  # its rows' event time is their window
+    elif "time" in equal:
+        if bounds:
+            raise Refused("Join", "a join on equal event times with a time range as well")
+        on.append([left.time[1], right.time[1]])
+        shown = f"join       {how} on {on} (equal event times)"
+    else:
+        if set(bounds) != {"lower", "upper"}:
+            raise Refused("Join", "gpuwm's join needs both a lower and an upper bound of one side's event time "
+                                  "around the other's, equal event times or equal windows (Spark keeps unbounded "
+                                  "state otherwise)")
+        between = [right.time[1], left.time[1], timedelta(microseconds=bounds["lower"]),
+                   timedelta(microseconds=bounds["upper"])]
+
+        def signed(td: timedelta) -> str:
+            return ("- " if td < timedelta(0) else "+ ") + str(abs(td))
+
+        shown = f"join       {how} on {on}, {right.time[0]} between {left.time[0]} {signed(between[2])} and " \
+                f"{left.time[0]} {signed(between[3])}"
+    columns = {**left.columns, **right.columns}
+    absent = {"left": how in ("right", "full"), "right": how in ("left", "full")}  # sides an output row may lack
+    step = []
+    for a in scala_iter(node.output()):
+        side = wins.get(_id(a))
+        if side is None:
+            step.append([str(a.name()), {"col": columns[_id(a)]}])
+        elif absent[side]:  # null where the side is absent, as Spark's
+            step.append([str(a.name()), {"when": [{"is_not_null": {"col": sides[side].time[1]}}, _WINDOW_STRUCT]}])
+        else:
+            step.append([str(a.name()), _WINDOW_STRUCT])
+    ids = {_id(a): str(a.name()) for a in scala_iter(node.output())}
+    return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, how, window)],
+                       [step], left.shown + right.shown + [shown], ids, columns, time=time, inputs=sides)
 
 
 def _conjuncts(e) -> list:
@@ -575,7 +679,7 @@ class Accelerated:
                 if st[0] == "window":
                     p.window(st[1], by=st[2], aggs=st[3])
                 elif st[0] == "join":
-                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5])
+                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6])
                 else:
                     p.dedup(key=st[1])
         except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make

@@ -23,7 +23,9 @@ plan, :func:`gpuwm.spark.kafka.translate`):
   [a, b]}``, ``{"or": [a, b]}``, ``{"not": a}``, ``{"is_null": a}``,
   ``{"is_not_null": a}`` — Spark's predicates: null in, null out (three-valued
   ``and``/``or``), and for floating point Spark's order (NaN equals NaN and
-  is above every other value).
+  is above every other value);
+- ``{"when": [predicate, expr]}`` — ``expr`` where the predicate is true,
+  else null (an outer join's window column: null where its side is absent).
 
 A step may also be ``{"where": expr}``: the rows for which ``expr`` is true
 (Spark's ``filter``/``HAVING``: null drops the row), every column kept.
@@ -120,6 +122,9 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
     if op in ("is_null", "is_not_null"):
         a = _eval(arg, t, counts)
         return pc.is_null(a) if op == "is_null" else pc.is_valid(a)
+    if op == "when":
+        v = _eval(arg[1], t, counts)
+        return pc.if_else(pc.fill_null(_eval(arg[0], t, counts), False), v, pa.scalar(None, v.type))
     raise ValueError(f"unknown projection op {op!r}")
 
 
