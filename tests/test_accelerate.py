@@ -167,7 +167,7 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
     s = _source(spark, src)
     w = s.withWatermark("ts", "10 seconds")
     win = F.window("ts", "5 seconds")
-    other = _source(spark, src).withWatermark("ts", "10 seconds").selectExpr("ts as ts2", "k as k2")
+    other = _source(spark, src).withWatermark("ts", "10 seconds").selectExpr("ts as ts2", "k + 1 as k2")
     refused = {
         "Aggregate: the aggregate first(price)": w.groupBy(win, "k").agg(F.first("price")),
         "Aggregate: the aggregate count(DISTINCT price): DISTINCT": w.groupBy(win, "k").agg(F.countDistinct("price")),
@@ -183,7 +183,7 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Deduplicate: dropDuplicates without the event-time column": w.dropDuplicates(["k"]),
         "Filter: gpuwm does not evaluate `(count % CAST(2 AS BIGINT))` after the aggregate":
             w.groupBy(win, "k").count().filter("count % 2 = 0"),
-        # a join side renamed after withWatermark; a join without an upper time bound
+        # a join side with a column computed after withWatermark; a join without an upper time bound
         "Project: new columns between withWatermark and the operator": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
                                                                            "interval 5 seconds")),
         "Join: gpuwm's join needs both a lower and an upper bound": w.join(
@@ -424,15 +424,18 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
     it matches and each unmatched row as its window closes (the other
     side's window column null, as Spark's), and its interval join with the
     times as a key drops state at the watermark itself — the same rows in
-    the same micro-batches as Spark's."""
+    the same micro-batches as Spark's. Both sources have the same column
+    names; the right side renames its columns after ``withWatermark``
+    (gpuwm renames them in its source)."""
     from pyspark.sql import functions as F
 
     rng = np.random.default_rng(41)
     for side in ("l", "r"):
         _write_batches(f"{tmp_path}/{side}", _random_batches(rng, 8, 30, step=4, behind=12, keys=40))
     left = _source(spark, f"{tmp_path}/l").withWatermark("ts", "6 seconds")
-    right = _source(spark, f"{tmp_path}/r").selectExpr("ts as ts2", "k as k2", "price as p2") \
-        .withWatermark("ts2", "3 seconds")
+    # the right side's columns renamed after withWatermark (gpuwm renames them in its source)
+    right = _source(spark, f"{tmp_path}/r").withWatermark("ts", "3 seconds") \
+        .selectExpr("ts as ts2", "k as k2", "price as p2")
     queries = {
         "window": (left.select("k", "price", F.window("ts", "10 seconds").alias("w")).join(
             right.select(F.col("k2").alias("rk"), "p2", F.window("ts2", "10 seconds").alias("w2")),
@@ -450,7 +453,7 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
             f"{tmp_path}/out-{name}").awaitTermination()
         assert _batches(f"{tmp_path}/out-{name}") == want, name
-    assert "join       full on [['k', 'k2']] in the same window(ts, 0:00:10)" in explain(queries["window"][0])
+    assert "join       full on [['k', 'rk']] in the same window(ts, 0:00:10)" in explain(queries["window"][0])
     assert "join       left on [['k', 'k2'], ['ts', 'ts2']] (equal event times)" in explain(queries["time"][0])
 
 

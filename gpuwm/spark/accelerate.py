@@ -401,50 +401,93 @@ _BOUND = {"GreaterThanOrEqual": (">=", 0), "GreaterThan": (">=", 1), "LessThanOr
           "LessThan": ("<=", 1)}
 
 
-def _join_side(spark, node) -> tuple[Translation, Any, str, set[int]]:
+def _join_side(spark, node) -> tuple[Translation, Any, str, set[int], list[tuple[str, str, int]]]:
     """A join's side: a watermarked source (:func:`_input`), or one that
-    selects ``window(ts, ...)`` after ``withWatermark`` (for Spark's join
-    with the window among its keys), through renames: (its translation, the
-    gpuwm window or None, its text for explain, Spark's ids of the window
-    column as the side outputs it)."""
+    selects and renames its columns after ``withWatermark``, and may select
+    ``window(ts, ...)`` there too (for Spark's join with the window among
+    its keys): (its translation, the gpuwm window or None, its text for
+    explain, Spark's ids of the window column as the side outputs it, its
+    columns' names there for :func:`_rename`)."""
     from ..session import Session
 
     renamed: dict[int, int] = {}  # Spark's id of a renamed column -> the id it renames
-    at = node
-    while True:
-        kind = _kind(at)
-        if kind in _TRANSPARENT:
-            at = at.child()
-            continue
-        entries = list(scala_iter(at.projectList())) if kind == "Project" else None
-        if entries is not None and all(_kind(e) == "AttributeReference" or (
-                _kind(e) == "Alias" and _kind(e.child()) == "AttributeReference") for e in entries):
-            renamed.update({_id(e): _id(e.child()) for e in entries if _kind(e) == "Alias"})
-            at = at.child()
-            continue
-        break
+
+    def resolved(i: int) -> int:
+        while i in renamed:
+            i = renamed[i]
+        return i
+
+    at = _through_renames(node, renamed)
     try:
         made, out, below = _windowing(at, "Join")
     except Refused:
-        return _input(spark, node), None, "", set()
-    if str(out.name()) != "window":
-        return _input(spark, node), None, "", set()
-    t = _input(spark, below)
-    if t.stages or t.inputs or t.time is None:
-        raise Refused("Join", "a window(...) in a join's side over rows that are not a watermarked source")
-    win, shown = _window(spark, at, made, out, below, t.time[0], None, t.time[1])
-    if isinstance(win, Session):
-        raise Refused("Join", f"{shown} in a join's keys: gpuwm joins in tumbling or hopping windows")
-    ids = set()
+        made = out = None
+    win, shown, window_id = None, "", None
+    if out is not None and str(out.name()) == "window":
+        t = _input(spark, _through_renames(below, renamed))
+        if t.stages or t.inputs or t.time is None:
+            raise Refused("Join", "a window(...) in a join's side over rows that are not a watermarked source")
+        ts = next((str(a.name()) for a in scala_iter(below.output()) if t.columns.get(resolved(_id(a))) == t.time[1]),
+                  None)
+        if ts is None:
+            raise Refused("Join", "a window(...) of a column that is not the side's watermark column")
+        win, shown = _window(spark, at, made, out, below, ts, None, t.time[1])
+        if isinstance(win, Session):
+            raise Refused("Join", f"{shown} in a join's keys: gpuwm joins in tumbling or hopping windows")
+        window_id = _id(out)
+    elif _kind(at) == "EventTimeWatermark" and renamed:
+        t = _input(spark, at)
+    else:
+        return _input(spark, node), None, "", set(), []
+    ids, picks = set(), []  # picks: (gpuwm's column, Spark's name of it here, Spark's id here)
     for a in scala_iter(node.output()):
-        i = _id(a)
-        while i in renamed:
-            i = renamed[i]
-        if i == _id(out):
+        i = resolved(_id(a))
+        if i == window_id:
             ids.add(_id(a))
         elif i in t.columns:
-            t.columns[_id(a)] = t.columns[i]
-    return t, win, shown, ids
+            picks.append((t.columns[i], str(a.name()), _id(a)))
+    return t, win, shown, ids, picks
+
+
+def _through_renames(node, renamed: dict[int, int]):
+    """The node below ``node``'s selects of columns (renamed or not) and
+    nodes that pass rows on unchanged; each renamed column's Spark id goes
+    to ``renamed`` with the id it renames."""
+    while True:
+        kind = _kind(node)
+        if kind in _TRANSPARENT:
+            node = node.child()
+            continue
+        entries = list(scala_iter(node.projectList())) if kind == "Project" else None
+        if entries is None or not all(_kind(e) == "AttributeReference" or (
+                _kind(e) == "Alias" and _kind(e.child()) == "AttributeReference") for e in entries):
+            return node
+        renamed.update({_id(e): _id(e.child()) for e in entries if _kind(e) == "Alias"})
+        node = node.child()
+
+
+def _rename(t: Translation, picks: list[tuple[str, str, int]], side: str, clash: set[str]) -> None:
+    """A watermarked source's columns as a join's side selects and names
+    them after ``withWatermark`` (``picks``: gpuwm's column, its name there,
+    Spark's id there; none: the side is the source): selected in the source
+    below the watermark instead — the same rows, the watermark on the time
+    column's new name — so the join's inputs have the names the query gives
+    them, not the ones both sources have (``clash``). The source is kept as
+    it is (and read by gpuwm's tasks where it can be) when nothing is
+    renamed and no name clashes; a time column not selected (a window's
+    side) whose name clashes is kept as ``__gpuwm_<side>_time``."""
+    from pyspark.sql import functions as F
+
+    t.columns.update({i: g for g, _, i in picks})
+    name = next((n for g, n, _ in picks if g == t.time[1]), None)
+    if not picks or (all(g == n for g, n, _ in picks) and not clash):
+        return
+    cols = [F.col(_quoted(g)).alias(n) for g, n, _ in picks]
+    if name is None:  # the time column is not selected (a window's side)
+        name = f"__gpuwm_{side}_time" if t.time[1] in clash else t.time[1]
+        cols.append(F.col(_quoted(t.time[1])).alias(name))
+    t.source, t.column, t.time = t.source.select(*cols), name, (name, name)
+    t.columns = {i: n for _, n, i in picks}
 
 
 def _join(spark, node) -> Translation:
@@ -467,12 +510,15 @@ def _join(spark, node) -> Translation:
     if jt not in _HOWS:
         raise Refused("Join", f"a {jt} join: gpuwm joins streams inner, left, right or full outer")
     how = _HOWS[jt]
-    sides, windows = {}, {}
+    sides, windows, picks = {}, {}, {}
     for name, child in (("left", node.left()), ("right", node.right())):
-        t, win, shown_win, ids = _join_side(spark, child)
+        t, win, shown_win, ids, picks[name] = _join_side(spark, child)
         if t.stages or t.inputs or t.time is None:
             raise Refused("Join", f"its {name} side is not a watermarked source (gpuwm joins two of them)")
         sides[name], windows[name] = t, (win, shown_win, ids)
+    clash = set(sides["left"].source.columns) & set(sides["right"].source.columns)
+    for name, t in sides.items():
+        _rename(t, picks[name], name, clash)
     times = {}  # Spark's id of each side's watermark column -> the side
     for name, t in sides.items():
         times.update({i: name for i, c in t.columns.items() if c == t.time[1]})
