@@ -1117,6 +1117,16 @@ def test_spark_progress_counts_the_rows_gpuwm_reads_itself(spark, tmp_path):
                if m["input_rows"]]
         assert got == [(read if read == "spark" else "direct", n, n) for n in (300, 500)]
         assert progress[1]["sources"][0]["numInputRows"] == 500  # the file source's, not the drain source's
+        # Spark's own watermark is gpuwm's: each batch's progress shows the one the batch before left
+        # (whole ms, as Spark keeps it), and its event time the newest one that watermark trails by the delay
+        iso = lambda us: (T0 + timedelta(microseconds=us - int(T0.timestamp() * 1e6))).strftime(  # noqa: E731
+            "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        shown = [(m["batch_id"], progress[m["batch_id"] + 1]["eventTime"]) for m in p.history
+                 if m["batch_id"] + 1 in progress]
+        assert shown and p.history[0]["watermark"] > int(T0.timestamp() * 1e6)
+        assert [e["watermark"] for _, e in shown] == [iso(m["watermark"]) for m in p.history[:len(shown)]]
+        assert progress[0]["eventTime"]["watermark"] == "1970-01-01T00:00:00.000Z"  # none yet, as Spark's
+        assert shown[0][1]["max"] == iso(p.history[1]["watermark"] + 2_000_000)
     p = (Pipeline(read_nexmark(spark, f"{tmp_path}/ck-nex", **NEX), f"{tmp_path}/ck-nex")
          .watermark("date_time", "2 seconds").sort().write_parquet(f"{tmp_path}/out-nex"))
     q = p.start()

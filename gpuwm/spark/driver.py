@@ -25,6 +25,7 @@ from ..frame import bytes_to_table
 from ..inputs import input_schemas
 from . import store, tasks
 from .checkpoint import FORMAT, Checkpoint, Owner
+from .direct import scala_iter
 from .exchange import FLOW_SCHEMA, merge_task
 from .plan import Plan, is_timestamp
 from .sinks import clear_batch
@@ -125,6 +126,40 @@ def _rescales(ck: Checkpoint, plan: Plan, old: str, new: str) -> bool:
     return True
 
 
+def tell_spark_watermark(query, watermark_us: int | None) -> None:
+    """Make ``watermark_us`` (gpuwm's combined watermark after the batch
+    running now, epoch µs; None: none yet) Spark's own, so that Spark's
+    progress (``eventTime.watermark``), its UI and listeners show it.
+
+    The query's stream carries a ``withWatermark(time, delay)``
+    (:func:`gpuwm.spark.pipeline.spark_watermark`) that no Spark operator
+    uses; Spark sets its next watermark from the largest event time that
+    node's accumulator saw, minus its delay. Here, on the driver after
+    gpuwm's job, that accumulator is reset (rows Spark read for gpuwm went
+    through it) and given the watermark (whole ms, as Spark keeps it) plus
+    the node's delay: Spark's watermark becomes gpuwm's, one batch later
+    as Spark's own does, and the batch's ``eventTime`` max/min/avg show
+    that one value — under a bounded delay, the newest event time the
+    watermark trails (exactly it, in whole ms, under profile ``spark``)."""
+    if query is None:
+        return
+    try:
+        plan = query._jsq.streamingQuery().lastExecution().executedPlan()
+    except Exception:  # noqa: BLE001  not started yet, or a Spark without these: its progress just lacks it
+        return
+    nodes, todo = [], [plan]
+    while todo:
+        node = todo.pop()
+        if str(node.getClass().getSimpleName()) == "EventTimeWatermarkExec":
+            nodes.append(node)
+        todo.extend(scala_iter(node.children()))
+    for node in nodes:
+        acc = node.eventTimeStats()
+        acc.reset()
+        if watermark_us is not None:
+            acc.add(watermark_us // 1000 + int(node.delayMs()))
+
+
 class Driver:
     """Runs a started query's micro-batches on the driver (see the module
     docstring); ``history`` gets each batch's metrics."""
@@ -151,6 +186,7 @@ class Driver:
         self.on_batch = on_batch
         self.verbose = verbose
         self.name = name
+        self.query = None  # Spark's StreamingQuery, once started (its watermark is told gpuwm's)
 
     def run_batch(self, df, batch_id: int) -> None:
         """Spark's ``foreachBatch``: run micro-batch ``batch_id`` and commit it."""
@@ -239,6 +275,8 @@ class Driver:
         due, ending = self._next_drain(batch_id, filt, t_now)
         drain.write_request(ck, batch_id, due=due, end=ending)
         self.history.append(m)
+        if m["time_kind"] == "timestamp":
+            tell_spark_watermark(self.query, m["watermark"])
         if plan.sink.kind == "console":
             shown = pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False) if outs else ""
             say(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------"

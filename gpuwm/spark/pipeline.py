@@ -510,7 +510,7 @@ class Pipeline:
                         direct=why is None, input_dirs=dirs, kafka=kafka, owner=owner, history=self.history,
                         on_batch=self.on_batch, verbose=self.verbose, name=self.name)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        df = drain.with_drains(self.df, self.checkpoint)
+        df = spark_watermark(drain.with_drains(self.df, self.checkpoint), plan)
         writer = df.writeStream.foreachBatch(driver.run_batch).option("checkpointLocation", self.checkpoint.loc.uri)
         if trigger:
             writer = writer.trigger(**trigger)
@@ -522,6 +522,7 @@ class Pipeline:
             owner.release()
             raise
         owner.watch(q)
+        driver.query = q
         if finish:
             drain.Finisher(q, driver.ask_end)
         return q
@@ -533,6 +534,27 @@ def _filter_lateness(stages: Sequence[OperatorSpec], profile: Any) -> Any:
     (:meth:`~gpuwm.operator.OperatorSpec.filter_lateness`; None: none)."""
     first = next((s for s in stages if not s.capabilities.passes_rows), None)
     return None if first is None else first.filter_lateness(profile)
+
+
+def spark_watermark(df, plan: Plan):
+    """``df`` with Spark's ``withWatermark`` on its event-time column (a
+    timestamp; the first input's, of several) and gpuwm's delay (whole ms):
+    no Spark operator uses it, but Spark then keeps a watermark for the
+    query and reports it in its progress, and the driver makes it gpuwm's
+    (:func:`gpuwm.spark.driver.tell_spark_watermark`)."""
+    from datetime import timedelta
+
+    from pyspark.sql.types import TimestampType
+
+    from ..timecol import parse_interval
+
+    wm = plan.watermark.inputs[0][1] if plan.multi else plan.watermark
+    col = union_column(0, wm.column) if plan.multi else wm.column
+    if col not in df.columns or not isinstance(df.schema[col].dataType, TimestampType):
+        return df
+    delay = parse_interval(wm.delay)
+    ms = delay // timedelta(milliseconds=1) if isinstance(delay, timedelta) and delay > timedelta(0) else 0
+    return df.withWatermark(col, f"{ms} milliseconds")
 
 
 def _union_inputs(inputs: Mapping[str, Any]):
