@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -163,12 +164,31 @@ def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
             "stages": [{"window": {"tumble": "2 seconds", "by": ["auction"], "aggs": {"n": ["*", "count"]}}}],
             "sink": {"parquet": str(tmp_path / "out")}, "late": {"parquet": str(tmp_path / "late")}}
     (tmp_path / "q.json").write_text(json.dumps(spec))
+    t0 = time.monotonic()
     r = gpuwm("run", "--dry-run", str(tmp_path / "q.json"))
+    took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-2000:]
-    plan = dict(line.split(None, 1) for line in r.stdout.splitlines() if line and not line.startswith("stage"))
+    # the Nexmark source's schema is gpuwm's own: checked and shown without starting Spark
+    assert "starting Spark in local mode" not in r.stdout and r.stdout.splitlines()[-1].startswith(
+        f"(spec {tmp_path / 'q.json'} checked without starting Spark") and took < 10, (took, r.stdout)
+    plan = dict(line.split(None, 1) for line in r.stdout.splitlines()[:-1]
+                if line and not line.startswith("stage"))
     assert plan["vnodes"].startswith("2") and plan["late"] == f"rows    parquet {tmp_path / 'late'}"
     assert "end of input all" in plan["watermark"] and "stopped by gpuwm at the end" in plan["trigger"]
     assert "stage 0      window" in r.stdout and not (tmp_path / "ck" / "offsets").exists()
+    # a Parquet source with a declared schema: a column it lacks is one line, still without Spark; with a
+    # select (Spark must say what it gives), Spark starts
+    pq_spec = {**spec, "source": {"format": "parquet", "path": str(tmp_path), "schema": "ts timestamp, k bigint"},
+               "watermark": {"column": "ts", "delay": "2 seconds"},
+               "stages": [{"window": {"tumble": "2 seconds", "by": ["kk"]}}]}
+    (tmp_path / "p.json").write_text(json.dumps(pq_spec))
+    r = gpuwm("run", "--dry-run", str(tmp_path / "p.json"))
+    assert r.returncode == 2 and "starting Spark in local mode" not in r.stdout and r.stderr.count("\n") == 1 and \
+        r.stderr.startswith("gpuwm: error: ") and "'kk'" in r.stderr, (r.stdout, r.stderr)
+    pq_spec["source"]["select"] = ["ts", "k AS kk"]
+    (tmp_path / "p.json").write_text(json.dumps(pq_spec))
+    r = gpuwm("run", "--dry-run", str(tmp_path / "p.json"))
+    assert r.returncode == 0 and "starting Spark in local mode" in r.stdout and "stage 0      window" in r.stdout, r.stderr[-2000:]
     r = gpuwm("run", str(tmp_path / "q.json"))
     assert r.returncode == 0, r.stderr[-2000:]
     r = gpuwm("status", str(tmp_path / "ck"))

@@ -150,9 +150,14 @@ def _demo_spark(args: argparse.Namespace) -> int:
 
 def _run_spec(args: argparse.Namespace) -> int:
     from . import local_session
-    from .spec import explain, load_spec, run, spec_conf
+    from .spec import explain, explain_without_spark, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
+    if args.dry_run:
+        text = explain_without_spark(spec)  # the source's schema known: checked and shown without Spark
+        if text is not None:
+            print(f"{text}\n(spec {args.spec} checked without starting Spark: its source's schema is declared)")
+            return 0
     if not _DEBUG:  # a failure is gpuwm's one line; its trace goes to the file that line names
         for name in ("py4j", "SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # pyspark logs its errors
             logging.getLogger(name).setLevel(logging.CRITICAL)  # with their whole Java trace, then raises them
@@ -343,7 +348,9 @@ def parser() -> argparse.ArgumentParser:
                        'gpuwm/spark/spec.py (python -m pydoc gpuwm.spark.spec) and the README, "Command line and '
                        'spark-submit".')
     r.add_argument("spec", help="the pipeline spec, a JSON file")
-    r.add_argument("--dry-run", action="store_true", help="check the spec and print the plan; run nothing")
+    r.add_argument("--dry-run", action="store_true",
+                   help="check the spec and print the plan; run nothing (Spark is not started where the source's "
+                        "schema is known: Nexmark, or Parquet with a declared schema)")
     j = sub.add_parser("jars", help="fetch the Kafka connector, a Kafka broker and the RAPIDS jar (Maven Central)")
     j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
     j.add_argument("--rapids-path", action="store_true",

@@ -456,10 +456,17 @@ class Pipeline:
         lines.append(f"sink         {plan.sink.kind} {plan.sink.path or ''}".rstrip())
         if plan.late is not None:
             lines.append(f"late rows    parquet {plan.late.path}")
-        why = direct_reason(self.df, self.inputs, self.checkpoint)[0]
-        lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
-                                                      "the task makes the input itself" if why is None else
-                                                      f"Spark's rows ({why})"))
+        from .spec import Declared
+
+        if isinstance(self.df, Declared):  # a dry run without Spark: the source's plan is not known yet
+            lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
+                                                          "the task makes the input itself where Spark's plan of the "
+                                                          "source allows it (checked as the query starts)"))
+        else:
+            why = direct_reason(self.df, self.inputs, self.checkpoint)[0]
+            lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
+                                                          "the task makes the input itself" if why is None else
+                                                          f"Spark's rows ({why})"))
         given = dict(trigger) if trigger else None
         run_with, finish = trigger_for(given)
         lines.append(f"trigger      {given or 'default'}" + (f" -> run as {run_with}, stopped by gpuwm at the end "

@@ -109,6 +109,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from ..errors import ConfigError, SchemaError, unknown_keys
 from ..operator import stage_class, stage_kinds
@@ -465,10 +466,22 @@ def build(spark, spec: dict, verbose: bool = True):
         for name, inp in spec["inputs"].items():
             _add_watermark(p, inp["watermark"], input=name)
     else:
-        df = _read_source(spark, spec["source"], spec["checkpoint"])
-        p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
-                     read=spec.get("read"))
-        _add_watermark(p, spec["watermark"])
+        return _single(_read_source(spark, spec["source"], spec["checkpoint"]), spec, verbose)
+    return _stages_and_sinks(p, spec)
+
+
+def _single(df, spec: dict, verbose: bool):
+    """The pipeline of a one-source spec over ``df``, its source's DataFrame
+    (or a :class:`Declared` stand-in)."""
+    from . import Pipeline
+
+    p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
+                 read=spec.get("read"))
+    _add_watermark(p, spec["watermark"])
+    return _stages_and_sinks(p, spec)
+
+
+def _stages_and_sinks(p, spec: dict):
     for i, stage in enumerate(stages_of(spec)):
         add_stage(p, i, stage)
     sink = _sink_tuple(spec["sink"])
@@ -542,6 +555,78 @@ def spec_conf(spec: dict) -> dict:
         given = conf.get("spark.jars.packages")
         conf["spark.jars.packages"] = ",".join(([given] if given else []) + pkgs)
     return conf
+
+
+_DDL_TYPES = {"bigint": "LongType", "long": "LongType", "int": "IntegerType", "integer": "IntegerType",
+              "smallint": "ShortType", "short": "ShortType", "tinyint": "ByteType", "byte": "ByteType",
+              "double": "DoubleType", "float": "FloatType", "real": "FloatType", "string": "StringType",
+              "boolean": "BooleanType", "timestamp": "TimestampType", "date": "DateType", "binary": "BinaryType"}
+
+
+def declared_schema(ddl: str):
+    """A source's ``schema`` (Spark DDL) as Spark's ``StructType``, read
+    without Spark where it is ``name type, ...`` of plain types; None
+    otherwise (Spark's parser must read it).
+
+    >>> declared_schema("ts TIMESTAMP, k bigint").simpleString()
+    'struct<ts:timestamp,k:bigint>'
+    >>> declared_schema("d decimal(10, 2)") is None
+    True
+    """
+    from pyspark.sql import types as T
+
+    fields = []
+    for part in ddl.split(","):
+        words = part.split()
+        if len(words) != 2 or words[1].lower() not in _DDL_TYPES or not words[0].isidentifier():
+            return None
+        fields.append(T.StructField(words[0], getattr(T, _DDL_TYPES[words[1].lower()])(), True))
+    return T.StructType(fields) if fields else None
+
+
+class Declared:
+    """A spec's source whose schema gpuwm knows without Spark — the Nexmark
+    source, or a Parquet stream with a declared schema of plain types and
+    no ``select`` — standing in for its DataFrame where nothing runs:
+    ``gpuwm run --dry-run`` checks such a spec's whole pipeline (column
+    names and types included) and prints its plan without starting Spark."""
+
+    isStreaming = True
+
+    class _Conf:
+        @staticmethod
+        def get(key: str, default: Any = None) -> Any:
+            return default
+
+    def __init__(self, schema):
+        self.schema = schema
+        self.columns = list(schema.names)
+        self.sparkSession = self
+        self.conf = self._Conf()
+
+
+def explain_without_spark(spec: dict) -> str | None:
+    """``gpuwm run --dry-run`` of a spec whose one source's schema is known
+    without Spark (:class:`Declared`): the plan, checked as it would run;
+    None where Spark must read the schema (a ``sql`` spec, several inputs,
+    a ``select`` or a watermark ``expr``, another format)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from .nexmark import GENERATORS, _kind
+
+    src = spec.get("source")
+    if "sql" in spec or "inputs" in spec or not isinstance(src, dict) or src.get("select") \
+            or "expr" in (spec.get("watermark") or {}):
+        return None
+    if src.get("format") == "nexmark":
+        schema = from_arrow_schema(GENERATORS[_kind(dict(src.get("options", {})))][1])
+    elif src.get("format") == "parquet" and isinstance(src.get("schema"), str):
+        schema = declared_schema(src["schema"])
+    else:
+        return None
+    if schema is None:
+        return None
+    return _single(Declared(schema), spec, verbose=False).explain(trigger=spec.get("trigger"))
 
 
 def explain(spark, spec: dict) -> str:
