@@ -150,7 +150,7 @@ class AggregateSpec(OperatorSpec):
         return self.by
 
     def check(self, ctx: StageContext) -> None:
-        if self.window.column != ctx.event_time:
+        if self.window.column != ctx.event_time and self.window.column not in ctx.also_times:
             raise ConfigError(f"window column {self.window.column!r} differs from the event-time column of its "
                               f"input, {ctx.event_time!r}" + (" (after a window stage: 'window_time')"
                                                                if ctx.previous is not None else

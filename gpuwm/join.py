@@ -47,8 +47,10 @@ The inputs' schema is one :class:`pyarrow.Schema` with one struct field per
 named input (:func:`inputs_schema`); the output has the left input's columns
 and then the right's (names must differ; the other side's columns are
 nullable in an outer join). The output's event time is the left time
-column, with watermark ``W - max(upper, 0) - 1 ms``: no later output row has
-a left time at or below it.
+column — or the right one: the watermark, ``W - max(upper, -lower) - 1
+ms`` (Spark's join output watermark, the smaller of the two sides' state
+watermarks), covers both: no later output row has a left or a right time at
+or below it.
 """
 
 from __future__ import annotations
@@ -288,6 +290,9 @@ class IntervalJoinSpec(_JoinSpec):
 
     def event_time(self, upstream: str) -> str:
         return self.left_time
+
+    def other_times(self) -> tuple[str, ...]:
+        return (self.right_time,)
 
     def _check_times(self, dom: TimeDomain) -> None:
         for v, what in ((self.lower, "lower"), (self.upper, "upper")):
@@ -876,7 +881,9 @@ class IntervalJoin(_Join):
         self._lo = dom.duration(self.spec.lower, "lower", signed=True)
         self._hi = dom.duration(self.spec.upper, "upper", signed=True)
         self._margin = 0 if self.spec.time_key else dom.one_ms()
-        self._behind = max(self._hi, 0) + self._margin  # the output's left time trails W by this
+        # the output's watermark, on either side's time: W less the larger of how far a left row's state
+        # time trails W and a right row's (Spark's join output watermark: the smaller state watermark)
+        self._behind = max(self._hi, -self._lo) + self._margin
 
     def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":
         if self._drained is not None:  # at or behind the last drain: late

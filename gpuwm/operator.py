@@ -119,12 +119,15 @@ class StageContext:
         else each named input's that has one.
     inputs : the named inputs' Arrow schemas (empty for one input).
     previous : the stage before, or None for the first.
+    also_times : other columns of the input the same watermark covers (a
+        join's other side's time: :meth:`OperatorSpec.event_times`).
     """
 
     event_time: str | None
     watermarks: Mapping[str | None, Any] = field(default_factory=dict)
     inputs: Mapping[str, pa.Schema] = field(default_factory=dict)
     previous: "OperatorSpec | None" = None
+    also_times: tuple[str, ...] = ()
 
     def watermark(self, name: str | None = None) -> Any:
         """Input ``name``'s watermark spec (None: the one input's); a
@@ -252,6 +255,11 @@ class OperatorSpec:
     def event_time(self, upstream: str) -> str:
         """The event-time column of this stage's output, given its input's."""
         return upstream
+
+    def other_times(self) -> tuple[str, ...]:
+        """Other columns of this stage's output that its output watermark
+        covers too (an interval join's right time), for the stage after."""
+        return ()
 
     def output_schema(self, schema: pa.Schema) -> pa.Schema:
         """The schema of the released rows for input ``schema``; raises

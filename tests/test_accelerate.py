@@ -457,6 +457,40 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
     assert "join       left on [['k', 'k2'], ['ts', 'ts2']] (equal event times)" in explain(queries["time"][0])
 
 
+def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(spark, tmp_path):
+    """A window over a join's rows on the right side's event time, the
+    range wider behind the left time than ahead of it: the window drains
+    with Spark's join output watermark — the watermark less the larger of
+    the two sides' state margins (here the right's 25 s, not the left's 5
+    s) — and emits the same rows in the same micro-batches as Spark."""
+    from pyspark.sql import functions as F
+
+    from .test_spark_join import A_SCHEMA, B_SCHEMA, _streams
+    from .test_spark_join import _write as write_streams
+
+    auctions, bids = _streams(seed=31, batches=24)
+    write_streams(f"{tmp_path}/a", auctions)
+    write_streams(f"{tmp_path}/b", bids)
+
+    def side(name, schema, ts, delay):
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{name}") \
+            .withWatermark(ts, delay)
+
+    a, b = side("a", A_SCHEMA, "a_ts", "10 seconds"), side("b", B_SCHEMA, "b_ts", "5 seconds")
+    df = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts - interval 25 seconds AND a_ts + interval 5 seconds")) \
+        .groupBy(F.window("b_ts", "10 seconds")).agg(F.count("*").alias("n"), F.sum("price").alias("s"))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) > 4
+    acc = accelerate(df)
+    assert acc.translation is not None, acc.refused
+    assert "  aggregate  window(b_ts, 0:00:10) by []: n = count(*), s = sum(price)" in explain(df)
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out").awaitTermination()
+    assert _batches(f"{tmp_path}/out") == want
+
+
 _UNITS = {"milliseconds": 1_000, "seconds": 1_000_000, "minutes": 60_000_000}
 
 

@@ -90,6 +90,7 @@ class Translation:
     time: tuple[str, str] | None = None  # the rows' event-time column: (Spark's name, gpuwm's); None: a window's
     #                                      rows without window_time(window)
     inputs: dict[str, Translation] | None = None  # a join's two inputs ("left", "right"), each a watermarked source
+    other_times: list[tuple[str, str]] = field(default_factory=list)  # more event-time columns (a join's right time)
 
 
 def _kind(node) -> str:
@@ -322,6 +323,12 @@ def _aggregate(spark, agg) -> Translation:
     if t.time is None:
         raise Refused("Aggregate", "a window over the rows of a stage that gives no event time (window a window's "
                                    "rows by window_time(window))")
+    text = str(made.toString())
+    for other in t.other_times:  # a join's right time instead of its left: the one the window's expression reads
+        ids = [i for i, c in t.columns.items() if c == other[1]]
+        if any(re.search(rf"#{i}\b", text) for i in ids):
+            t.time = other
+            break
     cols = t.columns
     if any(i not in cols for i in named):
         raise Refused("Aggregate", "a grouping column the stage below does not give as a column (its window?)")
@@ -598,7 +605,8 @@ def _join(spark, node) -> Translation:
             step.append([str(a.name()), _WINDOW_STRUCT])
     ids = {_id(a): str(a.name()) for a in scala_iter(node.output())}
     return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, how, window)],
-                       [step], left.shown + right.shown + [shown], ids, columns, time=time, inputs=sides)
+                       [step], left.shown + right.shown + [shown], ids, columns, time=time, inputs=sides,
+                       other_times=[] if time is None else [right.time])
 
 
 def _conjuncts(e) -> list:

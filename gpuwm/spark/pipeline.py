@@ -310,7 +310,8 @@ class Pipeline:
         wms: dict[str | None, WatermarkSpec] = dict(self._wms) if self.inputs is not None else \
             {} if self._wm is None else {None: self._wm}
         inputs = {} if self.inputs is None else input_schemas(self._input_arrow_schema())
-        return StageContext(self._event_time(), wms, inputs, self._stages[-1] if self._stages else None)
+        last = self._stages[-1] if self._stages else None
+        return StageContext(self._event_time(), wms, inputs, last, last.other_times() if last is not None else ())
 
     def _event_time(self) -> str | None:
         col = None if self._wm is None else self._wm.column

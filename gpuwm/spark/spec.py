@@ -390,7 +390,8 @@ def _stage_problems(bad, spec: dict, wm) -> None:
                 bad(f"{path}.slide", f"a hop of {opts.get('hop')} every {opts.get('slide')} puts each row in "
                                      f"{per:,} windows (gpuwm keeps one aggregate per row and window; at most "
                                      f"{MAX_WINDOWS_PER_ROW:,}): use a longer slide or a shorter window")
-        ctx = StageContext(event_time=got.event_time(ctx.event_time), watermarks=ctx.watermarks, previous=got)
+        ctx = StageContext(event_time=got.event_time(ctx.event_time), watermarks=ctx.watermarks, previous=got,
+                           also_times=got.other_times())
 
 
 def stages_of(spec: dict) -> list[dict]:
