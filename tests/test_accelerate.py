@@ -455,6 +455,18 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
         assert _batches(f"{tmp_path}/out-{name}") == want, name
     assert "join       full on [['k', 'rk']] in the same window(ts, 0:00:10)" in explain(queries["window"][0])
     assert "join       left on [['k', 'k2'], ['ts', 'ts2']] (equal event times)" in explain(queries["time"][0])
+    # the SQL forms, over the two watermarked streams as views, translate as their DataFrame twins
+    from gpuwm.spark.accelerate import translate
+
+    left.createOrReplaceTempView("l")
+    right.createOrReplaceTempView("r")
+    sqls = {"window": "SELECT * FROM (SELECT k, price, window(ts, '10 seconds') AS w FROM l) FULL OUTER JOIN "
+                      "(SELECT k2 AS rk, p2, window(ts2, '10 seconds') AS w2 FROM r) ON k = rk AND w = w2",
+            "time": "SELECT * FROM l LEFT JOIN r ON k = k2 AND ts = ts2"}
+    for name, sql in sqls.items():
+        got, want = translate(spark.sql(sql)), translate(queries[name][0])
+        assert (got.stages, got.shown) == (want.stages, want.shown), name  # (SELECT * adds a select of all)
+        assert [n for n, _ in got.output[-1]] == [n for n, _ in want.output[-1]] == queries[name][0].columns
 
 
 def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(spark, tmp_path):
