@@ -246,9 +246,29 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
     spark = re.search(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] ([^\n]+)", text)
     if spark:
         return f"[{spark.group(1)}] {spark.group(2).split(' SQLSTATE')[0].strip()}"[:500], 1
+    # a Python error in a task or in foreachBatch (``OSError: [Errno 28] ... No space left on device``): the last
+    # exception line of the tracebacks, Spark's and py4j's wrappers of it left out
+    raised = [(n, m) for n, m in re.findall(r"(?m)^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (.+)$",
+                                             text) if not n.startswith(("pyspark.", "py4j."))]
+    if raised:
+        name, msg = raised[-1]
+        errno = re.search(r"\[Errno (\d+)\]", msg)
+        hint = _ERRNO_HINTS.get(int(errno.group(1))) if errno else None
+        return f"{name.rsplit('.', 1)[-1]}: {msg.strip()}"[:500] + (f" ({hint})" if hint else ""), 1
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(
         ("Traceback", "File ", "An exception was raised by the Python Proxy", "at ", "==="))]
     return (lines[0] if lines else type(e).__name__)[:500], 1
+
+
+#: what to do about an OS error a batch met (the batch is not committed: a rerun does it again)
+_ERRNO_HINTS = {
+    28: "a file system the batch writes to is full: free space, then run the same spec again to continue; the "
+        "failed batch was not committed",
+    30: "a file system the batch writes to is read-only: make it writable, then run the same spec again to "
+        "continue; the failed batch was not committed",
+    13: "permission denied where the batch writes: fix it, then run the same spec again to continue; the failed "
+        "batch was not committed",
+}
 
 
 def _subclasses(cls: type) -> list[type]:
