@@ -182,9 +182,10 @@ def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
                "watermark": {"column": "ts", "delay": "2 seconds"},
                "stages": [{"window": {"tumble": "2 seconds", "by": ["kk"]}}]}
     (tmp_path / "p.json").write_text(json.dumps(pq_spec))
-    r = gpuwm("run", "--dry-run", str(tmp_path / "p.json"))
-    assert r.returncode == 2 and "starting Spark in local mode" not in r.stdout and r.stderr.count("\n") == 1 and \
-        r.stderr.startswith("gpuwm: error: ") and "'kk'" in r.stderr, (r.stdout, r.stderr)
+    for how in (("--dry-run",), ()):  # checked before Spark starts, as a dry run or a run
+        r = gpuwm("run", *how, str(tmp_path / "p.json"))
+        assert r.returncode == 2 and "starting Spark in local mode" not in r.stdout and r.stderr.count("\n") == 1 \
+            and r.stderr.startswith("gpuwm: error: ") and "'kk'" in r.stderr, (r.stdout, r.stderr)
     pq_spec["source"]["select"] = ["ts", "k AS kk"]
     (tmp_path / "p.json").write_text(json.dumps(pq_spec))
     r = gpuwm("run", "--dry-run", str(tmp_path / "p.json"))

@@ -153,11 +153,12 @@ def _run_spec(args: argparse.Namespace) -> int:
     from .spec import explain, explain_without_spark, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
-    if args.dry_run:
-        text = explain_without_spark(spec)  # the source's schema known: checked and shown without Spark
-        if text is not None:
-            print(f"{text}\n(spec {args.spec} checked without starting Spark: its source's schema is declared)")
-            return 0
+    # where the source's schema is known (Nexmark, a declared Parquet schema), the whole pipeline — column
+    # names and types included — is checked now, before Spark starts; a dry run then needs no Spark at all
+    text = explain_without_spark(spec)
+    if args.dry_run and text is not None:
+        print(f"{text}\n(spec {args.spec} checked without starting Spark: its source's schema is declared)")
+        return 0
     if not _DEBUG:  # a failure is gpuwm's one line; its trace goes to the file that line names
         for name in ("py4j", "SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # pyspark logs its errors
             logging.getLogger(name).setLevel(logging.CRITICAL)  # with their whole Java trace, then raises them
