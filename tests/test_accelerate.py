@@ -575,7 +575,9 @@ def test_generated_queries_give_spark_s_rows_batch_for_batch(spark, tmp_path):
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     runs = iter(range(1000))
 
-    @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized: CI runs the same few examples every time (a fixed seed); the grammar is explored further by
+    # raising max_examples by hand
+    @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(kind=st.sampled_from(["tumble", "hop", "session"]), size=st.integers(2, 8), per=st.sampled_from([2, 4]),
            delay=st.integers(0, 10), keys=st.sampled_from([[], ["k"]]),
            aggs=st.lists(st.tuples(st.sampled_from(sorted(fns)), st.sampled_from(["*", "price"])), min_size=1,
@@ -583,8 +585,8 @@ def test_generated_queries_give_spark_s_rows_batch_for_batch(spark, tmp_path):
     def check(kind, size, per, delay, keys, aggs):
         if kind == "hop":
             made = F.window("ts", f"{size * per} seconds", f"{size} seconds")
-        elif kind == "session":
-            made = F.session_window("ts", f"{size} seconds")
+        elif kind == "session":  # Spark refuses a session window without a key
+            made, keys = F.session_window("ts", f"{size} seconds"), ["k"]
         else:
             made = F.window("ts", f"{size} seconds")
         cols = [(fns[fn]("*") if fn == "count" and col == "*" else fns[fn]("price")).alias(f"a{i}")
@@ -596,7 +598,7 @@ def test_generated_queries_give_spark_s_rows_batch_for_batch(spark, tmp_path):
         assert acc.translation is not None, acc.refused
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{n}").trigger(availableNow=True).start(
             f"{tmp_path}/out-{n}").awaitTermination()
-        want = _batches(f"{tmp_path}/native-{n}")
-        assert want and _batches(f"{tmp_path}/out-{n}") == want
+        want = _batches(f"{tmp_path}/native-{n}")  # (a session the final watermark leaves open emits nothing)
+        assert _batches(f"{tmp_path}/out-{n}") == want
 
     check()
