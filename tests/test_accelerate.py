@@ -369,6 +369,23 @@ def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation
     assert nexmark_source(_source(spark, str(tmp_path))) is None
 
 
+def _auctions_and_bids(spark, tmp: str, batches: int = 12):
+    """test_spark_join's auction and bid streams (seed 31), one file per
+    micro-batch each, as two watermarked streams (10 s and 5 s)."""
+    from .test_spark_join import A_SCHEMA, B_SCHEMA, _streams
+    from .test_spark_join import _write as write_streams
+
+    auctions, bids = _streams(seed=31, batches=batches)
+    write_streams(f"{tmp}/a", auctions)
+    write_streams(f"{tmp}/b", bids)
+
+    def side(name, schema, ts, delay):
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp}/{name}") \
+            .withWatermark(ts, delay)
+
+    return side("a", A_SCHEMA, "a_ts", "10 seconds"), side("b", B_SCHEMA, "b_ts", "5 seconds")
+
+
 def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     """Spark's stream-stream join of two watermarked file streams on equal
     keys and a time range (a left outer join, its unmatched rows emitted
@@ -380,18 +397,9 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
 
     from gpuwm.spark.accelerate import translate
 
-    from .test_spark_join import A_SCHEMA, B_SCHEMA, COND, _streams
-    from .test_spark_join import _write as write_streams
+    from .test_spark_join import COND
 
-    auctions, bids = _streams(seed=31)
-    write_streams(f"{tmp_path}/a", auctions)
-    write_streams(f"{tmp_path}/b", bids)
-
-    def side(name, schema, ts, delay):
-        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{name}") \
-            .withWatermark(ts, delay)
-
-    a, b = side("a", A_SCHEMA, "a_ts", "10 seconds"), side("b", B_SCHEMA, "b_ts", "5 seconds")
+    a, b = _auctions_and_bids(spark, str(tmp_path))
     df = a.join(b, F.expr(COND), "leftOuter")
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
@@ -477,18 +485,7 @@ def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(s
     s) — and emits the same rows in the same micro-batches as Spark."""
     from pyspark.sql import functions as F
 
-    from .test_spark_join import A_SCHEMA, B_SCHEMA, _streams
-    from .test_spark_join import _write as write_streams
-
-    auctions, bids = _streams(seed=31, batches=24)
-    write_streams(f"{tmp_path}/a", auctions)
-    write_streams(f"{tmp_path}/b", bids)
-
-    def side(name, schema, ts, delay):
-        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{name}") \
-            .withWatermark(ts, delay)
-
-    a, b = side("a", A_SCHEMA, "a_ts", "10 seconds"), side("b", B_SCHEMA, "b_ts", "5 seconds")
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=24)
     df = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts - interval 25 seconds AND a_ts + interval 5 seconds")) \
         .groupBy(F.window("b_ts", "10 seconds")).agg(F.count("*").alias("n"), F.sum("price").alias("s"))
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
