@@ -95,36 +95,46 @@ def _table(rows: list[tuple], split: int | None = None) -> pa.Table:
 
 
 def test_idle_split_stops_holding_back_a_min_watermark_without_new_data(spark, tmp_path):
-    """risingwave (min over splits) with idle_timeout 10 s: split 1 sends once,
+    """risingwave (min over splits) with idle_timeout 15 s: split 1 sends once,
     split 0 goes on; the combined watermark waits for split 1 until it has
-    been silent for 10 s of processing time — then a micro-batch without data
-    re-combines without it and emits what split 0's watermark closes."""
+    been silent for 15 s of processing time — then a micro-batch without data
+    re-combines without it and emits what split 0's watermark closes. Split
+    0's last file comes 3 s after its second, so that split 0 is still active
+    for at least 4 s after split 1 went idle, on a loaded machine too."""
     src = f"{tmp_path}/in"
     os.makedirs(src)
     base = time.time() - 100
     files = [pa.concat_tables([_table([(1, 0, 1), (2, 1, 2)], 0), _table([(3, 0, 3)], 1)]),
              _table([(12, 0, 4), (14, 1, 5)], 0), _table([(23, 0, 6), (31, 1, 7)], 0)]
-    for i, t in enumerate(files):
+    for i, t in enumerate(files[:2]):
         pq.write_table(t, f"{src}/p{i}.parquet")
         os.utime(f"{src}/p{i}.parquet", (base + i, base + i))
     watch = Watch(lambda m: m["rows_emitted"] > 0)
     df = spark.readStream.schema("ts timestamp, k bigint, price bigint, s int").option(
         "maxFilesPerTrigger", 1).parquet(src)
     p = (Pipeline(df, f"{tmp_path}/ck", on_batch=watch)
-         .watermark("ts", delay="1 second", split="s", profile="risingwave", idle_timeout="10 seconds")
+         .watermark("ts", delay="1 second", split="s", profile="risingwave", idle_timeout="15 seconds")
          .window(gpuwm.Tumble("ts", "10 seconds"), aggs={"n": ("*", "count")})
          .write_parquet(f"{tmp_path}/out"))
     q = p.start(trigger={"processingTime": "1 second"})
     try:
-        assert watch.hit.wait(timeout=120), [(m["input_rows"], m["idle_splits"]) for _, m in watch.seen]
+        deadline = time.time() + 120
+        while len(watch.seen) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(3)
+        pq.write_table(files[2], f"{src}/.p2")
+        os.rename(f"{src}/.p2", f"{src}/p2.parquet")
+        assert watch.hit.wait(timeout=120), [(m["input_rows"], m["idle_splits"], m["processing_time"])
+                                             for _, m in watch.seen]
     finally:
         q.stop()
     ms = [m for _, m in watch.seen]
-    assert [m["input_rows"] for m in ms[:3]] == [3, 2, 2] and all(m["idle_splits"] == [] for m in ms[:3])
-    m = ms[-1]  # the first batch that emitted: no data, split 1 idle, at least 10 s after split 1's rows
-    assert m["input_rows"] == 0 and m["idle_splits"] == [1] and m["held_back_splits"] == []
+    what = [(m["input_rows"], m["idle_splits"], m["processing_time"]) for m in ms]
+    assert [m["input_rows"] for m in ms[:3]] == [3, 2, 2] and all(m["idle_splits"] == [] for m in ms[:3]), what
+    m = ms[-1]  # the first batch that emitted: no data, split 1 idle, at least 15 s after split 1's rows
+    assert m["input_rows"] == 0 and m["idle_splits"] == [1] and m["held_back_splits"] == [], what
     waited = datetime.fromisoformat(m["processing_time"]) - datetime.fromisoformat(ms[0]["processing_time"])
-    assert timedelta(seconds=10) < waited < timedelta(seconds=10 + 2 * 1 + 5)
+    assert timedelta(seconds=15) < waited < timedelta(seconds=15 + 2 * 1 + 5), what
     # split 0's watermark, 30 s, closes [0, 10), [10, 20) and [20, 30) (risingwave: W >= end)
     assert rows_of(read_out(f"{tmp_path}/out"), ["window_start", "n"]) == [
         (T0, 3), (T0 + timedelta(seconds=10), 2), (T0 + timedelta(seconds=20), 1)]
