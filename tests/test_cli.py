@@ -192,6 +192,10 @@ def test_dry_run_prints_the_plan_and_status_reads_the_checkpoint(tmp_path):
     assert r.returncode == 0 and "starting Spark in local mode" in r.stdout and "stage 0      window" in r.stdout, r.stderr[-2000:]
     r = gpuwm("run", str(tmp_path / "q.json"))
     assert r.returncode == 0, r.stderr[-2000:]
+    # gpuwm's lines only: what the JVM printed while it started (the JDK's incubator warning, Spark's log4j
+    # profile, hostname and native-Hadoop warnings) stays off the terminal
+    assert [ln for ln in (r.stdout + r.stderr).splitlines() if not ln.startswith(("gpuwm: ", "batch "))] == [], \
+        r.stdout + r.stderr
     r = gpuwm("status", str(tmp_path / "ck"))
     assert r.returncode == 0, r.stderr
     head, *rows, size, done, state = r.stdout.splitlines()
@@ -346,6 +350,28 @@ def test_jars_the_kafka_spec_needs_and_a_bad_coordinate():
     with pytest.raises(GpuwmError, match=r"could not fetch com.nvidia:rapids-4-spark_2.13:26.06.0 from "
                                          r"https://repo1.maven.org/.*404"):
         fetch_jar("com.nvidia:rapids-4-spark_2.13:26.06.0")
+
+
+@pytest.mark.spark
+def test_a_jvm_that_does_not_start_is_one_line_with_its_reason(tmp_path):
+    """A package Ivy cannot resolve: the JVM exits while it starts. Its
+    reason is the one line (not pyspark's "Java gateway process exited"),
+    Ivy's report and the JVM's trace in the file the line names."""
+    pytest.importorskip("pyspark")
+    spec = {"source": {"format": "nexmark", "options": {"totalEvents": 100}}, "checkpoint": str(tmp_path / "ck"),
+            "conf": {"spark.jars.packages": "org.example.gpuwm:no-such-artifact:0.0.1"},
+            "watermark": {"column": "date_time", "delay": "1 second"}, "stages": [{"sort": {}}],
+            "sink": {"parquet": str(tmp_path / "out")}}
+    (tmp_path / "q.json").write_text(json.dumps(spec))
+    r = gpuwm("run", str(tmp_path / "q.json"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr[-3000:]
+    assert r.stderr.startswith("gpuwm: error: Spark did not start: java.lang.RuntimeException: [unresolved "
+                               "dependency: org.example.gpuwm#no-such-artifact;0.0.1: not found] (the whole trace: "), \
+        r.stderr
+    with open(r.stderr.split("(the whole trace: ")[1].split(";")[0]) as fh:
+        log = fh.read()
+    assert "what Spark's JVM printed while it started:" in log and "UNRESOLVED DEPENDENCIES" in log
+    assert not (tmp_path / "ck" / "offsets").exists()
 
 
 @pytest.mark.spark

@@ -54,11 +54,13 @@ def _jvm_for(launch: dict) -> None:
     SparkContext._jvm = None
 
 
-def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None = None):
+def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None = None, show_start: bool = False):
     """A local-mode SparkSession set up for gpuwm: Python workers run this
-    interpreter, UTC session time zone, Arrow on, nexmark registered. Jars
-    in ``conf`` (``spark.jars``, ``spark.jars.packages``, ...) that the JVM
-    this process already runs lacks start a new JVM."""
+    interpreter, UTC session time zone, Arrow on, nexmark registered, log
+    level ERROR. Jars in ``conf`` (``spark.jars``, ``spark.jars.packages``,
+    ...) that the JVM this process already runs lacks start a new JVM. What
+    a JVM prints while it starts is shown only if the start fails, or with
+    ``show_start`` (:mod:`gpuwm.spark.jvmstart`)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from ..backend import SAID_BY
@@ -78,11 +80,15 @@ def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None 
          .config("spark.ui.showConsoleProgress", "false"))
     for k, v in (conf or {}).items():
         b = b.config(k, v)
+    from .jvmstart import quiet_start
+
     fresh = SparkContext._gateway is None
-    spark = b.getOrCreate()
+    with quiet_start(show_start) as up:  # the JVM's start-up lines: off the terminal unless it fails
+        spark = b.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        up(spark)
     if fresh:
         SparkContext._gateway._gpuwm_launch = launch
-    spark.sparkContext.setLogLevel("ERROR")
     register_sources(spark)
     return spark
 

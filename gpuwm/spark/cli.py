@@ -109,7 +109,8 @@ def _demo_spark(args: argparse.Namespace) -> int:
                 seed=args.seed)
     print(f"gpuwm demo (Spark local mode): {args.events:,} Nexmark events, {args.batch:,} per micro-batch, "
           f"{args.splits} splits, profile={args.profile}, output -> {out}/ (starting Spark...)", flush=True)
-    spark = local_session(app="gpuwm-demo", conf={"spark.gpuwm.backend": args.backend or "auto"})
+    spark = local_session(app="gpuwm-demo", conf={"spark.gpuwm.backend": args.backend or "auto"},
+                          show_start=_DEBUG)
     delay = timedelta(milliseconds=args.delay_ms)
     pipes = []
     for name in ("q7_tumble", "q5_hop", "sorted_bids"):
@@ -165,7 +166,7 @@ def _run_spec(args: argparse.Namespace) -> int:
     conf = spec_conf(spec)
     jars = " (and the jars it needs, fetched once)" if "spark.jars.packages" in conf else ""
     print(f"gpuwm: spec {args.spec} checked; starting Spark in local mode{jars}...", flush=True)
-    spark = local_session(app="gpuwm-run", conf=conf)
+    spark = local_session(app="gpuwm-run", conf=conf, show_start=_DEBUG)
     if not _DEBUG:
         spark.sparkContext.setLogLevel("OFF")
     if args.dry_run:
@@ -232,6 +233,11 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
     except ImportError:
         return None
     text = str(e)
+    from .jvmstart import start_failure
+
+    why = start_failure(e)
+    if why is not None:  # Spark's JVM did not start (a package that does not resolve, ...)
+        return f"Spark did not start: {why}"[:500], 1
     if isinstance(e, (AnalysisException, IllegalArgumentException, ParseException)):
         return text.strip().splitlines()[0], 2
     if not isinstance(e, (PySparkException, Py4JJavaError)):
