@@ -174,6 +174,8 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Aggregate: a window with a start offset (0:00:02)": w.groupBy(F.window("ts", "5 seconds", None, "2 seconds"),
                                                                        "k").count(),
         "Aggregate: its grouping has no window": w.groupBy("k").count(),
+        "Aggregate: session_window(ts, 5 seconds) without grouping keys: Spark does not run it": w.groupBy(
+            F.session_window("ts", "5 seconds")).count(),
         "Aggregate: window(ts, 0:00:10, 0:00:03): slide": w.groupBy(F.window("ts", "10 seconds", "3 seconds")).count(),
         "Aggregate: a grouping expression ((k % CAST(2 AS BIGINT)))": w.groupBy(win, F.col("k") % 2).count(),
         "Aggregate: the output expression (count(1) + CAST(1 AS BIGINT))": w.groupBy(win, "k").agg((F.count("*") + 1).alias("n")),
@@ -540,8 +542,8 @@ def test_generated_windowed_queries_translate_to_their_own_parameters(spark, tmp
         if kind == "hop" and per > 1 and us % per == 0:
             made, want = F.window("ts", text, f"{us // per} microseconds"), Hop("ts", size=timedelta(
                 microseconds=us), slide=timedelta(microseconds=us // per))
-        elif kind == "session":
-            made, want = F.session_window("ts", text), Session("ts", timedelta(microseconds=us))
+        elif kind == "session":  # (without keys: refused, as Spark refuses it)
+            made, want, keys = F.session_window("ts", text), Session("ts", timedelta(microseconds=us)), keys or ["k"]
         else:
             made, want = F.window("ts", text), Tumble("ts", timedelta(microseconds=us))
         aggs = [(fn, "*" if fn == "count" and col == "*" else "price" if col == "*" else col) for fn, col in aggs]

@@ -334,6 +334,10 @@ def _aggregate(spark, agg) -> Translation:
         raise Refused("Aggregate", "a grouping column the stage below does not give as a column (its window?)")
     keys = [cols[i] for i in named]  # gpuwm's names of the keys
     win, shown_win = _window(spark, agg.child(), made, out, below, t.time[0], list(named.values()), t.time[1])
+    if not keys and shown_win.startswith("session_window("):  # Spark's planner refuses it when the query starts
+        raise Refused("Aggregate", f"{shown_win} without grouping keys: Spark does not run it on a stream either "
+                                   "('Global aggregation with session window in streaming query is not "
+                                   "supported'), and gpuwm runs what Spark runs")
     stage = len(t.stages)
     aggs: dict[str, tuple[str, str]] = {}
     step, ids, shown_aggs, columns = [], {}, [], {i: cols[i] for i in named}
