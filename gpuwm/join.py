@@ -241,7 +241,8 @@ class IntervalJoinSpec(_JoinSpec):
     #: the event times are a join key (Spark's ``a.ts = b.ts`` among the equal
     #: keys; bounds 0 and 0): a row leaves the state once its time is at or
     #: below the watermark, without the range's 1 ms margin (Spark's
-    #: key-based state watermark instead of its range-based one)
+    #: key-based state watermark instead of its range-based one; under a
+    #: profile whose rows at the watermark are on time, below it)
     time_key: bool = False
 
     def __post_init__(self) -> None:
@@ -880,7 +881,9 @@ class IntervalJoin(_Join):
     def _bind_times(self, dom: TimeDomain) -> None:
         self._lo = dom.duration(self.spec.lower, "lower", signed=True)
         self._hi = dom.duration(self.spec.upper, "upper", signed=True)
-        self._margin = 0 if self.spec.time_key else dom.one_ms()
+        # a time key (Spark's): a state row leaves at the watermark itself — under a profile whose rows at
+        # the watermark are on time (not late_inclusive), one unit behind it, so that such a row finds its partner
+        self._margin = (0 if self.profile.late_inclusive else 1) if self.spec.time_key else dom.one_ms()
         # the output's watermark, on either side's time: W less the larger of how far a left row's state
         # time trails W and a right row's (Spark's join output watermark: the smaller state watermark)
         self._behind = max(self._hi, -self._lo) + self._margin
