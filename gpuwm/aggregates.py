@@ -28,7 +28,10 @@ from .profiles import Profile, resolve
 from .timecol import event_time_domain
 from .watermark import same_schema, schema_from_text, schema_to_text
 
-AGG_FUNCS = ("count", "sum", "min", "max", "mean")
+AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
+#: the value of the first / last row in input order (Spark's ``first``/``last``; a row whose value is null counts:
+#: ``ignoreNulls`` false): tumbling and hopping windows, not sessions (Spark orders a session's rows by time)
+POSITIONAL = ("first", "last")
 EMIT_MODES = ("on-window-close", "on-update")
 _I64 = np.iinfo(np.int64)
 
@@ -85,7 +88,7 @@ def plan_aggs(aggs: Mapping[str, tuple[str, str]], schema: pa.Schema) -> tuple[l
                                                  or pa.types.is_duration(t)))
         if fn in ("sum", "mean") and not numeric:
             raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric column, {col!r} is {t}")
-        if fn in ("min", "max") and not ordered:
+        if fn in ("min", "max", *POSITIONAL) and not ordered:
             raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric or temporal column, {col!r} is {t}")
         if fn == "mean":
             dt, out_t = np.dtype(np.float64), pa.float64()
@@ -96,10 +99,11 @@ def plan_aggs(aggs: Mapping[str, tuple[str, str]], schema: pa.Schema) -> tuple[l
         else:
             isf = pa.types.is_floating(t)
             dt, out_t = np.dtype(np.float64 if isf else np.int64), t
-        role = "v" if fn in ("min", "max") else "s"
-        op = {"min": "min", "max": "max"}.get(fn, "add")
+        role = "v" if fn in ("min", "max", *POSITIONAL) else "s"
+        op = fn if fn in ("min", "max", *POSITIONAL) else "add"
         accs.append(Acc(name, role, dt, op))
-        accs.append(Acc(name, "nn", np.dtype(np.int64), "add"))
+        # nn: non-null rows (first / last: whether the row the value came from had one, 0 or 1)
+        accs.append(Acc(name, "nn", np.dtype(np.int64), op if fn in POSITIONAL else "add"))
         out_fields.append(pa.field(name, out_t))
     accs.append(Acc("__rows", "n", np.dtype(np.int64), "add"))  # (row, window) pairs: late counts
     return accs, out_fields
@@ -231,11 +235,13 @@ class AggregateOperator(Operator, Drained):
             values, valid = frame.values(col)
             ok = None if valid is None else take(valid)
             if acc.role in ("n", "nn"):
+                if ok is None and acc.op in POSITIONAL:  # (a None accumulator counts rows)
+                    ok = xp.ones(int(take(values).shape[0]), dtype=bool)
                 out.append(None if ok is None else ok.astype(xp.int64))
                 continue
             v = take(values).astype(acc.dtype, copy=False)
             if ok is not None:
-                ident = 0 if acc.op == "add" else self._identity(acc)
+                ident = 0 if acc.op in ("add", *POSITIONAL) else self._identity(acc)
                 v = xp.where(ok, v, ident)
             out.append(v)
         return out
@@ -278,7 +284,7 @@ class AggregateOperator(Operator, Drained):
             valid = nn > 0
             if fn == "mean":
                 v = v / np.where(valid, nn, 1)
-            if fn in ("min", "max") and v.dtype.kind != "f":
+            if fn in ("min", "max", *POSITIONAL) and v.dtype.kind != "f":
                 v = v.astype(_fixed_dtype(field.type))
             cols.append(numpy_to_arrow(field.type, np.where(valid, v, 0).astype(v.dtype), valid))
         if self.spec.window_time:

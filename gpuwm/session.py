@@ -44,7 +44,7 @@ from kernels.join import Ranges, expand
 from kernels.xp import INT64_MAX, mask_index
 
 from . import staging
-from .aggregates import AggregateOperator, AggregateSpec
+from .aggregates import POSITIONAL, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .timecol import TimeDomain, positive_interval
@@ -163,6 +163,10 @@ class SessionSpec(AggregateSpec):
         if self.emit == "on-update":
             raise ConfigError("session windows emit on window close only (emit='on-window-close'): a later row "
                               "can merge sessions, which an update stream would have to retract")
+        positional = [f"{name} = {fn}({col})" for name, col, fn in self.aggs if fn in POSITIONAL]
+        if positional:
+            raise ConfigError(f"{', '.join(positional)}: first / last over a session window are not gpuwm's "
+                              "(Spark takes them in its sort by event time, not in arrival order); use min / max")
 
     def build(self, profile: Any, backend: str | None = None) -> "SessionAggregate":
         return SessionAggregate(self.window, by=self.by, aggs=self.agg_dict, emit=self.emit, profile=profile,

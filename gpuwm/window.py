@@ -167,9 +167,12 @@ class WindowAggregate(AggregateOperator):
     ----------
     window : :class:`Tumble` or :class:`Hop`.
     by : group key columns (may be empty).
-    aggs : ``{output: (column, fn)}`` with fn in count, sum, min, max, mean;
-        ``("*", "count")`` counts rows, ``(col, "count")`` non-null values.
-        Nulls are ignored; an aggregate over no non-null value is null.
+    aggs : ``{output: (column, fn)}`` with fn in count, sum, min, max, mean,
+        first, last; ``("*", "count")`` counts rows, ``(col, "count")``
+        non-null values. Nulls are ignored; an aggregate over no non-null
+        value is null — but ``first`` / ``last`` are the value of the
+        window's first / last row as the rows arrived (Spark's ``first`` and
+        ``last``: a null too; numbers and times; not over sessions).
     emit : ``"on-window-close"`` (``drain`` returns final rows) or
         ``"on-update"`` (``push`` returns the changed windows' current values;
         ``drain`` only evicts).

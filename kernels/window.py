@@ -10,7 +10,10 @@ Window math is integer arithmetic in the event-time column's unit:
   slide), slide)``, ``W(end) = W(start) + size``.
 
 Partial aggregates are *accumulator columns*, each with a combine op
-(``add``, ``min``, ``max``). Aggregating raw rows and merging partials into
+(``add``, ``min``, ``max``, or ``first`` / ``last``: the value of the
+group's first / last row in input order — the grouping is stable, so a
+merge that puts the state's partials before the new ones keeps Spark's
+``first``/``last``). Aggregating raw rows and merging partials into
 state are the same operation — group by key columns, reduce each
 accumulator with its op — so one kernel, :func:`group_reduce`, does both.
 """
@@ -55,7 +58,7 @@ def assign_windows(xp: Any, ts: Any, size: int, slide: int) -> tuple[Any, Any]:
     >>> import numpy as np
     >>> r, w = assign_windows(np, np.array([7, 12]), size=10, slide=5)
     >>> r.tolist(), (w * 5).tolist()
-    ([0, 1, 0, 1], [5, 10, 0, 5])
+    ([0, 0, 1, 1], [5, 0, 10, 5])
     """
     n = ts.shape[0]
     first = ts // slide  # floor division: negative times too
@@ -63,10 +66,11 @@ def assign_windows(xp: Any, ts: Any, size: int, slide: int) -> tuple[Any, Any]:
     rows = xp.arange(n, dtype=xp.int64)
     if k == 1:
         return rows, first
-    return xp.tile(rows, k), xp.concatenate([first - j for j in range(k)])
+    # row-major (each row's k windows together): a window's rows stay in input order (first / last)
+    return xp.repeat(rows, k), (first[:, None] - xp.arange(k, dtype=first.dtype)[None, :]).reshape(-1)
 
 
-_REDUCERS = ("add", "min", "max")
+_REDUCERS = ("add", "min", "max", "first", "last")
 
 
 def group_reduce(
@@ -133,6 +137,10 @@ def reduce_runs(xp: Any, accs: Sequence[Any], ops: Sequence[str], order: Any, st
             if sizes is None:
                 sizes = xp.diff(xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)])).astype(xp.int64)
             out.append(sizes)
+            continue
+        if op in ("first", "last"):  # the run's first / last row in ``order`` (a stable sort: input order)
+            at = starts if op == "first" else xp.concatenate([starts[1:], xp.asarray([n], dtype=starts.dtype)]) - 1
+            out.append(a[order[at]])
             continue
         out.append(reduceat(xp, op, a[order], starts))
     return out
@@ -283,6 +291,7 @@ def _dense_reduce(xp, keys, accs, ops, ranges, cells):
     occupied = xp.nonzero(counts)[0]
     gkeys = [(occupied // st) % (hi - lo + 1) + lo for (lo, hi), st in zip(ranges, strides)]
     out = []
+    pos = None  # first / last: each occupied cell's first and last row
     for a, op in zip(accs, ops):
         if a is None:  # a row count: the bincount above
             out.append(counts[occupied].astype(xp.int64))
@@ -290,6 +299,16 @@ def _dense_reduce(xp, keys, accs, ops, ranges, cells):
         if op == "add":
             acc = xp.zeros(cells, dtype=a.dtype)
             scatter_add(xp, acc, cell, a)
+        elif op in ("first", "last"):  # each cell's lowest / highest row position
+            if pos is None:
+                n = int(cell.shape[0])
+                rows = xp.arange(n, dtype=xp.int64)
+                pos = {"first": xp.full(cells, n, dtype=xp.int64), "last": xp.full(cells, -1, dtype=xp.int64)}
+                scatter_min(xp, pos["first"], cell, rows)
+                scatter_max(xp, pos["last"], cell, rows)
+                pos = {k: v[occupied] for k, v in pos.items()}
+            out.append(a[pos[op]])
+            continue
         else:
             info = xp.finfo(a.dtype) if a.dtype.kind == "f" else xp.iinfo(a.dtype)
             ident = (info.max if op == "min" else info.min) if a.dtype.kind != "f" else (

@@ -264,8 +264,11 @@ class RefSort:
 
 
 def _agg(fn: str, vals: list, star: bool) -> Any:
+    """``vals`` in arrival order (first / last: of the rows, a null too)."""
     if fn == "count":
         return len(vals) if star else sum(v is not None for v in vals)
+    if fn in ("first", "last"):
+        return vals[0 if fn == "first" else -1] if vals else None
     vs = [v for v in vals if v is not None]
     if not vs:
         return None

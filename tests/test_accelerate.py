@@ -74,6 +74,9 @@ def _query(spark, src, shape):
                                                                           F.sum("price"), F.min("price"))
     if shape == "session":
         return w.groupBy(F.session_window("ts", "4 seconds"), "k").agg(F.count("price").alias("n"))
+    if shape == "first-last":  # the value of a window's first / last row as it arrived, a null too
+        return w.groupBy(F.window("ts", "10 seconds", "5 seconds"), "k").agg(
+            F.first("price"), F.last("price").alias("l"), F.count("price").alias("n"))
     if shape == "select":  # a filter and projections after the aggregation: struct fields, renames, a cast
         return (w.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
                 .agg(F.max("price").alias("mx"), F.avg("price").alias("p"))
@@ -92,7 +95,7 @@ def _query(spark, src, shape):
 
 
 @pytest.mark.parametrize("shape,vnodes", [("tumble", None), ("hop", 2), ("session", 2), ("select", 2),
-                                          ("chain", 2), ("dedup-window", None), ("dropdup", 2)])
+                                          ("chain", 2), ("dedup-window", None), ("dropdup", 2), ("first-last", 2)])
 def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vnodes):
     """The query as a Spark user writes it, run by Spark and through
     ``accelerate`` (profile spark) on the same files: the same rows in the
@@ -100,10 +103,12 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vn
     columns (``window`` a struct) — and gpuwm ran it, reading the files
     itself."""
     rng = np.random.default_rng({"tumble": 1, "hop": 2, "session": 3, "select": 5, "chain": 6, "dedup-window": 7,
-                                 "dropdup": 9}[shape])
+                                 "dropdup": 9, "first-last": 10}[shape])
     behind = 26 if shape == "dropdup" else 14  # dropdup: rows behind Spark's watermark, dropped as late
     batches = _session_batches(rng) if shape == "session" else _random_batches(rng, 8, 30, step=6, behind=behind,
                                                                                 keys=3)
+    if shape == "first-last":  # a fifth of the prices null
+        batches = [[(t, k, None if rng.random() < 0.2 else p) for t, k, p in b] for b in batches]
     src = f"{tmp_path}/in"
     _write_batches(src, batches)
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
@@ -128,6 +133,9 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape, vn
         assert sum(m["stages"][-1]["rows_emitted"] for m in history) > sum(map(len, got.values()))
     if shape == "dropdup":  # the input has duplicates and late rows: dropped as Spark drops them
         assert history[-1]["totals"]["duplicate_rows"] > 0 and history[-1]["totals"]["late_rows"] > 0
+    if shape == "first-last":  # some windows' first or last row had a null price, and some had several rows
+        rows = [r for b in got.values() for r in b]
+        assert any(r[2] is None for r in rows) and any(r[3] is None for r in rows) and any(r[4] > 3 for r in rows)
 
 
 def test_spark_sql_over_a_streaming_view_equals_the_dataframe_form(spark, tmp_path, capsys):
@@ -169,7 +177,13 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
     win = F.window("ts", "5 seconds")
     other = _source(spark, src).withWatermark("ts", "10 seconds").selectExpr("ts as ts2", "k + 1 as k2")
     refused = {
-        "Aggregate: the aggregate first(price)": w.groupBy(win, "k").agg(F.first("price")),
+        "Aggregate: the aggregate collect_list(price)": w.groupBy(win, "k").agg(F.collect_list("price")),
+        "Aggregate: the aggregate first(price) ignoring nulls: gpuwm's takes the first / last row's value": w.groupBy(
+            win, "k").agg(F.first("price", ignorenulls=True)),
+        "Aggregate: the aggregate last(price) over a session window": w.groupBy(
+            F.session_window("ts", "5 seconds"), "k").agg(F.last("price")),
+        "Aggregate: the aggregate first(CAST(price AS STRING)) of a string column": w.groupBy(win, "k").agg(
+            F.first(F.col("price").cast("string"))),
         "Aggregate: the aggregate count(DISTINCT price): DISTINCT": w.groupBy(win, "k").agg(F.countDistinct("price")),
         "Aggregate: a window with a start offset (0:00:02)": w.groupBy(F.window("ts", "5 seconds", None, "2 seconds"),
                                                                        "k").count(),
@@ -209,12 +223,12 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
     }
     texts = {reason: explain(df) for reason, df in refused.items()}
     assert [r for r, text in texts.items() if not text.startswith(f"Spark runs the whole query: {r}")] == [], texts
-    df = refused["Aggregate: the aggregate first(price)"]
+    df = refused["Aggregate: the aggregate collect_list(price)"]
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     capsys.readouterr()
     acc = accelerate(df)
     assert capsys.readouterr().err == ("gpuwm: warning: the query runs in Spark, not gpuwm: Aggregate: the aggregate "
-                                       "first(price): gpuwm has count, sum, min, max and avg\n")
+                                       "collect_list(price): gpuwm has count, sum, min, max, avg, first and last\n")
     acc.writeStream.format("parquet").option("path", f"{tmp_path}/fb").option(
         "checkpointLocation", f"{tmp_path}/fb-ck").trigger(availableNow=True).start().awaitTermination()
     df.writeStream.format("parquet").option("path", f"{tmp_path}/sp").option(
@@ -234,7 +248,7 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
     q.stop()
     assert "option(s) ['compression']: gpuwm's parquet sink does not apply them" in capsys.readouterr().err
     # fallback=error: one line, by keyword or Spark conf
-    with pytest.raises(gpuwm.ConfigError, match=r"^gpuwm cannot run Aggregate: the aggregate first\(price\): .* "
+    with pytest.raises(gpuwm.ConfigError, match=r"^gpuwm cannot run Aggregate: the aggregate collect_list\(price\): .* "
                                                 r"\(spark.gpuwm.fallback=error\)$"):
         accelerate(df, fallback="error")
     spark.conf.set("spark.gpuwm.fallback", "error")
@@ -297,15 +311,15 @@ def test_a_sql_spec_runs_its_query_in_gpuwm_as_spark_runs_it(spark, tmp_path, ca
     assert _batches(f"{tmp_path}/sql") == want
     assert sum(m["stages"][-1]["rows_emitted"] for m in p.history) > sum(map(len, want.values()))  # HAVING dropped
     # not translated: Spark runs the SQL as written, its own file sink, one warning line
-    first = _SQL_Q.replace("max(price)", "first(price)")
+    first = _SQL_Q.replace("max(price)", "collect_list(price)")
     capsys.readouterr()
     p = run(spark, _sql_spec(tmp_path, src, first, "fb"), verbose=False)
     assert isinstance(p, SparkRun) and p.history == []
     assert capsys.readouterr().err == ("gpuwm: warning: the query runs in Spark, not gpuwm: Aggregate: the aggregate "
-                                       "first(bids.price): gpuwm has count, sum, min, max and avg\n")
+                                       "collect_list(bids.price): gpuwm has count, sum, min, max, avg, first and last\n")
     assert os.path.isdir(f"{tmp_path}/fb/_spark_metadata") and spark.read.parquet(f"{tmp_path}/fb").count() == \
         sum(map(len, want.values()))
-    with pytest.raises(gpuwm.ConfigError, match=r"^gpuwm cannot run Aggregate: the aggregate first\(bids.price\)"):
+    with pytest.raises(gpuwm.ConfigError, match=r"^gpuwm cannot run Aggregate: the aggregate collect_list\(bids.price\)"):
         run(spark, _sql_spec(tmp_path, src, first, "err", fallback="error"), verbose=False)
     assert not os.path.exists(f"{tmp_path}/err-ck")
 

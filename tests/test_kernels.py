@@ -57,6 +57,22 @@ def test_group_reduce(rows):
     assert hi.tolist() == [max(exp[x]) for x in sorted(exp)]
 
 
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-9, 9)), min_size=1, max_size=60), st.booleans())
+def test_group_reduce_first_and_last_are_by_input_position(rows, dense):
+    """first / last: the value of each group's first / last row in input
+    order, on the dense and the sort path (the sort is stable)."""
+    k = np.array([r[0] for r in rows], dtype=np.int64)
+    v = np.array([r[1] for r in rows], dtype=np.int64)
+    keys, (first, last, n), _, _ = group_reduce(np, [k], [v, v, None], ["first", "last", "add"], allow_dense=dense)
+    exp = {}
+    for kk, vv in rows:
+        exp.setdefault(kk, []).append(vv)
+    assert keys[0].tolist() == sorted(exp)
+    assert first.tolist() == [exp[x][0] for x in sorted(exp)]
+    assert last.tolist() == [exp[x][-1] for x in sorted(exp)]
+    assert n.tolist() == [len(exp[x]) for x in sorted(exp)]
+
+
 @given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 400), st.integers(-9, 9)), max_size=80),
        st.booleans())
 def test_group_reduce_row_counts_without_ones(rows, dense):

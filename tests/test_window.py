@@ -41,7 +41,7 @@ def test_spark_event_time_watermark_suite_vector(backend):
 
 
 AGGS = {"n": ("*", "count"), "c": (2, "count"), "s": (2, "sum"), "lo": (2, "min"), "hi": (2, "max"),
-        "avg": (2, "mean")}
+        "fi": (2, "first"), "la": (2, "last"), "avg": (2, "mean")}
 
 rows_st = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 80)), st.integers(0, 3),
                              st.one_of(st.none(), st.integers(-50, 50))), max_size=25)
@@ -56,8 +56,8 @@ def _table(rows, keytype):
                      "v": pa.array([r[2] for r in rows], pa.int64())})
 
 
-def _cmp(got: pa.Table, exp: list[tuple], by: bool, keytype: str):
-    names = ["window_start", "window_end"] + (["k"] if by else []) + list(AGGS)
+def _cmp(got: pa.Table, exp: list[tuple], by: bool, keytype: str, aggs: dict = AGGS):
+    names = ["window_start", "window_end"] + (["k"] if by else []) + list(aggs)
     got_rows = [tuple(r[n] for n in names) for r in got.to_pylist()] if got.num_columns else []
     conv = (lambda k: f"key{k}") if keytype == "str" else (lambda k: k)
     exp = [(e[0], e[1], conv(e[2]), *e[3:]) if by else e for e in exp]
@@ -104,7 +104,8 @@ def test_window_matches_reference(backend, window, profile, emit, keys, ops, mon
 def test_window_snapshot_restore(backend, ops, stop, keys, monkeypatch):
     monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Hop("t", size=10, slide=5), by=["k"],  # noqa: E731
-                                       aggs={"s": ("v", "sum"), "m": ("v", "mean"), "n": ("*", "count")},
+                                       aggs={"s": ("v", "sum"), "m": ("v", "mean"), "n": ("*", "count"),
+                                             "f": ("v", "first"), "la": ("v", "last")},
                                        backend=backend)
     run_with_restore(mk, ops, stop, keys, lambda b: mk().restore(b.snapshot()))
 

@@ -57,8 +57,12 @@ from ..errors import ConfigError, SchemaError
 from .direct import scala_iter
 
 FALLBACKS = ("spark", "error")
-_AGGS = {"Count": "count", "Sum": "sum", "Min": "min", "Max": "max", "Average": "mean"}
-_SHOWN = {"count": "count", "sum": "sum", "min": "min", "max": "max", "mean": "avg"}
+_AGGS = {"Count": "count", "Sum": "sum", "Min": "min", "Max": "max", "Average": "mean", "First": "first",
+         "Last": "last"}
+_SHOWN = {"count": "count", "sum": "sum", "min": "min", "max": "max", "mean": "avg", "first": "first",
+          "last": "last"}
+#: the column types gpuwm's first / last take (its accumulators are numbers)
+_POSITIONAL_TYPES = ("byte", "short", "integer", "long", "float", "double", "timestamp", "timestamp_ntz", "date")
 _WINDOW_STRUCT = {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}
 # nodes that pass their child's rows on unchanged (a temp view, a subquery's name)
 _TRANSPARENT = ("SubqueryAlias", "View")
@@ -306,6 +310,23 @@ def _window(spark, upper, made, out, below, ts: str, keys: list[str] | None, on:
     return win, shown
 
 
+def _positional(e, fn, win) -> None:
+    """Refuse Spark's ``first`` / ``last`` where gpuwm's differ: ignoring
+    nulls, over a session (Spark sorts a session's rows by time), of a type
+    gpuwm's accumulators do not hold."""
+    from ..session import Session
+
+    why = None
+    if fn.ignoreNulls():
+        why = "ignoring nulls: gpuwm's takes the first / last row's value, null or not"
+    elif isinstance(win, Session):
+        why = "over a session window: Spark takes a session's rows in event-time order, gpuwm's in arrival order"
+    elif str(fn.child().dataType().typeName()) not in _POSITIONAL_TYPES:
+        why = f"of a {fn.child().dataType().simpleString()} column: gpuwm's are of numbers and times"
+    if why:
+        raise Refused("Aggregate", f"the aggregate {e.sql()} {why}")
+
+
 def _aggregate(spark, agg) -> Translation:
     groups = list(scala_iter(agg.groupingExpressions()))
     if any(_kind(g) != "AttributeReference" for g in groups):
@@ -355,7 +376,10 @@ def _aggregate(spark, agg) -> Translation:
             fn = e.aggregateFunction()
             fk = _kind(fn)
             if fk not in _AGGS:
-                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm has count, sum, min, max and avg")
+                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm has count, sum, min, max, avg, first "
+                                           "and last")
+            if fk in ("First", "Last"):
+                _positional(e, fn, win)
             if e.isDistinct() or e.filter().isDefined():
                 raise Refused("Aggregate", f"the aggregate {e.sql()}: DISTINCT and FILTER are not gpuwm's")
             args = list(scala_iter(fn.children()))
