@@ -95,6 +95,7 @@ class Translation:
     #                                      rows without window_time(window)
     inputs: dict[str, Translation] | None = None  # a join's two inputs ("left", "right"), each a watermarked source
     other_times: list[tuple[str, str]] = field(default_factory=list)  # more event-time columns (a join's right time)
+    shown_time: str | None = None  # the watermark's column as the query names it, where gpuwm's name is its own
 
 
 def _kind(node) -> str:
@@ -521,6 +522,7 @@ def _rename(t: Translation, picks: list[tuple[str, str, int]], side: str, clash:
     if name is None:  # the time column is not selected (a window's side)
         name = f"__gpuwm_{side}_time" if t.time[1] in clash else t.time[1]
         cols.append(F.col(_quoted(t.time[1])).alias(name))
+        t.shown_time = t.time[0] if name != t.time[1] else None
     t.source, t.column, t.time = t.source.select(*cols), name, (name, name)
     t.columns = {i: n for _, n, i in picks}
 
@@ -808,7 +810,8 @@ class Accelerated:
                             p.checkpoint)[0] if (self.read or "auto") != "spark" else "read='spark'"
         src = " and ".join(_describe_source(i.source._jdf.queryExecution().analyzed()) for i in ins.values())
         lines = [f"gpuwm runs (profile {self.profile}, vnodes {self.vnodes or 1}):"]
-        lines += [f"  watermark  {i.column}, delay {i.delay}" + (f" ({n})" if n else "") for n, i in ins.items()]
+        lines += [f"  watermark  {i.shown_time or i.column}, delay {i.delay}" + (f" ({n})" if n else "")
+                  for n, i in ins.items()]
         lines += [f"  {s}" for s in t.shown]
         lines.append(f"  output     {', '.join(self.df.columns)}")  # pipeline() checked they are gpuwm's
         lines.append(f"Spark runs: the source, {src}" + (
