@@ -410,8 +410,8 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     keys and a time range (a left outer join, its unmatched rows emitted
     when the watermark passes them, the last in Spark's final no-data
     batch): through ``accelerate``, gpuwm's interval join writes the same
-    rows in the same micro-batches (vnodes 2, both inputs' files read by
-    gpuwm's tasks); the range's other spellings are read the same."""
+    rows in the same micro-batches (vnodes 1 and 2, both inputs' files read
+    by gpuwm's tasks); the range's other spellings are read the same."""
     from pyspark.sql import functions as F
 
     from gpuwm.spark.accelerate import translate
@@ -425,15 +425,16 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     want = _batches(f"{tmp_path}/native")
     rows = [r for b in want.values() for r in b]
     assert len(rows) > 50 and sum(r[3] is None for r in rows) > 5  # matched pairs and unmatched auctions
-    history: list = []
-    acc = accelerate(df, vnodes=2, on_batch=history.append)
-    assert acc.translation is not None, acc.refused
     text = explain(df)
     assert "  join       left on [['a_id', 'b_aid']], b_ts between a_ts + 0:00:00 and a_ts + 0:00:20" in text
-    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
-        f"{tmp_path}/out").awaitTermination()
-    assert _batches(f"{tmp_path}/out") == want
-    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
+    for vnodes in (1, 2):
+        history: list = []
+        acc = accelerate(df, vnodes=vnodes, on_batch=history.append)
+        assert acc.translation is not None, acc.refused
+        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck{vnodes}").trigger(availableNow=True).start(
+            f"{tmp_path}/out{vnodes}").awaitTermination()
+        assert _batches(f"{tmp_path}/out{vnodes}") == want, vnodes
+        assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
     # the same range spelled otherwise (BETWEEN, the sides swapped, strict bounds one microsecond inside)
     for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
                           (-3_000_000, 60_000_000)),
@@ -445,13 +446,13 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
 
 def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_them(spark, tmp_path):
     """Spark's stream-stream join with the window among its keys (a full
-    outer join of two sides that select ``window(ts, '10 seconds')``, vnodes
-    2) and its join on equal event times (``ts = ts2`` among the keys, left
-    outer): through ``accelerate``, gpuwm's window join emits each pair as
-    it matches and each unmatched row as its window closes (the other
-    side's window column null, as Spark's), and its interval join with the
-    times as a key drops state at the watermark itself — the same rows in
-    the same micro-batches as Spark's. Both sources have the same column
+    outer join of two sides that select ``window(ts, '10 seconds')``) and
+    its join on equal event times (``ts = ts2`` among the keys, left outer),
+    each at vnodes 1 and 2: through ``accelerate``, gpuwm's window join
+    emits each pair as it matches and each unmatched row as its window
+    closes (the other side's window column null, as Spark's), and its
+    interval join with the times as a key drops state at the watermark
+    itself — the same rows in the same micro-batches as Spark's. Both sources have the same column
     names; the right side renames its columns after ``withWatermark``
     (gpuwm renames them in its source)."""
     from pyspark.sql import functions as F
@@ -464,27 +465,28 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
     right = _source(spark, f"{tmp_path}/r").withWatermark("ts", "3 seconds") \
         .selectExpr("ts as ts2", "k as k2", "price as p2")
     queries = {
-        "window": (left.select("k", "price", F.window("ts", "10 seconds").alias("w")).join(
+        "window": left.select("k", "price", F.window("ts", "10 seconds").alias("w")).join(
             right.select(F.col("k2").alias("rk"), "p2", F.window("ts2", "10 seconds").alias("w2")),
-            F.expr("k = rk AND w = w2"), "fullOuter"), 2),
-        "time": (left.join(right, F.expr("k = k2 AND ts = ts2"), "leftOuter"), None),
+            F.expr("k = rk AND w = w2"), "fullOuter"),
+        "time": left.join(right, F.expr("k = k2 AND ts = ts2"), "leftOuter"),
     }
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    for name, (df, vnodes) in queries.items():
+    for name, df in queries.items():
         _native(df, f"{tmp_path}/native-{name}", f"{tmp_path}/nck-{name}")
         want = _batches(f"{tmp_path}/native-{name}")
         rows = [r for b in want.values() for r in b]
         assert len(rows) > 30 and sum(r[3] is None for r in rows) > 3, name  # pairs, and rows without a partner
-        acc = accelerate(df, vnodes=vnodes)
-        assert acc.translation is not None, acc.refused
-        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
-            f"{tmp_path}/out-{name}").awaitTermination()
-        assert _batches(f"{tmp_path}/out-{name}") == want, name
-    text = explain(queries["window"][0])
+        for vnodes in (1, 2):
+            acc = accelerate(df, vnodes=vnodes)
+            assert acc.translation is not None, acc.refused
+            acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}{vnodes}").trigger(
+                availableNow=True).start(f"{tmp_path}/out-{name}{vnodes}").awaitTermination()
+            assert _batches(f"{tmp_path}/out-{name}{vnodes}") == want, (name, vnodes)
+    text = explain(queries["window"])
     assert "join       full on [['k', 'rk']] in the same window(ts, 0:00:10)" in text
     # both sides' time columns are named ts: gpuwm's inner names for them are not shown
     assert "  watermark  ts, delay 0:00:06 (left)\n  watermark  ts, delay 0:00:03 (right)" in text, text
-    assert "join       left on [['k', 'k2'], ['ts', 'ts2']] (equal event times)" in explain(queries["time"][0])
+    assert "join       left on [['k', 'k2'], ['ts', 'ts2']] (equal event times)" in explain(queries["time"])
     # the SQL forms, over the two watermarked streams as views, translate as their DataFrame twins
     from gpuwm.spark.accelerate import translate
 
@@ -494,9 +496,9 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
                       "(SELECT k2 AS rk, p2, window(ts2, '10 seconds') AS w2 FROM r) ON k = rk AND w = w2",
             "time": "SELECT * FROM l LEFT JOIN r ON k = k2 AND ts = ts2"}
     for name, sql in sqls.items():
-        got, want = translate(spark.sql(sql)), translate(queries[name][0])
+        got, want = translate(spark.sql(sql)), translate(queries[name])
         assert (got.stages, got.shown) == (want.stages, want.shown), name  # (SELECT * adds a select of all)
-        assert [n for n, _ in got.output[-1]] == [n for n, _ in want.output[-1]] == queries[name][0].columns
+        assert [n for n, _ in got.output[-1]] == [n for n, _ in want.output[-1]] == queries[name].columns
 
 
 def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(spark, tmp_path):
