@@ -250,7 +250,9 @@ ODD = [(b"not json", False), (b'{"ts": "x", "k": 1, "price": 2}', False), (b"", 
        (b'{\n"ts": 9, "k": 1\n}', True), (b'{"k": 1, "k": 2}', True), (b'{"ts": 9223372036854775808}', False),
        (b'{"s": "\\ud83d\\ude00 \\u00e9", "k": 3}', True), (b'{"ts":1,}', False), (b'{"k": NaN}', False),
        (b"\xff\xfe", False), (b'{"d": "Infinity", "b": true, "s": 12.50}', True), (b'{"b": 1, "d": 1e400}', False),
-       (b'{"s": {"x": [1, 2]}, "k": 4}', True), (b'{"d": -0.0, "s": "a\tb"}', False)]
+       (b'{"s": {"x": [1, 2]}, "k": 4}', True), (b'{"d": -0.0, "s": "a\tb"}', False),
+       # malformed inside a string field's value: Spark reads on from where Jackson's error left it
+       (b'{"s": {"a": 1,}, "k": 5}', False), (b'{"s": [1,], "k": 6}', False), (b'{"s": {,}, "k": 7}', False)]
 WIDE = [["from_json(CAST(value AS STRING), 'ts BIGINT, k BIGINT, price BIGINT, s STRING, d DOUBLE, b BOOLEAN') AS e",
          "partition", "offset", "CAST(key AS STRING) AS key", "headers", "timestampType", "topic"],
         ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "e.s AS s", "e.d AS d", "e.b AS b",

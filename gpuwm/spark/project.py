@@ -36,8 +36,11 @@ Spark's ``JacksonParser`` with its default options (single quotes and
 ``NaN``/``Infinity`` allowed; leading zeros, control characters, comments
 and trailing commas not; text after the first value ignored): a value that
 is not JSON gives a struct of nulls, a field that does not convert a null
-field (the others kept), an empty or blank message a null struct. Each
-message not parsed whole is counted (``malformed``).
+field (the others kept), an empty or blank message a null struct. A field
+whose value is malformed inside (``{"s": {"a": 1,}, "k": 1}``) is read on
+as Jackson reads on after the error, from where the error left it: ``s``
+null and ``k`` 1 there, every field null elsewhere (:class:`_Jackson`).
+Each message not parsed whole is counted (``malformed``).
 """
 
 from __future__ import annotations
@@ -258,9 +261,9 @@ def spark_json(v: bytes | None, fields: list) -> tuple[dict | None, bool]:
     options): (the struct as a dict or None, whether it parsed whole)."""
     if v is None:
         return None, True
-    p = _Parser(v)
+    p = _Jackson(v)
     try:
-        tok = p.token()
+        tok = p.next_token()
         if tok is None:  # empty or blank: no row, a null struct
             return None, False
         if tok != "{":  # a root that is not an object: every field null
@@ -268,6 +271,209 @@ def spark_json(v: bytes | None, fields: list) -> tuple[dict | None, bool]:
         return p.record(dict(fields))
     except (_Bad, IndexError, ValueError, UnicodeDecodeError):
         return {n: None for n, _ in fields}, False
+
+
+class _Jackson:
+    """Jackson's streaming parser as Spark's ``JacksonParser`` drives it,
+    down to how it goes on after an error inside a field: a token that
+    fails is consumed but does not become the current one, and the parsing
+    context stays where it was (its entry count advanced) — so Spark's loop
+    over the root object's fields goes on from there, in whatever context
+    that is (``{"s": {"a": 1,}, "k": 1}`` as a ``s string, k bigint``:
+    ``s`` null, ``k`` 1 — the trailing comma's ``}`` was consumed, ``, "k":
+    1`` read as the inner object's). Contexts are ``[kind, index, name]``;
+    tokens ``{ } [ ]``, ``("name", text)`` and the scalars of
+    :class:`_Parser`; a field name's value is read with it (Jackson's
+    ``_nextToken``; after a field name whose colon or value failed, the next
+    token is none, the end), a string's text is read when asked for (a bad
+    one poisons the rest)."""
+
+    def __init__(self, b: bytes):
+        self.lex = _Parser(b)
+        self.ctx: list[list] = [["root", -1, None]]
+        self.cur: Any = None
+        self._pending: Any = None  # the value read with a field name
+        self._poisoned = False  # a string whose text Jackson cannot read: the next token fails
+
+    def next_token(self) -> Any:
+        if isinstance(self.cur, tuple) and self.cur[0] == "name":  # after a field name: its value — none where
+            t, self._pending = self._pending, None  # it failed to read, which ends Spark's loop over the fields
+            return self._set(t)
+        if self._poisoned:
+            raise _Bad()
+        lex = self.lex
+        lex._skip_ws()
+        b, i = lex.b, lex.i
+        top = self.ctx[-1]
+        if i >= len(b):  # the end: fine at the root only
+            if top[0] != "root":
+                raise _Bad()
+            self.cur = None
+            return None
+        c = b[i:i + 1]
+        if c in (b"}", b"]"):  # a closing mark closes the scope (a mismatch is an error)
+            lex.i = i + 1
+            if top[0] != ("object" if c == b"}" else "array"):
+                raise _Bad()
+            self.ctx.pop()
+            return self._set(c.decode())
+        top[1] += 1
+        if top[0] != "root" and top[1] > 0:  # a comma, then the next mark
+            lex.i = i + 1
+            if c != b",":
+                raise _Bad()
+            lex._skip_ws()
+            if lex.i >= len(b):
+                raise _Bad()
+            c = b[lex.i:lex.i + 1]
+        if top[0] == "object":  # a field name (quoted), its colon, its value
+            if c not in (b'"', b"'"):
+                lex.i += 1
+                raise _Bad()
+            top[2] = lex._string(c)
+            self.cur = ("name", top[2])
+            lex._skip_ws()
+            if lex.b[lex.i:lex.i + 1] != b":":
+                lex.i += 1
+                raise _Bad()
+            lex.i += 1
+            self._pending = self._value()
+            return self.cur
+        return self._set(self._value())
+
+    def _value(self) -> Any:
+        """The value token at the lexer's position (not yet the current one)."""
+        lex = self.lex
+        lex._skip_ws()
+        c = lex.b[lex.i:lex.i + 1]
+        if c in (b"}", b"]", b",", b":", b""):
+            lex.i += 1
+            raise _Bad()  # expected a value
+        if c in (b'"', b"'"):
+            at = lex.i
+            try:
+                return ("s", lex._string(c))
+            except (_Bad, IndexError, ValueError, UnicodeDecodeError):
+                lex.i = at
+                return ("s!", None)
+        if c in (b"{", b"["):
+            lex.i += 1
+            return c.decode()
+        return lex.token()
+
+    def _set(self, t: Any) -> Any:
+        if t in ("{", "["):
+            self.ctx.append(["object" if t == "{" else "array", -1, None])
+        self.cur = t
+        if isinstance(t, tuple) and t[0] == "s!":
+            self._poisoned = True
+        return t
+
+    def text(self, t: Any) -> str:
+        """A string token's text (Jackson reads it now)."""
+        if t[0] == "s!":
+            raise _Bad()
+        return t[1]
+
+    def current_name(self) -> str | None:
+        """Jackson's ``getCurrentName``: a start mark's is its parent's."""
+        at = -2 if self.cur in ("{", "[") and len(self.ctx) > 1 else -1
+        return self.ctx[at][2]
+
+    def skip_children(self) -> None:
+        """Past the structure the current token starts (nothing for a scalar)."""
+        if self.cur not in ("{", "["):
+            return
+        depth = 1
+        while depth:
+            t = self.next_token()
+            if t is None:
+                raise _Bad()
+            depth += 1 if t in ("{", "[") else -1 if t in ("}", "]") else 0
+
+    def record(self, types: dict) -> tuple[dict, bool]:
+        """The root object's fields, as Spark's ``convertObject`` reads them
+        (the current token its ``{``): each field a converter may fail
+        (that field null, the rest kept, the record partial); an error
+        between fields fails the record."""
+        row: dict = {n: None for n in types}
+        ok = True
+        while True:
+            t = self.next_token()
+            if t is None or t == "}":
+                return row, ok
+            name = self.current_name()
+            if name in types:
+                try:
+                    row[name] = self._convert(types[name])
+                except (_Field, _Bad, IndexError, ValueError, UnicodeDecodeError):
+                    ok = False  # the field keeps what an earlier duplicate of it gave
+                    self.skip_children()
+            else:
+                self.skip_children()
+
+    def _convert(self, typ: str) -> Any:
+        tok = self.cur
+        if isinstance(tok, tuple) and tok[0] == "name":  # the field's value
+            tok = self.next_token()
+        if tok is None or tok == ("z", None):
+            return None
+        kind = tok[0] if isinstance(tok, tuple) else tok
+        if typ in _INT_RANGE:
+            if kind != "n" or not _is_int(tok[1]):
+                raise _Field()
+            x = int(tok[1])
+            top = 256 if typ == "tinyint" else 1 << _INT_RANGE[typ]  # Jackson's getByteValue takes 128..255, wrapped
+            if not -(1 << _INT_RANGE[typ]) <= x < top:
+                raise _Field()
+            return x - 256 if x > 127 and typ == "tinyint" else x
+        if typ == "double":
+            if kind == "n":
+                return _NUMBER_WORDS.get(tok[1].encode(), None) if tok[1][-1:].isalpha() else float(tok[1])
+            if kind in ("s", "s!"):
+                text = self.text(tok)
+                if text in ("NaN", "+INF", "+Infinity", "Infinity", "-INF", "-Infinity"):
+                    return {"NaN": math.nan, "-INF": -math.inf, "-Infinity": -math.inf}.get(text, math.inf)
+            raise _Field()
+        if typ == "boolean":
+            if kind in ("t", "f"):
+                return kind == "t"
+            raise _Field()
+        if typ == "string":
+            if kind in ("s", "s!"):
+                return self.text(tok)
+            return self.copy()  # anything else: Jackson's copy of it (from_json reads through a Reader)
+        raise _Field()
+
+    def copy(self) -> str:
+        """The value the current token starts as Jackson's generator writes
+        it (``copyCurrentStructure``): compact, numbers as Java prints them."""
+        tok = self.cur
+        if tok in ("{", "["):
+            close = "}" if tok == "{" else "]"
+            out = []
+            while True:
+                t = self.next_token()
+                if t == close:
+                    return tok + ",".join(out) + close
+                if t is None or t in ("}", "]"):
+                    raise _Bad()
+                if isinstance(t, tuple) and t[0] == "name":
+                    name = _jackson_string(t[1])
+                    self.next_token()
+                    out.append(name + ":" + self.copy())
+                else:
+                    out.append(self.copy())
+        if not isinstance(tok, tuple) or tok[0] == "name":
+            raise _Bad()  # (a closing mark: the generator has nothing open)
+        kind, text = tok
+        if kind in ("s", "s!"):
+            return _jackson_string(self.text(tok))
+        if kind in ("t", "f", "z"):
+            return {"t": "true", "f": "false", "z": "null"}[kind]
+        if _is_int(text):
+            return str(int(text))
+        return _java_double(_NUMBER_WORDS[text.encode()] if text[-1:].isalpha() else float(text))
 
 
 class _Parser:
@@ -370,118 +576,6 @@ class _Parser:
                 continue
             out.append(c)
             i += 1
-
-    def skip_value(self, tok: Any) -> None:
-        """Past the value that starts with ``tok`` (its children too)."""
-        if tok in ("{", "["):
-            close = "}" if tok == "{" else "]"
-            first = True
-            while True:
-                t = self.token()
-                if t == close and first:
-                    return
-                if tok == "{":
-                    if not (isinstance(t, tuple) and t[0] == "s") or self.token() != ":":
-                        raise _Bad()
-                    t = self.token()
-                self.skip_value(t)
-                sep = self.token()
-                if sep == close:
-                    return
-                if sep != ",":
-                    raise _Bad()
-                first = False
-        elif not isinstance(tok, tuple):
-            raise _Bad()
-
-    def record(self, types: dict) -> tuple[dict, bool]:
-        """The fields of the root object (after its ``{``), Spark's way."""
-        row: dict = {n: None for n in types}
-        ok = True
-        first = True
-        while True:
-            t = self.token()
-            if t == "}" and first:
-                break
-            if not (isinstance(t, tuple) and t[0] == "s") or self.token() != ":":
-                raise _Bad()
-            name = t[1]
-            v = self.token()
-            if name in types:
-                try:
-                    row[name] = self._convert(v, types[name])
-                except _Field:  # the field keeps what an earlier duplicate of it gave
-                    ok = False
-                    self.skip_value(v)
-            else:
-                self.skip_value(v)
-            sep = self.token()
-            if sep == "}":
-                break
-            if sep != ",":
-                raise _Bad()
-            first = False
-        return row, ok
-
-    def _convert(self, tok: Any, typ: str) -> Any:
-        if tok == ("z", None):
-            return None
-        kind = tok[0] if isinstance(tok, tuple) else tok
-        if typ in _INT_RANGE:
-            if kind != "n" or not _is_int(tok[1]):
-                raise _Field()
-            x = int(tok[1])
-            top = 256 if typ == "tinyint" else 1 << _INT_RANGE[typ]  # Jackson's getByteValue takes 128..255, wrapped
-            if not -(1 << _INT_RANGE[typ]) <= x < top:
-                raise _Field()
-            return x - 256 if x > 127 and typ == "tinyint" else x
-        if typ == "double":
-            if kind == "n":
-                return _NUMBER_WORDS.get(tok[1].encode(), None) if tok[1][-1:].isalpha() else float(tok[1])
-            if kind == "s" and tok[1] in ("NaN", "+INF", "+Infinity", "Infinity", "-INF", "-Infinity"):
-                return {"NaN": math.nan, "-INF": -math.inf, "-Infinity": -math.inf}.get(tok[1], math.inf)
-            raise _Field()
-        if typ == "boolean":
-            if kind in ("t", "f"):
-                return kind == "t"
-            raise _Field()
-        if typ == "string":
-            if kind == "s":
-                return tok[1]
-            return self.copy(tok)  # anything else: Jackson's copy of it (from_json reads through a Reader)
-        raise _Field()
-
-    def copy(self, tok: Any) -> str:
-        """The value starting with ``tok`` as Jackson's generator writes it
-        (``copyCurrentStructure``): compact, numbers as Java prints them."""
-        if tok in ("{", "["):
-            close = "}" if tok == "{" else "]"
-            out = []
-            t = self.token()
-            while t != close:
-                if tok == "{":
-                    if not (isinstance(t, tuple) and t[0] == "s") or self.token() != ":":
-                        raise _Bad()
-                    out.append(_jackson_string(t[1]) + ":" + self.copy(self.token()))
-                else:
-                    out.append(self.copy(t))
-                sep = self.token()
-                if sep == close:
-                    break
-                if sep != ",":
-                    raise _Bad()
-                t = self.token()
-            return tok + ",".join(out) + close
-        if not isinstance(tok, tuple):
-            raise _Bad()
-        kind, text = tok
-        if kind == "s":
-            return _jackson_string(text)
-        if kind in ("t", "f", "z"):
-            return {"t": "true", "f": "false", "z": "null"}[kind]
-        if _is_int(text):
-            return str(int(text))
-        return _java_double(_NUMBER_WORDS[text.encode()] if text[-1:].isalpha() else float(text))
 
 
 class _Field(Exception):
