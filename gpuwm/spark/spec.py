@@ -49,7 +49,9 @@ Operators: ``stages``, a list of stages, each one of
 
 - ``{"window": {"tumble": size | "hop": size, "slide": s | "session": gap,
   "by": [...], "aggs": {out: [column, fn]}, "emit": ..., "on": column}}``
-  (``on``: the window's column, default the event-time column of the
+  (``fn``: count, sum, min, max, mean, first, last — first / last the value
+  of the window's first / last row as it arrived, not over sessions;
+  ``on``: the window's column, default the event-time column of the
   stage's input — the watermark's column, ``window_time`` after a window),
 - ``{"sort": {"key": [...]}}`` (the last stage),
 - ``{"dedup": {"key": [...]}}`` (Spark's ``dropDuplicatesWithinWatermark``),
