@@ -93,9 +93,11 @@ def quiet_start(show: bool = False):
         yield up
     except BaseException as e:
         restore()
-        for relay in relays:
-            relay.started_up.set()  # from now on, pass everything on
+        for relay in relays:  # a JVM that exited closes its pipes: all it printed has been read
+            relay.join(timeout=5)
         held = b"".join(relay.held() for relay in relays).decode(errors="replace").strip()
+        for relay in relays:
+            relay.started_up.set()  # from now on (a JVM still running), pass everything on
         if held:  # shown with the traceback (gpuwm run: its one line names the reason, its log has all)
             e.__notes__ = [*getattr(e, "__notes__", []), f"{NOTE}\n{held}"]
         raise
