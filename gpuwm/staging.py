@@ -182,12 +182,13 @@ def as_bytes(xp: Any, a: Any) -> Any:
 def upload_arrays(backend: Any, arrays: Sequence[np.ndarray | None]) -> list[Any]:
     """Small host arrays (an operator's per-split or per-key state) to the
     device in one copy: device arrays of the same dtypes and shapes (the
-    arrays themselves on the CPU backend)."""
+    arrays themselves on the CPU backend). An array already on the device
+    (a Frame's split codes) stays as it is."""
     if not backend.is_gpu:
         return list(arrays)
-    host = [None if a is None else np.ascontiguousarray(a) for a in arrays]
-    dev = upload(backend, [None if a is None else a.reshape(-1).view(np.uint8) for a in host])
-    return [None if a is None else d.view(a.dtype).reshape(a.shape) for a, d in zip(host, dev)]
+    host = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in arrays]
+    dev = iter(upload(backend, [a.reshape(-1).view(np.uint8) for a in host if isinstance(a, np.ndarray)]))
+    return [next(dev).view(a.dtype).reshape(a.shape) if isinstance(a, np.ndarray) else a for a in host]
 
 
 def download_arrays(backend: Any, arrays: Sequence[Any | None]) -> list[np.ndarray | None]:

@@ -197,3 +197,22 @@ def test_many_batches_through_the_ring_stay_intact(backend):
     more = [Frame.from_arrow(t, b).to_arrow() for t in reversed(tables)]  # the ring's slots written again
     for t, out, again in zip(tables, outs, reversed(more)):
         assert out.equals(t) and again.equals(t)
+
+
+def test_upload_arrays_leaves_device_arrays_where_they_are():
+    """A Frame's split codes are already on the device: upload_arrays keeps
+    them as they are and uploads the host arrays beside them. CuPy refuses
+    the implicit device -> host conversion that a host copy would make (the
+    on-event filter over a device Frame failed so on an H200)."""
+    from .conftest import HostGpu
+
+    class DeviceArray:  # what CuPy's ndarray does when NumPy asks for its values
+        def __array__(self, *a, **k):
+            raise TypeError("Implicit conversion to a NumPy array is not allowed")
+
+    b = HostGpu("gpu", np, None)
+    dev = DeviceArray()
+    host = np.array([[1, 2], [3, 4]], dtype=np.int32)
+    out = staging.upload_arrays(b, [host, dev, None, np.array([7], dtype=np.int64)])
+    assert out[1] is dev and out[2] is None
+    assert out[0].dtype == np.int32 and out[0].tolist() == [[1, 2], [3, 4]] and out[3].tolist() == [7]
