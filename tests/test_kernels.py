@@ -43,6 +43,28 @@ def test_sort_rows_recovers_sorted_columns_from_words(rows):
     assert sa.tolist() == a[perm].tolist() and sb.tolist() == b[perm].tolist()
 
 
+@pytest.mark.parametrize("device_branch", [False, True])
+@given(st.lists(st.tuples(st.integers(-2**58, 2**58), st.integers(-3, 3)), min_size=1, max_size=60),
+       st.integers(0, 3))
+def test_sort_rows_keys_too_wide_for_the_row_index(device_branch, rows, dup):
+    """62 key bits leave 2 for the row index: NumPy sorts 4-row pieces and
+    merges them; a device sorts (key, position) pairs in one stable pass
+    (pieces were a sort launch each: 14 s a batch on an H200). Both keep
+    ties in input order."""
+    import kernels.xp
+
+    rows = rows + rows[:dup]  # full ties
+    a = np.array([r[0] for r in rows], dtype=np.int64)
+    b = np.array([r[1] for r in rows], dtype=np.int64)
+    was, kernels.xp.CUPY_BRANCHES = kernels.xp.CUPY_BRANCHES, device_branch
+    try:
+        perm, (sa, sb) = sort_rows(np, [a, b])
+    finally:
+        kernels.xp.CUPY_BRANCHES = was
+    assert perm.tolist() == sorted(range(len(rows)), key=lambda i: (rows[i], i))
+    assert sa.tolist() == a[perm].tolist() and sb.tolist() == b[perm].tolist()
+
+
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(-9, 9)), min_size=1, max_size=60))
 def test_group_reduce(rows):
     k = np.array([r[0] for r in rows], dtype=np.int64)
