@@ -108,6 +108,10 @@ class StreamSort(Operator, Drained):
     ----------
     column : event-time column (timestamp or integer).
     key : further sort columns (ties on event time), e.g. a primary key.
+        Rows equal on ``column`` and every key leave in arrival order, which
+        over several input partitions is the order the exchange delivers
+        them in (as with ``ORDER BY``): a key that makes rows unique makes
+        the order total.
     profile : ``"risingwave"`` releases ``ts < W``; ``"spark"``/``"flink"`` ``ts <= W``.
     release_inclusive : override the profile's boundary.
     backend : ``"auto"``, ``"cpu"`` or ``"gpu"``.
