@@ -17,7 +17,9 @@ PyArrow objects):
 and on the CPU backend of the same machine, over larger batches
 (``--per`` rows, ``--nbatches`` of them) written to Parquet first and read
 back inside the timing with PyArrow (decoded on the host by its thread
-pool), as a task's direct read does; the output must still match.
+pool), as a task's direct read does; the output must still match. Each
+case runs once on small batches first, untimed, so that CuPy's kernel
+compilation is not counted (a first case would otherwise carry it).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main() -> int:
     ap.add_argument("--time", action="store_true", help="time GPU vs CPU per batch (see the module doc)")
     ap.add_argument("--per", type=int, default=1_000_000, help="--time: rows a batch")
     ap.add_argument("--nbatches", type=int, default=5, help="--time: batches")
+    ap.add_argument("--profile", help="--time: only this case (e.g. sort-1), its GPU run under cProfile")
     args = ap.parse_args()
     if args.save_plans:
         Path(args.save_plans).write_bytes(pickle.dumps(build_plans()))
@@ -70,7 +73,7 @@ def main() -> int:
         return 2
     plans = pickle.loads(Path(args.plans).read_bytes()) if args.plans else build_plans()
     if args.time:
-        return time_tasks(plans, args.per, args.nbatches)
+        return time_tasks(plans, args.per, args.nbatches, args.profile)
     data = batches()
     bad = 0
     for op, vnodes in CASES:
@@ -91,14 +94,19 @@ def main() -> int:
     return 1 if bad else 0
 
 
-def time_tasks(plans: dict, per: int, nbatches: int) -> int:
+def time_tasks(plans: dict, per: int, nbatches: int, profile: str | None = None) -> int:
     """Per-batch time of Spark's task functions, GPU vs CPU backend, reading
-    each batch's partitions from Parquet inside the timing."""
+    each batch's partitions from Parquet inside the timing. ``profile``
+    (a case, e.g. ``sort-1``): that case alone, its GPU run under cProfile."""
+    import cProfile
+    import pstats
+    from contextlib import nullcontext
     from dataclasses import replace
 
     import pyarrow.parquet as pq
 
     data = batches(nbatches, per)
+    warm = batches(3, 2_000)
     bad = 0
     with tempfile.TemporaryDirectory() as src:
         files = []
@@ -108,15 +116,22 @@ def time_tasks(plans: dict, per: int, nbatches: int) -> int:
                 files[-1].append(f"{src}/b{i}-p{j}.parquet")
                 pq.write_table(t, files[-1][-1])
         print(f"{nbatches} batches of {per:,} rows ({len(files[0])} partitions each), Parquet read inside the timing")
-        for op, vnodes in CASES:
+        for op, vnodes in [c for c in CASES if profile in (None, f"{c[0]}-{c[1]}")]:
             took = {}
             for name in ("gpu", "cpu"):
+                with tempfile.TemporaryDirectory() as tmp:  # untimed: CuPy compiles its kernels on first use
+                    store._CACHE.clear()
+                    run_tasks(relocate(replace(plans[f"{op}-{vnodes}"], backend=name), tmp), warm)
                 with tempfile.TemporaryDirectory() as tmp:
                     plan = relocate(replace(plans[f"{op}-{vnodes}"], backend=name), tmp)
                     store._CACHE.clear()
+                    prof = cProfile.Profile() if profile and name == "gpu" else nullcontext()
                     t0 = time.perf_counter()
-                    got, nparts = run_tasks(plan, [[pq.read_table(f) for f in b] for b in files])
+                    with prof:
+                        got, nparts = run_tasks(plan, [[pq.read_table(f) for f in b] for b in files])
                     took[name] = (time.perf_counter() - t0) / nbatches
+                    if profile and name == "gpu":
+                        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
                     if name == "gpu":
                         why = mismatch(op, vnodes, got, nparts, run_operators(op, data))
                         bad += why is not None
