@@ -21,6 +21,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import uuid
 
 ENV = "GPUWM_JVM_START"
@@ -93,8 +94,9 @@ def quiet_start(show: bool = False):
         yield up
     except BaseException as e:
         restore()
-        for relay in relays:  # a JVM that exited closes its pipes: all it printed has been read
-            relay.join(timeout=5)
+        deadline = time.monotonic() + 5  # a JVM that exited closes its pipes: all it printed has been read
+        for relay in relays:
+            relay.join(timeout=max(0.0, deadline - time.monotonic()))
         held = b"".join(relay.held() for relay in relays).decode(errors="replace").strip()
         for relay in relays:
             relay.started_up.set()  # from now on (a JVM still running), pass everything on
