@@ -119,18 +119,19 @@ def time_tasks(plans: dict, per: int, nbatches: int, profile: str | None = None)
         for op, vnodes in [c for c in CASES if profile in (None, f"{c[0]}-{c[1]}")]:
             took = {}
             for name in ("gpu", "cpu"):
+                base = replace(plans[f"{op}-{vnodes}"], backend=name)
                 with tempfile.TemporaryDirectory() as tmp:  # untimed: CuPy compiles its kernels on first use
                     store._CACHE.clear()
-                    run_tasks(relocate(replace(plans[f"{op}-{vnodes}"], backend=name), tmp), warm)
+                    run_tasks(relocate(base, tmp), warm)
                 with tempfile.TemporaryDirectory() as tmp:
-                    plan = relocate(replace(plans[f"{op}-{vnodes}"], backend=name), tmp)
+                    plan = relocate(base, tmp)
                     store._CACHE.clear()
-                    prof = cProfile.Profile() if profile and name == "gpu" else nullcontext()
+                    prof = cProfile.Profile() if profile and name == "gpu" else None
                     t0 = time.perf_counter()
-                    with prof:
+                    with prof or nullcontext():
                         got, nparts = run_tasks(plan, [[pq.read_table(f) for f in b] for b in files])
                     took[name] = (time.perf_counter() - t0) / nbatches
-                    if profile and name == "gpu":
+                    if prof:
                         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
                     if name == "gpu":
                         why = mismatch(op, vnodes, got, nparts, run_operators(op, data))

@@ -18,6 +18,7 @@ from gpuwm.spark import store, tasks
 from gpuwm.spark.exchange import FLOW_SCHEMA, merge_task
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc).isoformat()
+SORT_KEY = ("auction", "bidder")  # the test sort's ties on event time
 CFG = NexmarkConfig(events_per_second=2_000, splits=3, out_of_order_fraction=0.2, max_delay_ms=9_000, seed=3)
 
 
@@ -52,7 +53,7 @@ def pipeline(tmp, op, backend, vnodes):
         p = p.window(gpuwm.Tumble("window_time", "4 seconds"),
                      aggs={"mx": ("n", "max"), "tot": ("n", "sum"), "groups": ("*", "count")})
     elif op == "sort":
-        p = p.sort(key=["auction", "bidder"])
+        p = p.sort(key=list(SORT_KEY))
     return p.write_parquet(f"{tmp}/out")  # another op: the filter only, for a test to add its stage
 
 
@@ -136,7 +137,7 @@ def run_operators(op, batches) -> list[pa.Table]:
                                      aggs={"mx": ("n", "max"), "tot": ("n", "sum"), "groups": ("*", "count")},
                                      profile="spark", backend="cpu")]
     else:
-        ops = [gpuwm.StreamSort("date_time", key=["auction", "bidder"], profile="spark", backend="cpu")]
+        ops = [gpuwm.StreamSort("date_time", key=list(SORT_KEY), profile="spark", backend="cpu")]
     outs = []
     for parts in batches:
         rows, w = f.process(pa.concat_tables(parts)), f.output_watermark
@@ -166,7 +167,7 @@ def mismatch(op: str, vnodes: int, got: list, nparts: list[int], exp: list[pa.Ta
         elif g is None:
             return f"batch {i}: nothing written, {e.num_rows} rows expected"
         elif op == "sort":  # one ordered stream: with several vnodes, their parts in order
-            order = ["date_time", "auction", "bidder"]  # rows equal on all three arrive as the exchange gives them
+            order = ["date_time", *SORT_KEY]  # rows equal on all of these arrive as the exchange gives them
             if not g.select(order).equals(e.select(order)):
                 return f"batch {i}: sorted output differs"
             if not _sorted_rows(g.select(e.column_names)).equals(_sorted_rows(e)):
