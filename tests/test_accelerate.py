@@ -118,26 +118,26 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     want = _batches(f"{tmp_path}/native")
     assert sum(map(len, want.values())) > 5
     # one run per shape (two doubled the module's time): the generated-query test below draws vnodes too
-    for vnodes in [2 if shape in ("hop", "chain", "dedup-window", "first-last") else 1]:
-        history: list = []
-        acc = accelerate(df, vnodes=vnodes, on_batch=history.append)
-        assert acc.translation is not None and acc.refused is None
-        out = f"{tmp_path}/out{vnodes}"
-        q = (acc.writeStream.format("parquet").option("path", out)
-             .option("checkpointLocation", f"{tmp_path}/ck{vnodes}").outputMode("append")
-             .trigger(availableNow=True).start())
-        q.awaitTermination()
-        got = _batches(out)
-        assert got == want, vnodes
-        assert pq.read_table(glob.glob(f"{out}/batch_id=*/*.parquet")[0]).column_names == df.columns
-        assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
-        assert len(history) == len([f for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit()])
-        # rows out: what the sink wrote (after a filter), not what the operator released before it
-        assert sum(m["rows_emitted"] for m in history) == sum(map(len, got.values()))
-        if shape == "select":  # the filter dropped rows
-            assert sum(m["stages"][-1]["rows_emitted"] for m in history) > sum(map(len, got.values()))
-        if shape == "dropdup":  # the input has duplicates and late rows: dropped as Spark drops them
-            assert history[-1]["totals"]["duplicate_rows"] > 0 and history[-1]["totals"]["late_rows"] > 0
+    vnodes = 2 if shape in ("hop", "chain", "dedup-window", "first-last") else 1
+    history: list = []
+    acc = accelerate(df, vnodes=vnodes, on_batch=history.append)
+    assert acc.translation is not None and acc.refused is None
+    out = f"{tmp_path}/out{vnodes}"
+    q = (acc.writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", f"{tmp_path}/ck{vnodes}").outputMode("append")
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    got = _batches(out)
+    assert got == want, vnodes
+    assert pq.read_table(glob.glob(f"{out}/batch_id=*/*.parquet")[0]).column_names == df.columns
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
+    assert len(history) == len([f for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit()])
+    # rows out: what the sink wrote (after a filter), not what the operator released before it
+    assert sum(m["rows_emitted"] for m in history) == sum(map(len, got.values()))
+    if shape == "select":  # the filter dropped rows
+        assert sum(m["stages"][-1]["rows_emitted"] for m in history) > sum(map(len, got.values()))
+    if shape == "dropdup":  # the input has duplicates and late rows: dropped as Spark drops them
+        assert history[-1]["totals"]["duplicate_rows"] > 0 and history[-1]["totals"]["late_rows"] > 0
     if shape == "first-last":  # some windows' first or last row had a null price, and some had several rows
         rows = [r for b in want.values() for r in b]
         assert any(r[2] is None for r in rows) and any(r[3] is None for r in rows) and any(r[4] > 3 for r in rows)
@@ -429,14 +429,14 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     assert len(rows) > 50 and sum(r[3] is None for r in rows) > 5  # matched pairs and unmatched auctions
     text = explain(df)
     assert "  join       left on [['a_id', 'b_aid']], b_ts between a_ts + 0:00:00 and a_ts + 0:00:20" in text
-    for vnodes in (2,):  # vnodes 1 runs in the joins test below
-        history: list = []
-        acc = accelerate(df, vnodes=vnodes, on_batch=history.append)
-        assert acc.translation is not None, acc.refused
-        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck{vnodes}").trigger(availableNow=True).start(
-            f"{tmp_path}/out{vnodes}").awaitTermination()
-        assert _batches(f"{tmp_path}/out{vnodes}") == want, vnodes
-        assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
+    vnodes = 2  # vnodes 1 runs in the joins test below
+    history: list = []
+    acc = accelerate(df, vnodes=vnodes, on_batch=history.append)
+    assert acc.translation is not None, acc.refused
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck{vnodes}").trigger(availableNow=True).start(
+        f"{tmp_path}/out{vnodes}").awaitTermination()
+    assert _batches(f"{tmp_path}/out{vnodes}") == want, vnodes
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
     # the same range spelled otherwise (BETWEEN, the sides swapped, strict bounds one microsecond inside)
     for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
                           (-3_000_000, 60_000_000)),
@@ -478,12 +478,12 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
         want = _batches(f"{tmp_path}/native-{name}")
         rows = [r for b in want.values() for r in b]
         assert len(rows) > 30 and sum(r[3] is None for r in rows) > 3, name  # pairs, and rows without a partner
-        for vnodes in [2 if name == "window" else 1]:
-            acc = accelerate(df, vnodes=vnodes)
-            assert acc.translation is not None, acc.refused
-            acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}{vnodes}").trigger(
-                availableNow=True).start(f"{tmp_path}/out-{name}{vnodes}").awaitTermination()
-            assert _batches(f"{tmp_path}/out-{name}{vnodes}") == want, (name, vnodes)
+        vnodes = 2 if name == "window" else 1
+        acc = accelerate(df, vnodes=vnodes)
+        assert acc.translation is not None, acc.refused
+        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}{vnodes}").trigger(
+            availableNow=True).start(f"{tmp_path}/out-{name}{vnodes}").awaitTermination()
+        assert _batches(f"{tmp_path}/out-{name}{vnodes}") == want, (name, vnodes)
     text = explain(queries["window"])
     assert "join       full on [['k', 'rk']] in the same window(ts, 0:00:10)" in text
     # both sides' time columns are named ts: gpuwm's inner names for them are not shown

@@ -328,6 +328,35 @@ def test_ctrl_c_stops_after_a_batch_and_a_rerun_continues_losing_nothing(tmp_pat
     assert st.stdout.splitlines()[-2:] == [done, state]
 
 
+def test_the_jvm_relay_forwards_after_its_marker_and_drops_once_hushed(monkeypatch):
+    """What the driver's JVM prints before its start marker is held, after
+    it forwarded; after :func:`hush` (the Ctrl-C path, where a stopped
+    query's threads can print a Java trace) dropped."""
+    import os
+
+    from gpuwm.spark import jvmstart
+
+    r, w = os.pipe()
+    out_r, out_w = os.pipe()
+    relay = jvmstart._Relay(r, out_w, b"MARK")
+    monkeypatch.setattr(jvmstart, "_relays", [relay])
+    relay.start()
+    os.write(w, b"WARNING: start-up noise\nMARK\nan error after the start\n")
+    deadline = time.monotonic() + 10
+    got = b""
+    while not got.endswith(b"start\n") and time.monotonic() < deadline:
+        got += os.read(out_r, 1024)
+    jvmstart.hush()
+    os.write(w, b"\tat java.base/java.util.regex.Pattern$CharProperty.match\n")
+    os.close(w)
+    relay.join(timeout=10)
+    os.close(out_w)
+    rest = b"".join(iter(lambda: os.read(out_r, 1024), b""))
+    os.close(out_r)
+    assert not relay.is_alive()
+    assert (got, rest, relay.held()) == (b"an error after the start\n", b"", b"WARNING: start-up noise\n")
+
+
 def test_jars_the_kafka_spec_needs_and_a_bad_coordinate():
     """``gpuwm run`` asks Spark for the Kafka connector only for Kafka
     sources (``inputs`` included); a coordinate that is not

@@ -44,9 +44,9 @@ def test_sort_rows_recovers_sorted_columns_from_words(rows):
 
 
 @pytest.mark.parametrize("device_branch", [False, True])
-@given(st.lists(st.tuples(st.integers(-2**58, 2**58), st.integers(-3, 3)), min_size=1, max_size=60),
-       st.integers(0, 3))
-def test_sort_rows_keys_too_wide_for_the_row_index(device_branch, rows, dup):
+@given(rows=st.lists(st.tuples(st.integers(-2**58, 2**58), st.integers(-3, 3)), min_size=1, max_size=60),
+       dup=st.integers(0, 3))
+def test_sort_rows_keys_too_wide_for_the_row_index(device_branch, rows, dup, monkeypatch):
     """62 key bits leave 2 for the row index: NumPy sorts 4-row pieces and
     merges them; a device sorts (key, position) pairs in one stable pass
     (pieces were a sort launch each: 14 s a batch on an H200). Both keep
@@ -56,11 +56,8 @@ def test_sort_rows_keys_too_wide_for_the_row_index(device_branch, rows, dup):
     rows = rows + rows[:dup]  # full ties
     a = np.array([r[0] for r in rows], dtype=np.int64)
     b = np.array([r[1] for r in rows], dtype=np.int64)
-    was, kernels.xp.CUPY_BRANCHES = kernels.xp.CUPY_BRANCHES, device_branch
-    try:
-        perm, (sa, sb) = sort_rows(np, [a, b])
-    finally:
-        kernels.xp.CUPY_BRANCHES = was
+    monkeypatch.setattr(kernels.xp, "CUPY_BRANCHES", device_branch)
+    perm, (sa, sb) = sort_rows(np, [a, b])
     assert perm.tolist() == sorted(range(len(rows)), key=lambda i: (rows[i], i))
     assert sa.tolist() == a[perm].tolist() and sb.tolist() == b[perm].tolist()
 

@@ -176,11 +176,14 @@ def _run_spec(args: argparse.Namespace) -> int:
         if p.history:
             print("\n".join(summary(p.history[-1])), flush=True)
         if p.interrupted:
+            from .jvmstart import hush
+
+            hush()  # the stopped query's threads can print a Java trace after the line below
+            spark.stop()
             done = [m["batch_id"] for m in p.history if not m.get("replayed")]
             where = f"after batch {done[-1]}" if done else "before its first batch"
             print(f"gpuwm: stopped {where} (Ctrl-C); the batch in flight was not committed: run the same spec "
                   f"again to continue from the checkpoint {spec.get('checkpoint')}", file=sys.stderr, flush=True)
-            spark.stop()
             return 130
     spark.stop()
     return 0

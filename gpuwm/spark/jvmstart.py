@@ -13,6 +13,10 @@ printed is attached to the error (a note its traceback shows; ``gpuwm
 run`` names the reason in its one line), so it is not lost; ``show=True``
 (``gpuwm --debug``, ``GPUWM_JVM_START=show``) leaves the JVM's output as it
 is.
+
+After a Ctrl-C, :func:`hush` drops what the JVM prints from then on: the
+query it stops can print a Java trace from a thread it interrupts, after
+``gpuwm run``'s last line.
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ class _Relay(threading.Thread):
         super().__init__(daemon=True, name="gpuwm-jvm-output")
         self.read_fd, self.out_fd, self.marker = read_fd, out_fd, marker
         self.started_up = threading.Event()
+        self.hushed = threading.Event()
         self._held: list[bytes] = []
 
     def run(self) -> None:
         with os.fdopen(self.read_fd, "rb", buffering=0) as pipe:
             for line in iter(pipe.readline, b""):
+                if self.hushed.is_set():
+                    continue
                 if self.started_up.is_set():
                     os.write(self.out_fd, line)
                 elif line.rstrip(b"\r\n") == self.marker:
@@ -74,6 +81,7 @@ def quiet_start(show: bool = False):
         saved.append((fd, keep))
     for relay in relays:
         relay.start()
+    _relays[:] = relays
     restored = False
 
     def restore() -> None:
@@ -108,6 +116,15 @@ def quiet_start(show: bool = False):
 
 
 NOTE = "what Spark's JVM printed while it started:"
+
+_relays: list[_Relay] = []  # the running JVM's, where quiet_start launched it
+
+
+def hush() -> None:
+    """From now on, drop what the JVM prints (where :func:`quiet_start`
+    launched it; a JVM started with ``show`` keeps its output)."""
+    for relay in _relays:
+        relay.hushed.set()
 
 
 def start_failure(e: BaseException) -> str | None:
