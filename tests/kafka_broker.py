@@ -63,11 +63,13 @@ def _admin(bootstrap: str):
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:
+    """Topic ``name`` with ``partitions`` partitions and the topic ``config`` given."""
     from confluent_kafka.admin import NewTopic
 
     admin = _admin(bootstrap)  # kept until the futures are done: a freed client cancels them
-    for f in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
+    for f in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                           config=config or {})]).values():
         f.result()
 
 

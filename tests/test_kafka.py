@@ -314,6 +314,7 @@ def test_direct_read_equals_sparks_reader_batch_for_batch(broker, tmp_path):
         assert len(k99) == (0 if iso == "read_committed" else 50)
         assert any(r[9] for r in got) and any(r[8] for r in got)  # headers and keys came through
         assert sum(m["input_rows"] for m in md) == 1_500 + len(ODD) + len(k99)
+        assert sum(m["kafka_client_ranges"] for m in md) == 0  # gpuwm's own fetch read every range
 
 
 def _batch_lines(out: str) -> list[int]:
@@ -379,7 +380,7 @@ def test_gpuwm_jars_fetches_what_spark_then_finds(broker):
     assert os.path.exists(os.path.join(ivy_cache(), group, artifact, "jars", f"{artifact}-{version}.jar"))
 
 
-def _read_direct(broker, topic: str, ranges: list, fail: bool) -> tuple[pa.Table, dict]:
+def _read_direct(broker, topic: str, ranges: list, fail: bool, fetch: str = "wire") -> tuple[pa.Table, dict]:
     from gpuwm.spark.kafka import consumer_conf
     from gpuwm.spark.sources import read_kafka
 
@@ -387,10 +388,96 @@ def _read_direct(broker, topic: str, ranges: list, fail: bool) -> tuple[pa.Table
                                "key.deserializer": "x", "auto.offset.reset": "none"})
     assert why is None
     src = {"steps": [], "parts": [{"topic": topic, "partition": 0, "ranges": ranges}], "conf": conf,
-           "fail_on_data_loss": fail, "headers": False, "poll_ms": 20_000}
+           "fail_on_data_loss": fail, "headers": False, "poll_ms": 20_000, "fetch": fetch}
     counts: dict = {}
     got = list(read_kafka(src, iter([pa.record_batch([pa.array([0])], names=["id"])]), counts))
+    assert counts.pop("kafka_client_ranges", 0) == (len(ranges) if fetch == "client" else 0)  # who read them
     return (pa.Table.from_batches(got) if got else pa.table({"offset": pa.array([], pa.int64())})), counts
+
+
+def _produce_batches(bootstrap: str, topic: str, messages: list[dict], **conf) -> None:
+    """``produce_raw`` with producer settings (``compression.type``, ...)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all", **conf})
+    for m in messages:
+        p.produce(topic, value=m.get("value"), key=m.get("key"), headers=m.get("headers"), partition=m["partition"])
+    assert p.flush(60) == 0
+
+
+def _fetch_both(broker, topic: str, ranges: dict, iso: str) -> tuple[pa.Table, pa.Table, dict]:
+    """The ranges (``{partition: [[from, until], ...]}``) read by the wire
+    fetch and by confluent-kafka, every column; and the wire read's counts."""
+    from gpuwm.spark.kafka import consumer_conf
+    from gpuwm.spark.sources import read_kafka
+
+    conf, why = consumer_conf({"bootstrap.servers": broker.bootstrap, "group.id": "t", "isolation.level": iso})
+    assert why is None
+    out, counts = [], []
+    for fetch in ("wire", "client"):
+        src = {"steps": [], "parts": [{"topic": topic, "partition": p, "ranges": r} for p, r in ranges.items()],
+               "conf": conf, "fail_on_data_loss": True, "headers": True, "poll_ms": 20_000, "fetch": fetch}
+        c: dict = {}
+        ids = pa.record_batch([pa.array(range(len(ranges)))], names=["id"])
+        got = list(read_kafka(src, iter([ids]), c))
+        out.append(pa.Table.from_batches(got) if got else None)
+        counts.append(c)
+    assert counts[1].get("kafka_client_ranges") == sum(map(len, ranges.values()))  # every range, as asked
+    return out[0], out[1], counts[0]
+
+
+def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker):
+    """gpuwm's own fetch (Kafka's protocol, record batches decoded with
+    NumPy: :mod:`gpuwm.spark.kafkawire`) gives confluent-kafka's rows —
+    every column, both isolation levels, random ranges — over keys and
+    headers (null, empty, several), values of every varint width with 0x00
+    and 0x80 bytes in them, null values, committed and aborted transactions,
+    gzip batches and LogAppendTime; lz4 batches, which it does not decode,
+    go to confluent-kafka (counted), with the same rows."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from gpuwm.spark.kafkawire import batches
+
+    rng = np.random.default_rng(11)
+    topic = _topic(broker, 2)
+    plain = [{"partition": i % 2, "key": None if i % 5 == 0 else (b"" if i % 5 == 1 else b"k\x00%d" % i),
+              "value": None if i % 17 == 3 else bytes(rng.integers(0, 256, int(rng.choice([0, 5, 130, 20_000])),
+                                                                     dtype=np.uint8)),
+              "headers": None if i % 3 else [("h\u00e9", b"x\x80"), ("n", None), ("", b"")][: 1 + i % 4]}
+             for i in range(400)]
+    _produce_batches(broker.bootstrap, topic, plain[:200])
+    produce_raw(broker.bootstrap, topic, [{"partition": i % 2, "value": b"ok%d" % i} for i in range(30)],
+                transaction=f"{topic}-a")
+    produce_raw(broker.bootstrap, topic, [{"partition": i % 2, "value": b"no%d" % i} for i in range(30)],
+                transaction=f"{topic}-b", abort=True)
+    _produce_batches(broker.bootstrap, topic, plain[200:], **{"compression.type": "gzip"})
+    _produce_batches(broker.bootstrap, topic, [{"partition": 1, "value": b'{"i": %d}' % i} for i in range(50)],
+                     **{"compression.type": "lz4"})
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t"})
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p))[1] for p in (0, 1)}
+    c.close()
+    assert ends == {0: 232, 1: 282}  # 200 + 60 messages and 2 markers over the two, then partition 1's 50 lz4
+    for iso in ("read_committed", "read_uncommitted"):
+        wire, client, counts = _fetch_both(broker, topic, {0: [[0, ends[0]]], 1: [[0, ends[1] - 50]]}, iso)
+        assert wire.equals(client) and counts.get("kafka_client_ranges", 0) == 0, iso
+        values = wire.column("value").to_pylist()
+        assert ((b"no1" in values) == (iso == "read_uncommitted")) and b"ok1" in values
+        assert wire.column("headers").null_count < wire.num_rows and wire.column("key").null_count > 0
+        for _ in range(6):  # random ranges, two a partition
+            cut = {p: sorted(rng.integers(0, ends[p] - 50 if p else ends[p], 4).tolist()) for p in (0, 1)}
+            wire, client, counts = _fetch_both(broker, topic, {p: [c[:2], c[2:]] for p, c in cut.items()}, iso)
+            assert (wire is None and client is None) or wire.equals(client), (iso, cut)
+            assert counts.get("kafka_client_ranges", 0) == 0
+    wire, client, counts = _fetch_both(broker, topic, {1: [[ends[1] - 60, ends[1]]]}, "read_committed")
+    assert wire.equals(client) and wire.num_rows == 60 and counts["kafka_client_ranges"] == 1
+    # LogAppendTime: every record of a batch has the time the broker appended it (timestampType 1)
+    appended = f"{topic}-log"
+    create_topic(broker.bootstrap, appended, 1, {"message.timestamp.type": "LogAppendTime"})
+    _produce_batches(broker.bootstrap, appended, [{"partition": 0, "value": b"v%d" % i} for i in range(40)])
+    wire, client, counts = _fetch_both(broker, appended, {0: [[0, 40]]}, "read_committed")
+    assert wire.equals(client) and set(wire.column("timestampType").to_pylist()) == {1}
+    assert counts.get("kafka_client_ranges", 0) == 0
+    assert batches(np.zeros(0, np.uint8), True, []) == ([], None)  # an empty fetch: no batch
 
 
 def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
@@ -408,14 +495,16 @@ def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for f in admin.delete_records([TopicPartition(topic, 0, 30)]).values():
         f.result()
-    with pytest.raises(KafkaReadError, match=rf"topic '{topic}' partition 0: offsets 10 to 29 .* earliest offset is 30"):
-        _read_direct(broker, topic, [[10, 60]], fail=True)
-    got, counts = _read_direct(broker, topic, [[10, 60]], fail=False)
-    assert got.column("offset").to_pylist() == list(range(30, 60)) and counts == {"offsets_lost": 20}
-    got, counts = _read_direct(broker, topic, [[0, 20]], fail=False)  # all of it gone
-    assert got.num_rows == 0 and counts == {"offsets_lost": 20}
-    got, counts = _read_direct(broker, topic, [[40, 50], [50, 100]], fail=True)
-    assert got.column("offset").to_pylist() == list(range(40, 100)) and counts == {}
+    for fetch in ("wire", "client"):  # gpuwm's own fetch, and confluent-kafka's
+        with pytest.raises(KafkaReadError,
+                           match=rf"topic '{topic}' partition 0: offsets 10 to 29 .* earliest offset is 30"):
+            _read_direct(broker, topic, [[10, 60]], fail=True, fetch=fetch)
+        got, counts = _read_direct(broker, topic, [[10, 60]], fail=False, fetch=fetch)
+        assert got.column("offset").to_pylist() == list(range(30, 60)) and counts == {"offsets_lost": 20}
+        got, counts = _read_direct(broker, topic, [[0, 20]], fail=False, fetch=fetch)  # all of it gone
+        assert got.num_rows == 0 and counts == {"offsets_lost": 20}
+        got, counts = _read_direct(broker, topic, [[40, 50], [50, 100]], fail=True, fetch=fetch)
+        assert got.column("offset").to_pylist() == list(range(40, 100)) and counts == {}
 
 
 BAD_INPUT = """

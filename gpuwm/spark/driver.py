@@ -399,6 +399,7 @@ class Driver:
             "filter_tasks_s": head["filter_task_s"], "source_read_s": head["read_s"],
             "rows_released": head.get("rows_released", 0),
             "malformed_rows": head.get("malformed_rows", 0), "offsets_lost": head.get("offsets_lost", 0),
+            "kafka_client_ranges": head.get("kafka_client_ranges", 0),
             **({"input_rows_by_input": head["input_rows_by_input"]} if "input_rows_by_input" in head else {}),
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
             "merge_tasks_s": sum(x["merge_task_s"] for x in merged),

@@ -8,8 +8,9 @@ planning), logging them in the offset log and replaying them after a crash.
 gpuwm takes the ranges of each batch from the batch's own scan (its
 ``KafkaBatchInputPartition`` objects: topic, partition, from and until
 offset, ``failOnDataLoss``, ``includeHeaders``, the executor's consumer
-settings) and its tasks fetch them with ``confluent-kafka``
-(:func:`gpuwm.spark.sources.read_kafka`), one task per Kafka partition
+settings) and its tasks fetch them (:func:`gpuwm.spark.sources.read_kafka`:
+Kafka's Fetch request decoded with NumPy, :mod:`gpuwm.spark.kafkawire`,
+and ``confluent-kafka`` for what that does not take), one task per Kafka partition
 (``partition`` is the natural split), building Spark's Kafka columns in
 Arrow and then the query's ``select`` (:mod:`gpuwm.spark.project`).
 
@@ -22,9 +23,10 @@ reads the batches and ``--dry-run`` says why.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ..errors import GpuwmError
+from ..errors import ConfigError, GpuwmError
 from .direct import scala_iter, scan_rdds
 from .project import JSON_TYPES, LITERAL_TYPES
 
@@ -41,6 +43,9 @@ _IGNORED = {"key.deserializer", "value.deserializer", "enable.auto.commit", "aut
             "request.timeout.ms", "default.api.timeout.ms", "auto.commit.interval.ms", "client.dns.lookup",
             "allow.auto.create.topics", "exclude.internal.topics", "interceptor.classes", "metric.reporters",
             "metrics.num.samples", "metrics.sample.window.ms", "metrics.recording.level", "partition.assignment.strategy"}
+# how tasks fetch: Kafka's protocol decoded with NumPy (gpuwm.spark.kafkawire; what it does not take goes
+# to confluent-kafka), or confluent-kafka for every range
+FETCH_ENV = "GPUWM_KAFKA_FETCH"
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
@@ -286,7 +291,10 @@ def batch_source(source: dict, batch_df) -> tuple[dict | None, str | None]:
     if not got["parts"]:
         return got, None
     conf, why = consumer_conf(got["params"])
-    return (None, why) if why is not None else ({**source, **got, "conf": conf}, None)
+    fetch = os.environ.get(FETCH_ENV, "wire")
+    if fetch not in ("wire", "client"):
+        raise ConfigError(f"{FETCH_ENV}={fetch!r}: 'wire' (the default) or 'client'")
+    return (None, why) if why is not None else ({**source, **got, "conf": conf, "fetch": fetch}, None)
 
 
 def batch_ranges(batch_df) -> dict | None:

@@ -7,6 +7,7 @@ to read as plain values, and hands back Arrow record batches.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Iterator
 
@@ -98,9 +99,12 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
     projection (:func:`gpuwm.spark.project.evaluate`). ``counts`` gets
     ``malformed`` (messages ``from_json`` did not parse whole) and
     ``offsets_lost`` (offsets deleted before they were read, with
-    ``failOnDataLoss`` false)."""
+    ``failOnDataLoss`` false) and ``kafka_client_ranges`` (ranges read by
+    ``confluent-kafka``: where :mod:`gpuwm.spark.kafkawire` does not take
+    them, or ``GPUWM_KAFKA_FETCH=client``)."""
     from confluent_kafka import Consumer
 
+    from .kafkawire import wire_ok
     from .project import evaluate, inputs_of
 
     counts = {} if counts is None else counts
@@ -111,19 +115,152 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
     longest = max(z - a for p in mine for a, z in p["ranges"])
     # one fetch takes a partition's range in large pieces, and the next is asked for at once
     fast = {"max.partition.fetch.bytes": 16 << 20, "fetch.queue.backoff.ms": 0, "fetch.wait.max.ms": 10}
-    consumer = Consumer({**fast, **source["conf"], "enable.auto.commit": False, "enable.partition.eof": False,
-                         "auto.offset.reset": "error",  # a deleted offset is an error, not a silent jump
-                         "group.id": source["conf"].get("group.id", "gpuwm-direct"),
-                         # fetch ahead no further than a range needs (librdkafka would buffer the partition's rest)
-                         "queued.min.messages": max(1, min(longest, 1_000_000))})
+    made: list = []
+    lock = threading.Lock()
+
+    def consumer():  # made when first needed: a range gpuwm's fetch does not take, a watermark, lost offsets
+        with lock:
+            if not made:
+                made.append(Consumer({**fast, **source["conf"], "enable.auto.commit": False,
+                                      "enable.partition.eof": False,
+                                      "auto.offset.reset": "error",  # a deleted offset is an error, not a jump
+                                      "group.id": source["conf"].get("group.id", "gpuwm-direct"),
+                                      # fetch ahead no further than a range needs (not the partition's rest)
+                                      "queued.min.messages": max(1, min(longest, 1_000_000))}))
+            return made[0]
+
+    wire = _Wire(consumer, source, need) if source.get("fetch", "wire") == "wire" and wire_ok(source["conf"]) else None
+    ranges = [(p["topic"], p["partition"], a, z) for p in mine for a, z in p["ranges"]]
     try:
-        for part in mine:
-            for a, z in part["ranges"]:
-                t = _fetch(consumer, part["topic"], part["partition"], a, z, source, counts, need)
-                if t.num_rows:
-                    yield from evaluate(source["steps"], t, counts).to_batches()
+        read = wire.read(ranges) if wire else [None] * len(ranges)
+        for (topic, partition, a, z), got in zip(ranges, read):
+            t, their = got.result() if got is not None else (None, {})
+            if t is None:  # confluent-kafka's, here (its consumer is this thread's)
+                counts["kafka_client_ranges"] = counts.get("kafka_client_ranges", 0) + 1
+                t = _fetch(consumer(), topic, partition, a, z, source, counts, need)
+                t = evaluate(source["steps"], t, counts) if t.num_rows else t
+            for k, v in their.items():
+                counts[k] = counts.get(k, 0) + v
+            if t.num_rows:
+                yield from t.to_batches()
     finally:
-        consumer.close()
+        if wire:
+            wire.close()
+        if made:
+            made[0].close()
+
+
+class _Wire:
+    """A task's ranges through :mod:`gpuwm.spark.kafkawire`, read and
+    evaluated on threads (sockets and the NumPy and Arrow calls release the
+    GIL), a connection each; a range it does not take
+    (:class:`~gpuwm.spark.kafkawire.Unsupported`) comes back as None, for
+    ``confluent-kafka`` to read from its start."""
+
+    def __init__(self, consumer, source: dict, need: set):
+        self.consumer, self.source, self.need = consumer, source, need
+        self.timeout = source["poll_ms"] / 1000
+        self.committed = str(source["conf"].get("isolation.level", "")).lower() == "read_committed"
+        self.pool = None
+        self.declined: list[str] = []  # why ranges went to confluent-kafka (for a test or a debugger)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def read(self, ranges: list[tuple]) -> list:
+        """A future per range of ``(the range's rows through the select,
+        or None; the counts of its reading)``, in order."""
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .kafkawire import Unsupported, leaders as find
+
+        try:
+            leaders = find(self.source["conf"].get("bootstrap.servers", ""), sorted({r[0] for r in ranges}), self.timeout)
+        except Unsupported as e:  # every range to confluent-kafka
+            self.declined.append(str(e))
+            return [None] * len(ranges)
+        self.pool = ThreadPoolExecutor(max(1, min(len(ranges), os.cpu_count() or 1, 4)), "gpuwm-kafka")
+        return [self.pool.submit(self._range, leaders.get(r[:2]), *r) for r in ranges]
+
+    def _range(self, leader, topic: str, partition: int, start: int, until: int) -> tuple[pa.Table | None, dict]:
+        from .kafkawire import Connection, Unsupported
+        from .project import evaluate
+
+        counts: dict = {}
+        try:
+            if leader is None:
+                raise Unsupported(f"no leader known for {topic} {partition}")
+            conn = Connection(*leader, self.timeout)
+            try:
+                t = self._fetch(conn, topic, partition, start, until, counts)
+            finally:
+                conn.close()
+        except Unsupported as e:
+            self.declined.append(str(e))
+            return None, {}
+        return (evaluate(self.source["steps"], t, counts) if t.num_rows else t), counts
+
+    def _fetch(self, conn, topic: str, partition: int, start: int, until: int, counts: dict) -> pa.Table:
+        from confluent_kafka import TopicPartition
+
+        from . import kafkawire as kw
+
+        need = self.need
+        tp = TopicPartition(topic, partition)
+        where = f"Kafka topic {topic!r} partition {partition}"
+        if start < 0 or until < 0:  # Spark's late-bound earliest / latest
+            low, high = self.consumer().get_watermark_offsets(tp, timeout=self.timeout, cached=False)
+            start, until = low if start < 0 else start, high if until < 0 else until
+        segs: list = []
+        floors: list[int] = []
+        pos, last = start, time.monotonic()
+        while pos < until:
+            err, _, aborted, data = conn.fetch(topic, partition, pos, committed=self.committed, max_bytes=16 << 20,
+                                               wait_ms=min(self.source["poll_ms"], 100))
+            if err == kw.OFFSET_OUT_OF_RANGE:
+                low = self.consumer().get_watermark_offsets(tp, timeout=self.timeout, cached=False)[0]
+                if pos >= low:
+                    raise kw.Unsupported(f"offset {pos} out of range, at or after the earliest {low}")
+                pos = _lost(where, pos, until, low, self.source, counts)
+                continue
+            if err:
+                raise kw.Unsupported(f"broker error {err}")
+            got, nxt = kw.batches(data, self.committed, aborted, until)
+            if nxt is None:
+                if time.monotonic() - last > self.timeout:
+                    raise KafkaReadError(f"{where}: no record at or after offset {pos} (this batch reads to "
+                                         f"{until}) within kafkaConsumer.pollTimeoutMs={self.source['poll_ms']} ms")
+                continue
+            segs += got
+            floors += [pos] * len(got)  # a batch begins before the offset fetched (or lost) from
+            pos, last = nxt, time.monotonic()
+        if not segs:
+            return _table(topic, partition, 0, {}, need, self.source["headers"])
+        got = kw.records(segs, need)
+        keep = np.flatnonzero((got["offset"] >= np.array(floors, np.int64)[got.pop("segment")])
+                              & (got["offset"] < until))
+        if len(keep) < len(got["offset"]):  # mostly one run (a slice), unless offsets were lost between
+            a, z = (int(keep[0]), int(keep[-1]) + 1) if len(keep) else (0, 0)
+            idx = None if z - a == len(keep) else pa.array(keep)
+            got = {k: v[a:z] if idx is None else (v[keep] if isinstance(v, np.ndarray) else v.take(idx))
+                   for k, v in got.items()}
+        cols = {k: v for k, v in got.items() if not isinstance(v, np.ndarray)}
+        cols["offset"] = pa.array(got["offset"])
+        cols["timestamp"] = pa.array(got["timestamp"] * 1000).cast(pa.timestamp("us", tz="UTC"))
+        cols["timestampType"] = pa.array(got["timestampType"])
+        return _table(topic, partition, len(got["offset"]), cols, need, self.source["headers"])
+
+
+def _table(topic: str, partition: int, n: int, cols: dict, need: set, headers: bool) -> pa.Table:
+    """One range's records as Spark's Kafka columns: ``cols`` has those read
+    (``offset`` at least, where there are rows), the others are nulls."""
+    schema = kafka_schema(headers)
+    cols = {"offset": pa.array(np.zeros(0, np.int64)), **cols, "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
+            "partition": pa.array(np.full(n, partition, np.int32))}
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols and (f.name != "headers" or "headers" in need)
+                                 else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
 def _fetch(consumer, topic: str, partition: int, start: int, until: int, source: dict, counts: dict,
@@ -176,9 +313,7 @@ def _fetch(consumer, topic: str, partition: int, start: int, until: int, source:
     if n and offsets[-1] >= until:
         n = int(np.searchsorted(offsets, until))
         msgs, offsets = msgs[:n], offsets[:n]
-    cols: dict[str, pa.Array] = {"offset": pa.array(offsets),
-                                 "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
-                                 "partition": pa.array(np.full(n, partition, np.int32))}
+    cols: dict[str, pa.Array] = {"offset": pa.array(offsets)}
     if "key" in need:
         cols["key"] = pa.array([m.key() for m in msgs], pa.binary())
     if "value" in need:
@@ -190,8 +325,7 @@ def _fetch(consumer, topic: str, partition: int, start: int, until: int, source:
     if "headers" in need and source["headers"]:
         cols["headers"] = pa.array([None if not h else [{"key": k, "value": v} for k, v in h]
                                     for h in (m.headers() for m in msgs)], schema.field("headers").type)
-    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
-                                schema=schema)
+    return _table(topic, partition, n, cols, need, source["headers"])
 
 
 def _lost(where: str, pos: int, until: int, low: int, source: dict, counts: dict) -> int:

@@ -138,6 +138,7 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     stats["t_read"] = t_read
     stats["malformed"] = (counts or {}).get("malformed", 0)  # what a direct source counted (Kafka)
     stats["offsets_lost"] = (counts or {}).get("offsets_lost", 0)
+    stats["kafka_client_ranges"] = (counts or {}).get("kafka_client_ranges", 0)
     stats["part"] = part
     return kept, stats, held
 
@@ -378,6 +379,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
             "rows_released": sum(s.get("released", 0) for s in stats),
             "malformed_rows": sum(s.get("malformed", 0) for s in stats),
             "offsets_lost": sum(s.get("offsets_lost", 0) for s in stats),
+            "kafka_client_ranges": sum(s.get("kafka_client_ranges", 0) for s in stats),
         })
         if plan.multi:
             metrics["input_rows_by_input"] = {n: sum(s["inputs"][n]["rows"] for s in stats if n in s.get("inputs", {}))

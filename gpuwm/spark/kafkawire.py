@@ -1,0 +1,390 @@
+"""A partition's offset range fetched and decoded without a Python object
+per message: Kafka's Fetch request (v4) on a socket to the partition's
+leader, and its record batches (magic 2) decoded to Arrow columns with
+NumPy. The task side of :func:`gpuwm.spark.sources.read_kafka`, which keeps
+``confluent-kafka`` for the partition's leader and watermarks and for what
+this path does not take (:class:`Unsupported`: TLS or SASL, a compressed
+batch but gzip, an old message format, any broker error but a deleted
+offset), so a range reads the same either way.
+
+Records are varint-framed one after the other, so where record *i* starts
+depends on every record before it. Instead of walking them, every byte
+position that could start a record (a varint followed by the attributes
+byte, which is 0) gets the position its length points to; jumping those
+links by doubling reaches the *i*-th record of every batch at once, in
+log2(records a batch) gathers. Each record is then checked whole (its
+offset delta is its index, its fields end where its length says), so a
+false start is never taken for a record.
+
+Like Kafka's Java consumer (Spark's reader): control batches are skipped;
+under ``read_committed`` a transactional batch of a producer whose
+transaction the fetch lists as aborted is skipped up to that producer's
+abort marker; a LogAppendTime batch's records carry its max timestamp.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+
+import numpy as np
+import pyarrow as pa
+
+
+class Unsupported(Exception):
+    """This range is for ``confluent-kafka``'s reader (the reason in the message)."""
+
+
+_BATCH = struct.Struct(">qiibIhiqqqhii")  # baseOffset .. recordCount: the 61-byte v2 batch header
+OFFSET_OUT_OF_RANGE = 1
+
+
+def wire_ok(conf: dict) -> bool:
+    """The consumer settings (librdkafka's) are this path's: a plain
+    connection (no TLS, no SASL), no CRC check asked for."""
+    proto = str(conf.get("security.protocol", "plaintext")).lower()
+    return (proto == "plaintext" and not any(k.startswith(("ssl.", "sasl.")) for k in conf)
+            and str(conf.get("check.crcs", "false")).lower() != "true")
+
+
+class Connection:
+    """One socket to a broker, one request at a time (Fetch v4)."""
+
+    def __init__(self, host: str, port: int, timeout: float):
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise Unsupported(f"connecting to {host}:{port}: {e}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _read(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if not k:
+                raise Unsupported("the broker closed the connection")
+            got += k
+        return buf
+
+    def _call(self, api: int, version: int, body: bytes) -> bytearray:
+        """One request (header v1: api key, version, correlation id, client id) and its response's body."""
+        self.corr += 1
+        head = struct.pack(">hhih", api, version, self.corr, 5) + b"gpuwm"
+        try:
+            self.sock.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
+            size, = struct.unpack(">i", self._read(4))
+            buf = self._read(size)
+        except OSError as e:
+            raise Unsupported(f"a request to the broker: {e}") from None
+        if struct.unpack_from(">i", buf, 0)[0] != self.corr:
+            raise Unsupported("a response to another request")
+        return buf
+
+    def leaders(self, topics: list[str]) -> dict[tuple[str, int], tuple[str, int]]:
+        """``{(topic, partition): (host, port) of its leader}`` (Metadata v4)."""
+        body = struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics) + b"\x00"
+        r = _Reader(self._call(3, 4, body), 8)  # after the correlation id and throttle time
+        brokers = {}
+        for _ in range(r.int32()):
+            node, host, port = r.int32(), r.string(), r.int32()
+            r.string()  # rack
+            brokers[node] = (host, port)
+        r.string()  # cluster id
+        r.int32()  # controller
+        out = {}
+        for _ in range(r.int32()):
+            err, name = r.int16(), r.string()
+            r.pos += 1  # is_internal
+            for _ in range(r.int32()):
+                perr, part, leader = r.int16(), r.int32(), r.int32()
+                for _ in range(2):  # replicas, in-sync replicas
+                    n = r.int32()
+                    r.pos += 4 * n
+                if not err and not perr and leader in brokers:
+                    out[name, part] = brokers[leader]
+        return out
+
+    def fetch(self, topic: str, partition: int, offset: int, *, committed: bool, max_bytes: int,
+              wait_ms: int) -> tuple[int, int, list[tuple[int, int]], np.ndarray]:
+        """(error code, last stable offset, aborted transactions as
+        ``(producer id, first offset)``, the record batches' bytes) (Fetch v4)."""
+        body = (struct.pack(">iiiib", -1, wait_ms, 1, max_bytes, 1 if committed else 0)
+                + struct.pack(">i", 1) + _string(topic) + struct.pack(">iiqi", 1, partition, offset, max_bytes))
+        buf = self._call(1, 4, body)
+        r = _Reader(buf, 8)
+        if r.int32() != 1 or r.string() != topic or r.int32() != 1 or r.int32() != partition:
+            raise Unsupported("a fetch response for another partition")
+        err, _, lso, n_aborted = r.int16(), r.int64(), r.int64(), r.int32()
+        aborted = [struct.unpack_from(">qq", buf, r.pos + 16 * i) for i in range(max(n_aborted, 0))]
+        r.pos += 16 * max(n_aborted, 0)
+        size = r.int32()
+        return err, lso, aborted, np.frombuffer(buf, np.uint8, max(size, 0), r.pos)
+
+
+def _string(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+class _Reader:
+    """Big-endian fields of a response, read in turn."""
+
+    def __init__(self, buf: bytearray, pos: int):
+        self.buf, self.pos = buf, pos
+
+    def _get(self, fmt: str, size: int):
+        v, = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return v
+
+    def int16(self) -> int:
+        return self._get(">h", 2)
+
+    def int32(self) -> int:
+        return self._get(">i", 4)
+
+    def int64(self) -> int:
+        return self._get(">q", 8)
+
+    def string(self) -> str | None:
+        n = self.int16()
+        if n < 0:
+            return None
+        self.pos += n
+        return bytes(self.buf[self.pos - n: self.pos]).decode()
+
+
+def leaders(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str, int], tuple[str, int]]:
+    """:meth:`Connection.leaders` from the first of the bootstrap servers
+    (``host:port,...``) that answers."""
+    why = "no bootstrap server"
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            conn = Connection(host.strip("[]"), int(port), timeout)
+        except (Unsupported, ValueError) as e:
+            why = str(e)
+            continue
+        try:
+            return conn.leaders(topics)
+        finally:
+            conn.close()
+    raise Unsupported(why)
+
+
+def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
+            until: int | None = None) -> tuple[list[tuple], int | None]:
+    """The complete record batches in ``data`` (up to the first that begins
+    at or after ``until``) whose records a consumer sees, as ``(records' bytes, base offset, count, base timestamp, max
+    timestamp, log-append time)``, and the offset after the last complete
+    batch (None: no batch complete). As the Java consumer, per fetch: a
+    producer is inside an aborted transaction (the fetch lists it) until
+    its abort marker."""
+    raw = data.data if data.flags.c_contiguous else data.tobytes()
+    out, nxt, pos = [], None, 0
+    aborting: set[int] = set()
+    pending = sorted(aborted, key=lambda a: a[1])
+    while pos + 61 <= len(data):
+        (base, length, _, magic, _, attrs, last_delta, base_ts, max_ts, pid, _, _,
+         count) = _BATCH.unpack_from(raw, pos)
+        end = pos + 12 + length
+        if magic != 2:
+            raise Unsupported(f"message format {magic}")
+        if end > len(data) or (until is not None and base >= until):
+            break  # the fetch's last batch, cut at its size limit; or the range read
+        nxt = base + last_delta + 1
+        control, transactional = bool(attrs & 0x20), bool(attrs & 0x10)
+        if committed and pid >= 0:
+            while pending and pending[0][1] <= base + last_delta:
+                aborting.add(pending.pop(0)[0])
+            if control:
+                if _marker_type(bytes(raw[pos + 61: min(end, pos + 125)])) == 0:
+                    aborting.discard(pid)
+                pos = end
+                continue
+            if transactional and pid in aborting:
+                pos = end
+                continue
+        if not control and count > 0:
+            body = data[pos + 61: end]
+            codec = attrs & 0x7
+            if codec == 1:
+                body = np.frombuffer(zlib.decompress(body.tobytes(), 31), np.uint8)
+            elif codec:
+                raise Unsupported(f"compression codec {codec}")
+            out.append((body, base, count, base_ts, max_ts, bool(attrs & 0x8)))
+        pos = end
+    return out, nxt
+
+
+def _marker_type(record: bytes) -> int:
+    """A control record's type (0 abort, 1 commit): its key is (version, type), two int16."""
+    pos = 0
+    for field in range(5):  # length, attributes (one byte), timestamp delta, offset delta, key length
+        if field == 1:
+            pos += 1
+            continue
+        value = shift = 0
+        while True:
+            b = record[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+    key_len = (value >> 1) ^ -(value & 1)
+    return int.from_bytes(record[pos + 2: pos + 4], "big") if key_len >= 4 else -1
+
+
+def _varint(buf: np.ndarray, at: np.ndarray, width: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """The zigzag varints at positions ``at`` of ``buf``: (values, byte sizes)."""
+    value = np.zeros(len(at), np.uint64)
+    size = np.zeros(len(at), np.int64)
+    live = np.ones(len(at), bool)
+    last = len(buf) - 1
+    for i in range(width):
+        b = buf[np.minimum(at + i, last)]
+        value |= np.where(live, (b & 0x7F).astype(np.uint64) << np.uint64(7 * i), np.uint64(0))
+        size += live
+        live &= b >= 0x80
+        if not live.any():
+            break
+    if live.any():
+        raise Unsupported("a varint past its width")
+    signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
+    return signed, size
+
+
+def records(segs: list[tuple], need: set) -> dict[str, np.ndarray | pa.Array]:
+    """The records of the batches :func:`batches` kept, decoded together:
+    ``offset``, ``timestamp`` (ms), ``timestampType`` (Spark's: 0 create,
+    1 log append), ``segment`` (the index of the record's batch in ``segs``), and ``key``, ``value``, ``headers`` (a list of ``(key,
+    value)`` pairs) as Arrow arrays where ``need`` names them."""
+    buf = np.concatenate([s[0] for s in segs]) if len(segs) > 1 else segs[0][0]
+    counts = np.array([s[2] for s in segs], np.int64)
+    lens = np.array([len(s[0]) for s in segs], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    n = int(counts.sum())
+    # every position that could start a record: a varint (its length) followed by a 0 byte (its attributes)
+    cont = buf >= 0x80
+    zeros = np.flatnonzero(buf == 0)
+    zeros = zeros[zeros > 0]
+    width = np.zeros(len(buf), np.uint8)  # at a candidate: its varint's bytes (a varint's end fixes its start)
+    ok = ~cont[zeros - 1]
+    for k in range(1, 6):
+        width[zeros[ok] - k] = k
+        z = zeros - k - 1
+        ok = ok & (z >= 0) & cont[np.maximum(z, 0)]
+    cand = np.flatnonzero(width)
+    csize = width[cand].astype(np.int64)
+    length, _ = _varint(buf, cand, 5)
+    target = cand + csize + length
+    link = np.searchsorted(cand, target)
+    hit = (link < len(cand)) & (cand[np.minimum(link, len(cand) - 1)] == target)
+    sentinel = len(cand)
+    link = np.append(np.where(hit, link, sentinel), sentinel)
+    first = np.searchsorted(cand, starts)
+    if not ((first < len(cand)) & (cand[np.minimum(first, len(cand) - 1)] == starts)).all():
+        raise Unsupported("a batch whose first record does not frame")
+    seg = np.repeat(np.arange(len(segs)), counts)
+    index = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    at = first[seg]
+    bit = 0
+    while (1 << bit) <= int(counts.max()) - 1:
+        step = ((index >> bit) & 1).astype(bool)
+        at = np.where(step, link[at], at)
+        link = link[link]
+        bit += 1
+    if (at == sentinel).any():
+        raise Unsupported("records that do not frame")
+    rec, rsize, rlen = cand[at], csize[at], length[at]
+    q = rec + rsize + 1  # after the attributes byte
+    ts_delta, k = _varint(buf, q)
+    q = q + k
+    off_delta, k = _varint(buf, q, 5)
+    q = q + k
+    if not (off_delta == index).all():
+        raise Unsupported("offset deltas that are not the records' positions")
+    key_len, k = _varint(buf, q, 5)
+    key_at = q + k
+    q = key_at + np.maximum(key_len, 0)
+    value_len, k = _varint(buf, q, 5)
+    value_at = q + k
+    q = value_at + np.maximum(value_len, 0)
+    n_headers, k = _varint(buf, q, 5)
+    q = q + k
+    headers = []
+    for h in range(int(n_headers.max()) if n_headers.size else 0):
+        has = np.flatnonzero(n_headers > h)
+        p = q[has]
+        hk_len, k = _varint(buf, p, 5)
+        hk_at = p + k
+        p = hk_at + np.maximum(hk_len, 0)
+        hv_len, k = _varint(buf, p, 5)
+        hv_at = p + k
+        q[has] = hv_at + np.maximum(hv_len, 0)
+        headers.append((has, hk_at, hk_len, hv_at, hv_len))
+    if not (q == rec + rsize + rlen).all() or (n_headers < 0).any():
+        raise Unsupported("records whose fields do not add up to their length")
+    base = np.array([s[1] for s in segs], np.int64)[seg]
+    log_append = np.array([s[5] for s in segs], bool)[seg]
+    stamp = np.where(log_append, np.array([s[4] for s in segs], np.int64)[seg],
+                     np.array([s[3] for s in segs], np.int64)[seg] + ts_delta)
+    out: dict = {"offset": base + index, "timestamp": stamp, "timestampType": log_append.astype(np.int32),
+                 "segment": seg}
+    if "key" in need:
+        out["key"] = _binary(buf, key_at, key_len)
+    if "value" in need:
+        out["value"] = _binary(buf, value_at, value_len)
+    if "headers" in need:
+        out["headers"] = _headers(buf, n, n_headers, headers)
+    return out
+
+
+def _binary(buf: np.ndarray, at: np.ndarray, length: np.ndarray, typ: pa.DataType = pa.binary()) -> pa.Array:
+    """The byte ranges ``[at, at + length)`` of ``buf`` (in order, apart)
+    as one Arrow array (length -1: null): over ``buf`` as it is, the
+    ranges and the bytes between them are alternate elements of one
+    array, and Arrow's ``take`` of every other one copies the ranges'."""
+    n = len(at)
+    size = np.maximum(length, 0)
+    if len(buf) >= 1 << 31:
+        raise Unsupported("over 2 GiB of records in one fetch")
+    if not size.any():  # no bytes at all (keys that are all null, say)
+        got = pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.zeros(n + 1, np.int32)), pa.py_buffer(b"")])
+    else:
+        bounds = np.empty(2 * n, np.int32)
+        bounds[0::2], bounds[1::2] = at, at + size
+        whole = pa.Array.from_buffers(typ, 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(buf)])
+        got = whole.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+    nulls = length < 0
+    if not nulls.any():
+        return got
+    valid = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    return pa.Array.from_buffers(typ, n, [valid, *got.buffers()[1:]], null_count=int(nulls.sum()))
+
+
+def _headers(buf: np.ndarray, n: int, n_headers: np.ndarray, found: list) -> pa.Array:
+    """Spark's ``headers`` column: per record a list of (key string, value
+    binary) structs, null where a record has none."""
+    typ = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    total = int(n_headers.sum())
+    # the h-th header of record r sits at offsets[r] + h in the flat struct column
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(n_headers, out=offsets[1:])
+    k_at, k_len, v_at, v_len = (np.empty(total, np.int64) for _ in range(4))
+    for h, (has, hk_at, hk_len, hv_at, hv_len) in enumerate(found):
+        i = offsets[has] + h
+        k_at[i], k_len[i], v_at[i], v_len[i] = hk_at, hk_len, hv_at, hv_len
+    flat = pa.StructArray.from_arrays([_binary(buf, k_at, k_len, pa.string()), _binary(buf, v_at, v_len)],
+                                      names=["key", "value"])
+    none = n_headers == 0
+    valid = pa.py_buffer(np.packbits(~none, bitorder="little")) if none.any() else None
+    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets.astype(np.int32))], children=[flat],
+                                 null_count=int(none.sum()))
