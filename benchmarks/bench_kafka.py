@@ -14,14 +14,16 @@ topic with a fresh checkpoint, and parse the value with the same
   and handing them to Python): ``foreachBatch`` running a ``mapInArrow``
   that only counts them;
 - **floor, direct** (gpuwm's own read: each task fetches its partitions'
-  planned offset ranges with confluent-kafka and parses the values,
+  planned offset ranges and parses the values,
   :func:`gpuwm.spark.sources.read_kafka`): ``foreachBatch`` taking the
   batch's ranges from its scan and counting the rows in one task per Kafka
-  partition;
+  partition; fetched by gpuwm's own Fetch requests
+  (:mod:`gpuwm.spark.kafkawire`), and again by confluent-kafka
+  (``GPUWM_KAFKA_FETCH=client``);
 - **gpuwm**: a Q7-like tumbling 10 s count and max price per auction,
   watermark 4 s per partition (profile ``spark``), Parquet out, through
   Spark's reader (``read: spark``) and direct (``read: direct``), with one
-  vnode (one task reads every partition) and with one per core;
+  vnode (one task reads every partition: both fetches) and with one per core;
 - **Spark native**: the same query written with ``withWatermark`` and
   ``groupBy(window, auction)``, append mode, Parquet out.
 
@@ -34,6 +36,7 @@ returns; gpuwm with ``availableNow``), in the last of ``--rounds`` rounds
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -173,6 +176,17 @@ def run_native(spark, bootstrap, topic, per_trigger, work) -> dict:
             "batch_s": [p["durationMs"].get("triggerExecution", 0) / 1000 for p in data]}
 
 
+def _client(fn, *args) -> dict:
+    """``fn`` with every range fetched by confluent-kafka (``GPUWM_KAFKA_FETCH=client``), not gpuwm's own fetch."""
+    from gpuwm.spark.kafka import FETCH_ENV
+
+    os.environ[FETCH_ENV] = "client"
+    try:
+        return fn(*args)
+    finally:
+        del os.environ[FETCH_ENV]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=2_000_000)
@@ -196,8 +210,10 @@ def main() -> int:
         per = -(-args.events // args.batches)
         queries = [("floor, Spark's reader: read + parse, mapInArrow count", run_floor),
                    ("floor, direct: fetch + parse in the task, count", run_direct_floor),
+                   ("floor, direct, confluent-kafka's fetch", partial(_client, run_direct_floor)),
                    ("gpuwm through Spark's reader, vnodes 1", partial(run_gpuwm, read="spark")),
                    ("gpuwm direct, vnodes 1", run_gpuwm),
+                   ("gpuwm direct, confluent-kafka's fetch, vnodes 1", partial(_client, run_gpuwm)),
                    (f"gpuwm direct, vnodes {args.cores}", partial(run_gpuwm, vnodes=args.cores)),
                    ("Spark native", run_native)]
         for rnd in range(args.rounds):  # the first round warms the JVM up; the last one is reported

@@ -27,7 +27,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError, GpuwmError
-from .direct import scala_iter, scan_rdds
+from .direct import java_map, scala_iter, scan_rdds
 from .project import JSON_TYPES, LITERAL_TYPES
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
@@ -99,7 +99,7 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
                 return None, f"a select gives two columns one name ({[n for n, _ in step]})"
             steps.append(step)
             ids = names
-        options = {str(k): str(v) for k, v in dict(node.extraOptions()).items()}
+        options = java_map(node.extraOptions())
         conf, why = source_conf(options)
         if why is not None:
             return None, why
@@ -121,7 +121,7 @@ def source_options(df) -> list[dict[str, str]]:
         while stack:
             node = stack.pop()
             if node.getClass().getSimpleName() == "StreamingRelationV2" and "kafka" in str(node.sourceName()).lower():
-                found.append({str(k): str(v) for k, v in dict(node.extraOptions()).items()})
+                found.append(java_map(node.extraOptions()))
             stack.extend(scala_iter(node.children()))
         return found
     except Exception:  # not classic PySpark: Spark's own checks are all there is
@@ -317,7 +317,7 @@ def batch_ranges(batch_df) -> dict | None:
             parts.setdefault(tp, []).append([int(o.fromOffset()), int(o.untilOffset())])
         first = found[0]
         return {"parts": [{"topic": t, "partition": n, "ranges": _joined(rs)} for (t, n), rs in parts.items()],
-                "params": {str(k): str(v) for k, v in dict(first.executorKafkaParams()).items()},
+                "params": java_map(first.executorKafkaParams()),
                 "fail_on_data_loss": bool(first.failOnDataLoss()), "headers": bool(first.includeHeaders()),
                 "poll_ms": int(first.pollTimeoutMs())}
     except Exception:
