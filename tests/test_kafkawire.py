@@ -64,7 +64,8 @@ def test_records_decode_as_written(spec, many):
     data, want, base = b"", [], 100
     for recs, codec, log_append in spec:
         if many:  # many records, small ones (the doubling's depth, not megabytes, is what is tested)
-            small = [(ts, k, v, h) for ts, k, v, h in recs if all(len(b or b"") < 50 for b in (k, v, *dict(h).values()))]
+            small = [(ts, k, v, h) for ts, k, v, h in recs
+                     if all(len(b or b"") < 50 for b in (k, v, *dict(h).values()))]
             recs = (small * many)[:many] or recs
         data += _batch(base, 1_700_000_000_000, recs, attrs=0x8 if log_append else 0, codec=codec)
         max_ts = 1_700_000_000_000 + max(r[0] for r in recs)
@@ -90,12 +91,13 @@ def test_aborted_transactions_and_markers_are_skipped_as_the_java_consumer_does(
     def marker(kind: int) -> tuple:  # a control record: key (version 0, type), value (version, epoch)
         return (0, struct.pack(">hh", 0, kind), b"\x00\x00\x00\x00\x00\x00", [])
 
+    later = (_batch(4, 0, [(0, None, b"a4", [])], attrs=tx, pid=7)     # 7's next transaction
+             + _batch(5, 0, [(0, None, b"plain", [])]))
     data = (_batch(0, 0, [(0, None, b"a0", [])], attrs=tx, pid=7)       # aborted below
             + _batch(1, 0, [(0, None, b"b1", [])], attrs=tx, pid=8)     # committed
             + _batch(2, 0, [marker(0)], attrs=ctl, pid=7)               # abort of 7
             + _batch(3, 0, [marker(1)], attrs=ctl, pid=8)               # commit of 8
-            + _batch(4, 0, [(0, None, b"a4", [])], attrs=tx, pid=7)     # 7's next transaction
-            + _batch(5, 0, [(0, None, b"plain", [])]))
+            + later)
     buf = np.frombuffer(data, np.uint8)
 
     def values(committed: bool) -> list:
@@ -106,6 +108,8 @@ def test_aborted_transactions_and_markers_are_skipped_as_the_java_consumer_does(
     assert values(True) == [b"b1", b"a4", b"plain"]
     assert values(False) == [b"a0", b"b1", b"a4", b"plain"]
     assert batches(buf, True, [(7, 0)], until=4)[1] == 4  # the range read: no batch from `until` on
+    # offsets 1 to 3 gone (compaction): a range [1, 3) is read once the fetch from 1 begins at 4
+    assert batches(np.frombuffer(later, np.uint8), True, [], until=3) == ([], 3)
 
 
 def test_what_it_does_not_decode_is_refused_not_misread():

@@ -181,9 +181,11 @@ def leaders(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str
 def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
             until: int | None = None) -> tuple[list[tuple], int | None]:
     """The complete record batches in ``data`` (up to the first that begins
-    at or after ``until``) whose records a consumer sees, as ``(records' bytes, base offset, count, base timestamp, max
-    timestamp, log-append time)``, and the offset after the last complete
-    batch (None: no batch complete). As the Java consumer, per fetch: a
+    at or after ``until``) whose records a consumer sees, as ``(records'
+    bytes, base offset, count, base timestamp, max timestamp, log-append
+    time)``, and the offset to fetch from next: after the last complete
+    batch, ``until`` once a batch begins there or later, None where no
+    batch is complete. As the Java consumer, per fetch: a
     producer is inside an aborted transaction (the fetch lists it) until
     its abort marker."""
     raw = data.data if data.flags.c_contiguous else data.tobytes()
@@ -196,8 +198,10 @@ def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
         end = pos + 12 + length
         if magic != 2:
             raise Unsupported(f"message format {magic}")
-        if end > len(data) or (until is not None and base >= until):
-            break  # the fetch's last batch, cut at its size limit; or the range read
+        if until is not None and base >= until:  # the range is read (its last offsets may not exist: compacted)
+            return out, until
+        if end > len(data):
+            break  # the fetch's last batch, cut at its size limit
         nxt = base + last_delta + 1
         control, transactional = bool(attrs & 0x20), bool(attrs & 0x10)
         if committed and pid >= 0:
@@ -264,7 +268,8 @@ def _varint(buf: np.ndarray, at: np.ndarray, width: int = 10) -> tuple[np.ndarra
 def records(segs: list[tuple], need: set) -> dict[str, np.ndarray | pa.Array]:
     """The records of the batches :func:`batches` kept, decoded together:
     ``offset``, ``timestamp`` (ms), ``timestampType`` (Spark's: 0 create,
-    1 log append), ``segment`` (the index of the record's batch in ``segs``), and ``key``, ``value``, ``headers`` (a list of ``(key,
+    1 log append), ``segment`` (the index of the record's batch in
+    ``segs``), and ``key``, ``value``, ``headers`` (a list of ``(key,
     value)`` pairs) as Arrow arrays where ``need`` names them."""
     buf = np.concatenate([s[0] for s in segs]) if len(segs) > 1 else segs[0][0]
     counts = np.array([s[2] for s in segs], np.int64)

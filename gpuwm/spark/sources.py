@@ -177,7 +177,8 @@ class _Wire:
         from .kafkawire import Unsupported, leaders as find
 
         try:
-            leaders = find(self.source["conf"].get("bootstrap.servers", ""), sorted({r[0] for r in ranges}), self.timeout)
+            leaders = find(self.source["conf"].get("bootstrap.servers", ""), sorted({r[0] for r in ranges}),
+                           self.timeout)
         except Unsupported as e:  # every range to confluent-kafka
             self.declined.append(str(e))
             return [None] * len(ranges)
@@ -185,6 +186,9 @@ class _Wire:
         return [self.pool.submit(self._range, leaders.get(r[:2]), *r) for r in ranges]
 
     def _range(self, leader, topic: str, partition: int, start: int, until: int) -> tuple[pa.Table | None, dict]:
+        import struct
+        import zlib
+
         from .kafkawire import Connection, Unsupported
         from .project import evaluate
 
@@ -197,8 +201,8 @@ class _Wire:
                 t = self._fetch(conn, topic, partition, start, until, counts)
             finally:
                 conn.close()
-        except Unsupported as e:
-            self.declined.append(str(e))
+        except (Unsupported, struct.error, IndexError, ValueError, zlib.error, OSError) as e:  # bytes it cannot read
+            self.declined.append(f"{type(e).__name__}: {e}")
             return None, {}
         return (evaluate(self.source["steps"], t, counts) if t.num_rows else t), counts
 
