@@ -40,12 +40,15 @@ def _record(i: int, ts_delta: int, key, value, headers) -> bytes:
     return _varint(len(body)) + body
 
 
-def _batch(base: int, base_ts: int, recs: list, attrs: int = 0, pid: int = -1, codec: int = 0) -> bytes:
-    body = b"".join(_record(i, *r) for i, r in enumerate(recs))
+def _batch(base: int, base_ts: int, recs: list, attrs: int = 0, pid: int = -1, codec: int = 0,
+           deltas: list | None = None) -> bytes:
+    """A v2 batch of ``recs``; ``deltas``: their offset deltas (compaction leaves gaps), else 0, 1, ..."""
+    deltas = list(range(len(recs))) if deltas is None else deltas
+    body = b"".join(_record(d, *r) for d, r in zip(deltas, recs))
     if codec == 1:
         body = gzip.compress(body)
     max_ts = base_ts + max((r[0] for r in recs), default=0)
-    head = struct.pack(">ibIhiqqqhii", 0, 2, 0, attrs | codec, len(recs) - 1, base_ts, max_ts, pid, 0, 0, len(recs))
+    head = struct.pack(">ibIhiqqqhii", 0, 2, 0, attrs | codec, deltas[-1], base_ts, max_ts, pid, 0, 0, len(recs))
     return struct.pack(">qi", base, len(head) + len(body)) + head + body
 
 
@@ -55,23 +58,25 @@ _RECORD = st.tuples(st.integers(-(1 << 40), 1 << 40), _BYTES, _BYTES,
 
 
 @given(st.lists(st.tuples(st.lists(_RECORD, min_size=1, max_size=12), st.sampled_from([0, 1]),
-                          st.booleans()), min_size=1, max_size=5),
+                          st.booleans(), st.integers(0, 3)), min_size=1, max_size=5),
        st.sampled_from([0, 1, 2500]))
 def test_records_decode_as_written(spec, many):
     """Every field of every record, batch after batch, as written; a
-    batch of thousands of records (many doubling steps) among them; the
-    offset after the last batch; a cut last batch left for the next fetch."""
+    batch of thousands of records (many doubling steps) among them;
+    compacted batches (offset deltas with gaps); the offset after the last
+    batch; a cut last batch left for the next fetch."""
     data, want, base = b"", [], 100
-    for recs, codec, log_append in spec:
+    for recs, codec, log_append, gap in spec:
         if many:  # many records, small ones (the doubling's depth, not megabytes, is what is tested)
             small = [(ts, k, v, h) for ts, k, v, h in recs
                      if all(len(b or b"") < 50 for b in (k, v, *dict(h).values()))]
             recs = (small * many)[:many] or recs
-        data += _batch(base, 1_700_000_000_000, recs, attrs=0x8 if log_append else 0, codec=codec)
+        deltas = [gap + i * (1 + gap) for i in range(len(recs))]  # gap 0: every offset there
+        data += _batch(base, 1_700_000_000_000, recs, attrs=0x8 if log_append else 0, codec=codec, deltas=deltas)
         max_ts = 1_700_000_000_000 + max(r[0] for r in recs)
-        want += [(base + i, max_ts if log_append else 1_700_000_000_000 + r[0], int(log_append), r[1], r[2],
-                  [(k, v) for k, v in r[3]] or None) for i, r in enumerate(recs)]
-        base += len(recs) + 3  # a gap, as compaction or markers leave
+        want += [(base + d, max_ts if log_append else 1_700_000_000_000 + r[0], int(log_append), r[1], r[2],
+                  [(k, v) for k, v in r[3]] or None) for d, r in zip(deltas, recs)]
+        base += deltas[-1] + 1 + 3  # a gap between batches, as markers or compaction leave
     cut = data + _batch(base, 0, [(0, b"k", b"v", [])])[:-3]
     got_batches, nxt = batches(np.frombuffer(cut, np.uint8), False, [])
     assert nxt == base - 3 and len(got_batches) == len(spec)
@@ -114,8 +119,8 @@ def test_aborted_transactions_and_markers_are_skipped_as_the_java_consumer_does(
 
 def test_what_it_does_not_decode_is_refused_not_misread():
     """A codec but gzip, an older message format, a record whose fields do
-    not add up to its length: :class:`Unsupported` (the range goes to
-    confluent-kafka), never rows."""
+    not add up to its length, offset deltas that do not rise:
+    :class:`Unsupported` (the range goes to confluent-kafka), never rows."""
     ok = _batch(0, 0, [(0, b"k", b"v", [])])
     lz4 = bytearray(ok)
     lz4[22] |= 3  # attributes (low byte): codec 3
@@ -130,3 +135,6 @@ def test_what_it_does_not_decode_is_refused_not_misread():
     kept, _ = batches(np.frombuffer(bytes(bad) + b"\x00\x00", np.uint8), False, [])
     with pytest.raises(Unsupported):
         records(kept, {"value"})
+    twice = _batch(0, 0, [(0, None, b"a", []), (0, None, b"b", [])], deltas=[1, 1])  # two records, one offset
+    with pytest.raises(Unsupported, match="do not rise"):
+        records(batches(np.frombuffer(twice, np.uint8), False, [])[0], {"value"})

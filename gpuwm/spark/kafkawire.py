@@ -13,8 +13,8 @@ position that could start a record (a varint followed by the attributes
 byte, which is 0) gets the position its length points to; jumping those
 links by doubling reaches the *i*-th record of every batch at once, in
 log2(records a batch) gathers. Each record is then checked whole (its
-offset delta is its index, its fields end where its length says), so a
-false start is never taken for a record.
+fields end where its length says, offset deltas rise within the batch up
+to its last), so a false start is never taken for a record.
 
 Like Kafka's Java consumer (Spark's reader): control batches are skipped;
 under ``read_committed`` a transactional batch of a producer whose
@@ -183,7 +183,7 @@ def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
     """The complete record batches in ``data`` (up to the first that begins
     at or after ``until``) whose records a consumer sees, as ``(records'
     bytes, base offset, count, base timestamp, max timestamp, log-append
-    time)``, and the offset to fetch from next: after the last complete
+    time, last offset delta)``, and the offset to fetch from next: after the last complete
     batch, ``until`` once a batch begins there or later, None where no
     batch is complete. As the Java consumer, per fetch: a
     producer is inside an aborted transaction (the fetch lists it) until
@@ -222,7 +222,7 @@ def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
                 body = np.frombuffer(zlib.decompress(body.tobytes(), 31), np.uint8)
             elif codec:
                 raise Unsupported(f"compression codec {codec}")
-            out.append((body, base, count, base_ts, max_ts, bool(attrs & 0x8)))
+            out.append((body, base, count, base_ts, max_ts, bool(attrs & 0x8), last_delta))
         pos = end
     return out, nxt
 
@@ -314,8 +314,11 @@ def records(segs: list[tuple], need: set) -> dict[str, np.ndarray | pa.Array]:
     q = q + k
     off_delta, k = _varint(buf, q, 5)
     q = q + k
-    if not (off_delta == index).all():
-        raise Unsupported("offset deltas that are not the records' positions")
+    # offset deltas rise within a batch, to its last (compaction leaves gaps: not always the index)
+    later = np.flatnonzero(index[1:] > 0) + 1
+    last_delta = np.array([s[6] for s in segs], np.int64)[seg]
+    if ((off_delta < index) | (off_delta > last_delta)).any() or (off_delta[later] <= off_delta[later - 1]).any():
+        raise Unsupported("offset deltas that do not rise within their batch")
     key_len, k = _varint(buf, q, 5)
     key_at = q + k
     q = key_at + np.maximum(key_len, 0)
@@ -341,7 +344,7 @@ def records(segs: list[tuple], need: set) -> dict[str, np.ndarray | pa.Array]:
     log_append = np.array([s[5] for s in segs], bool)[seg]
     stamp = np.where(log_append, np.array([s[4] for s in segs], np.int64)[seg],
                      np.array([s[3] for s in segs], np.int64)[seg] + ts_delta)
-    out: dict = {"offset": base + index, "timestamp": stamp, "timestampType": log_append.astype(np.int32),
+    out: dict = {"offset": base + off_delta, "timestamp": stamp, "timestampType": log_append.astype(np.int32),
                  "segment": seg}
     if "key" in need:
         out["key"] = _binary(buf, key_at, key_len)
