@@ -162,7 +162,6 @@ class _Wire:
         self.timeout = source["poll_ms"] / 1000
         self.committed = str(source["conf"].get("isolation.level", "")).lower() == "read_committed"
         self.pool = None
-        self.declined: list[str] = []  # why ranges went to confluent-kafka (for a test or a debugger)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -180,7 +179,7 @@ class _Wire:
             leaders = find(self.source["conf"].get("bootstrap.servers", ""), sorted({r[0] for r in ranges}),
                            self.timeout)
         except Unsupported as e:  # every range to confluent-kafka
-            self.declined.append(str(e))
+            _declined(str(e))
             return [None] * len(ranges)
         self.pool = ThreadPoolExecutor(max(1, min(len(ranges), os.cpu_count() or 1, 4)), "gpuwm-kafka")
         return [self.pool.submit(self._range, leaders.get(r[:2]), *r) for r in ranges]
@@ -202,7 +201,7 @@ class _Wire:
             finally:
                 conn.close()
         except (Unsupported, struct.error, IndexError, ValueError, zlib.error, OSError) as e:  # bytes it cannot read
-            self.declined.append(f"{type(e).__name__}: {e}")
+            _declined(f"{topic} {partition} [{start}, {until}): {type(e).__name__}: {e}")
             return None, {}
         return (evaluate(self.source["steps"], t, counts) if t.num_rows else t), counts
 
@@ -214,9 +213,8 @@ class _Wire:
         need = self.need
         tp = TopicPartition(topic, partition)
         where = f"Kafka topic {topic!r} partition {partition}"
-        if start < 0 or until < 0:  # Spark's late-bound earliest / latest
-            low, high = self.consumer().get_watermark_offsets(tp, timeout=self.timeout, cached=False)
-            start, until = low if start < 0 else start, high if until < 0 else until
+        if start < 0 or until < 0:
+            start, until = _late_bound(self.consumer(), tp, start, until, self.timeout)
         segs: list = []
         floors: list[int] = []
         pos, last = start, time.monotonic()
@@ -234,8 +232,7 @@ class _Wire:
             got, nxt = kw.batches(data, self.committed, aborted, until)
             if nxt is None:
                 if time.monotonic() - last > self.timeout:
-                    raise KafkaReadError(f"{where}: no record at or after offset {pos} (this batch reads to "
-                                         f"{until}) within kafkaConsumer.pollTimeoutMs={self.source['poll_ms']} ms")
+                    raise _no_record(where, pos, until, self.source["poll_ms"])
                 continue
             segs += got
             floors += [pos] * len(got)  # a batch begins before the offset fetched (or lost) from
@@ -267,6 +264,26 @@ def _table(topic: str, partition: int, n: int, cols: dict, need: set, headers: b
                                  else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
+def _declined(why: str) -> None:
+    """Why gpuwm's fetch left a range to confluent-kafka (the batch counts it as ``kafka_client_ranges``)."""
+    import logging
+
+    logging.getLogger("gpuwm").info("gpuwm: Kafka range read by confluent-kafka: %s", why)
+
+
+def _late_bound(consumer, tp, start: int, until: int, timeout: float) -> tuple[int, int]:
+    """Spark's late-bound earliest (-2) / latest (-1) offsets of a range, resolved now."""
+    if start < 0 or until < 0:
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        start, until = low if start < 0 else start, high if until < 0 else until
+    return start, until
+
+
+def _no_record(where: str, pos: int, until: int, poll_ms: int) -> KafkaReadError:
+    return KafkaReadError(f"{where}: no record at or after offset {pos} (this batch reads to {until}) "
+                          f"within kafkaConsumer.pollTimeoutMs={poll_ms} ms")
+
+
 def _fetch(consumer, topic: str, partition: int, start: int, until: int, source: dict, counts: dict,
            need: set) -> pa.Table:
     """The records of ``[start, until)`` of one partition, as Spark's
@@ -280,9 +297,7 @@ def _fetch(consumer, topic: str, partition: int, start: int, until: int, source:
     timeout = source["poll_ms"] / 1000
     tp = TopicPartition(topic, partition)
     where = f"Kafka topic {topic!r} partition {partition}"
-    if start < 0 or until < 0:  # Spark's late-bound earliest / latest
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-        start, until = low if start < 0 else start, high if until < 0 else until
+    start, until = _late_bound(consumer, tp, start, until, timeout)
     schema = kafka_schema(source["headers"])
     msgs: list = []
     pos, last = start, time.monotonic()
@@ -308,8 +323,7 @@ def _fetch(consumer, topic: str, partition: int, start: int, until: int, source:
             at = consumer.position([tp])[0].offset
             pos = max(pos, at)
             if not got and pos < until and time.monotonic() - last > timeout:
-                raise KafkaReadError(f"{where}: no record at or after offset {pos} (this batch reads to {until}) "
-                                     f"within kafkaConsumer.pollTimeoutMs={source['poll_ms']} ms")
+                raise _no_record(where, pos, until, source["poll_ms"])
     if start < until:
         consumer.unassign()
     n = len(msgs)
