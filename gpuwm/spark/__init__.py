@@ -10,10 +10,22 @@ from __future__ import annotations
 import os
 import sys
 
-from .accelerate import accelerate, explain
-from .pipeline import Pipeline
-
 __all__ = ["Pipeline", "accelerate", "explain", "local_session", "read_nexmark", "register_sources"]
+
+_LAZY = {"accelerate": "accelerate", "explain": "accelerate", "Pipeline": "pipeline"}
+
+
+def __getattr__(name: str):
+    """``Pipeline``, ``accelerate`` and ``explain`` on first use: a Spark
+    Python worker that needs one small module (the drain source's reader)
+    does not import the builder and every operator with it."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
 
 
 def register_sources(spark) -> None:
