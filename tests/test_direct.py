@@ -90,26 +90,74 @@ def test_generated_splits_equal_what_the_source_reads():
         assert exp.num_rows > 0 and got.equals(exp)
 
 
-def test_drain_offsets_in_sparks_offset_log(tmp_path):
-    """The drain source's offset sits beside the input's in the offset log:
-    the Nexmark range still reads (one "offset" source), and a batch ends the
-    input only when its drain offset is the end asked for after the batch
-    before it."""
+def test_drains_in_sparks_logs(tmp_path):
+    """The drain source is Spark's file source, after the input in the
+    offset log: the Nexmark range still reads (one "offset" source), and a
+    batch ends the input only when the files Spark logged for it hold the
+    end asked for after the batch before it — read from the file source's
+    log, a compacted one too, and only when that end was asked for."""
     pytest.importorskip("pyspark")
+    from gpuwm.spark.checkpoint import Checkpoint, Location
+    from gpuwm.spark.drain import batch_drains, ends_input, file_name, parse_name
     from gpuwm.spark.nexmark import nexmark_range
-    from gpuwm.spark.drain import NO_DRAIN, drain_offset, ends_input, latest
 
     d = tmp_path / "offsets"
     d.mkdir()
+    src = tmp_path / "sources" / "1"
+    src.mkdir(parents=True)
     meta = '{"batchWatermarkMs":0,"batchTimestampMs":1}'
-    (d / "0").write_text("\n".join(["v1", meta, '{"offset":100}', '{"drain":-1,"end":0}']))
-    (d / "1").write_text("\n".join(["v1", meta, '{"offset":100}', '{"drain":0,"end":1}']))
-    (d / "2").write_text("\n".join(["v1", meta, '{"offset":150}', '{"drain":0,"end":1}']))
-    from gpuwm.spark.checkpoint import Checkpoint, Location
-
+    # batch: (nexmark offset, drain log offset); the drain source's log batch 1 is only in 2.compact
+    for b, (off, log) in enumerate([(100, 0), (100, 1), (150, 2), (150, 2), (160, 3)]):
+        (d / str(b)).write_text("\n".join(["v1", meta, f'{{"offset":{off}}}', f'{{"logOffset":{log}}}']))
+    entry = lambda n, name: f'{{"path":"file://{tmp_path}/gpuwm/drains/{name}","timestamp":1,"batchId":{n}}}'  # noqa: E731
+    (src / "0").write_text("\n".join(["v1", entry(0, "after-9")]))
+    (src / "2.compact").write_text("\n".join(["v1", entry(0, "after-9"), entry(1, "after-0-end"),
+                                               entry(2, "after-1")]))
+    (src / "3").write_text("\n".join(["v1", entry(3, "after-3-end"), entry(3, "_gpuwm")]))
     ck = Checkpoint(Location.of(str(tmp_path)))
     assert nexmark_range(ck, 1) == (100, 100) and nexmark_range(ck, 2) == (100, 150)
-    assert drain_offset(ck, 1) == {"drain": 0, "end": 1}
-    assert [ends_input(ck, b) for b in range(4)] == [False, True, False, False]
-    req = {"offset": NO_DRAIN, "next": {"drain": 5, "end": 0}, "due": 100.0}
-    assert latest(req, 99.9) == NO_DRAIN and latest(req, 100.0) == {"drain": 5, "end": 0} and latest(None, 0) == NO_DRAIN
+    assert [batch_drains(ck, b) for b in range(6)] == [[(9, False)], [(0, True)], [(1, False)], [],
+                                                      [(3, True)], []]
+    ask = lambda n, end: {"next": {"drain": n, "end": end}, "due": 1.0}  # noqa: E731
+    assert ends_input(ck, 1, ask(0, 1)) and not ends_input(ck, 1, ask(0, 0)) and not ends_input(ck, 1, None)
+    assert not ends_input(ck, 2, ask(1, 1))  # after-1 was asked without the end
+    assert ends_input(ck, 4, ask(3, 1)) and not ends_input(ck, 3, ask(2, 1)) and not ends_input(ck, 5, ask(4, 1))
+    assert parse_name(file_name(12, True)) == (12, True) and parse_name("s3a://b/ck/gpuwm/drains/after-7") == (7, False)
+    assert parse_name("_gpuwm") is None and parse_name("after-x") is None
+
+
+def test_drain_requests_write_their_file_when_due(tmp_path):
+    """A request due now writes its file at once; one due later on a timer,
+    unless a newer request replaces it first or the query stopped; a
+    restart re-asks the request made after Spark's last commit."""
+    pytest.importorskip("pyspark")
+    import time
+
+    from gpuwm.spark.checkpoint import Checkpoint, Location
+    from gpuwm.spark.drain import DIR, Drains
+
+    ck = Checkpoint(Location.of(str(tmp_path)))
+    files = lambda: sorted(p.name for p in (tmp_path / DIR).glob("after-*"))  # noqa: E731
+    d = Drains(ck)
+    d.ask(0, due=time.time() - 1)
+    assert files() == ["after-0"]
+    d.ask(1, due=time.time() + 0.3)
+    assert files() == ["after-0"]
+    time.sleep(0.6)
+    assert files() == ["after-0", "after-1"]
+    d.ask(2, due=time.time() + 0.3)
+    d.ask(3, due=None)  # no drain after 3: 2's is replaced before it is due
+    d.ask(4, due=time.time() + 0.3)
+    d.alive = lambda: False  # the query stopped
+    time.sleep(0.6)
+    assert files() == ["after-0", "after-1"]
+    d.ask(5, due=time.time() + 60, end=True)
+    d.stop()
+    again = Drains(ck)  # a restart: the request is read back and re-asked, if made after the last commit
+    assert again.request["next"] == {"drain": 5, "end": 1}
+    again.resume(4)
+    again.request = {**again.request, "due": 0.0}
+    again.resume(4)
+    assert files() == ["after-0", "after-1"]
+    again.resume(5)
+    assert files() == ["after-0", "after-1", "after-5-end"]

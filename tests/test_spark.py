@@ -696,13 +696,18 @@ def test_bad_input_is_refused_before_the_first_batch(spark, tmp_path):
                        r"\"datetime\.timedelta\(seconds=3\)\"\. Its state cannot be reused"):
         changed.start()
     assert sorted(glob.glob(f"{tmp_path}/o3/*/*")) == before
-    # a checkpoint whose Spark offset log has no drain source (written before drain batches)
+    # a checkpoint written before drain batches (no drain source), or by a gpuwm whose drain source was
+    # a Python data source: Spark cannot restart it with this one's file source
+    os.remove(f"{tmp_path}/ck3/gpuwm/drains/_gpuwm")
+    with pytest.raises(gpuwm.ConfigError, match="without drain batches"):
+        p.start()
     log = sorted(glob.glob(f"{tmp_path}/ck3/offsets/[0-9]*"), key=lambda x: int(os.path.basename(x)))[-1]
     with open(log) as fh:
         lines = fh.read().splitlines()
+    assert lines[-1] == "-" or lines[-1].startswith('{"logOffset":')  # the drain source: no file yet, or some
     with open(log, "w") as fh:
-        fh.write("\n".join(line for line in lines if '"drain"' not in line))
-    with pytest.raises(gpuwm.ConfigError, match="without drain batches"):
+        fh.write("\n".join(lines[:-1] + ['{"drain":3,"end":0}']))
+    with pytest.raises(gpuwm.ConfigError, match="whose drain source was a Python data source"):
         p.start()
     shutil.rmtree(ro)
 

@@ -356,6 +356,7 @@ class Checkpoint:
         gpuwm/pipeline.json                the pipeline that writes the state
         gpuwm/owner.json                   the running query's lease
         gpuwm/drain.json                   the drain request (gpuwm.spark.drain)
+        gpuwm/drains/after-<N>[-end]       a drain asked for after batch N: the drain source's files
         gpuwm/now/<N>                      batch N's processing time
         gpuwm/commits/<N>.json             batch N committed: its state versions, filter state, metrics
         gpuwm/state/<N>/filter-<attempt>.arrow    the watermark filter's state after N
@@ -579,8 +580,8 @@ class Checkpoint:
 
     def logged_offset(self, batch_id: int, key: str) -> dict | None:
         """The offset of ``batch_id``'s one source whose offsets have ``key``
-        (gpuwm's sources': ``offset`` for Nexmark, ``drain`` for
-        :mod:`gpuwm.spark.drain`), or None when the log does not say (no
+        (``offset`` for gpuwm's Nexmark source; ``drain`` for the Python
+        drain source of earlier gpuwm versions), or None when the log does not say (no
         entry, no such source, several that differ: the Nexmark inputs of a
         join, one per event kind, share their offsets)."""
         try:
@@ -588,6 +589,11 @@ class Checkpoint:
         except OSError:
             return None
         return got[0] if got and all(o == got[0] for o in got) else None
+
+    def last_spark_commit(self) -> int | None:
+        """The newest batch id in Spark's commit log (None: none committed)."""
+        ids = self.spark_batches("commits")
+        return max(ids) if ids else None
 
     def newest_logged_batch(self) -> int | None:
         """The newest batch id in Spark's offset log (None: no log yet)."""

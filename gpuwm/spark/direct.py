@@ -217,7 +217,7 @@ def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
     last execution, where Spark's progress reporter counts a source's input
     rows after the batch. ``rows``: the count, or ``{input: count}`` with
     ``dirs`` (``{input: directory}``) saying which file scan is whose. The
-    drain source's scan (no partitions) is left alone. False (nothing added)
+    drain source's scan (:mod:`gpuwm.spark.drain`) is left alone. False (nothing added)
     when the query or its scan cannot be found — the progress then shows 0,
     as before; gpuwm's own metrics are unaffected."""
     try:
@@ -229,6 +229,9 @@ def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
                 break
         if query is None or query.lastExecution() is None:
             return False
+        from .drain import DIR
+
+        drains = f"{checkpoint.loc.uri}/{DIR}/"
         scans = []
         it = query.lastExecution().executedPlan().collectLeaves().iterator()
         while it.hasNext():
@@ -236,8 +239,9 @@ def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
             name = node.getClass().getSimpleName()
             if name == "FileSourceScanExec":
                 paths = [_uri(p) for p in scala_iter(node.relation().location().rootPaths())]
-                scans.append((node, paths))
-            elif name == "MicroBatchScanExec" and node.inputPartitions().size() > 0:  # not the drain source
+                if not (paths and all(p.startswith(drains) for p in paths)):  # not the drain source's
+                    scans.append((node, paths))
+            elif name == "MicroBatchScanExec" and node.inputPartitions().size() > 0:  # a source with rows
                 scans.append((node, []))
         added = False
         for node, paths in scans:

@@ -34,7 +34,7 @@ from .sinks import clear_batch
 def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
     """Before the query starts: the checkpoint is usable, its state is
     whole and of this pipeline, and no other query runs on it."""
-    from .drain import drain_offset
+    from .drain import has_drains
 
     ck.loc.probe("checkpoint location", "gpuwm")
     fmt = ck.loc.read_json(Checkpoint.FORMAT_FILE)
@@ -47,13 +47,19 @@ def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
     if fmt is not None and fmt.get("format") != FORMAT:
         raise ConfigError(f"checkpoint {ck} holds gpuwm state of format {fmt.get('format')}; this gpuwm reads "
                           f"format {FORMAT}: use the gpuwm that wrote it, or a new checkpoint location")
+    check_state(ck)  # (first: a checkpoint whose gpuwm/ is gone is named for that)
     last = ck.newest_logged_batch()
-    if last is not None and drain_offset(ck, last) is None and ck.logged_offsets(last):
-        raise ConfigError(
-            f"checkpoint {ck} was written by a gpuwm without drain batches: Spark's offset log has "
-            "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
-            "checkpoint location.")
-    check_state(ck)
+    if last is not None and ck.logged_offsets(last):
+        if ck.logged_offset(last, "drain") is not None:
+            raise ConfigError(
+                f"checkpoint {ck} was written by an earlier gpuwm, whose drain source was a Python data source "
+                "(this one's is a file source), and Spark cannot restart a query whose sources changed. Use a "
+                "new checkpoint location.")
+        if not has_drains(ck):
+            raise ConfigError(
+                f"checkpoint {ck} was written by a gpuwm without drain batches: Spark's offset log has "
+                "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
+                "checkpoint location.")
     desc = plan.describe()
     old = ck.loc.read(Checkpoint.PIPELINE)
     old = None if old is None else old.decode()
@@ -187,6 +193,9 @@ class Driver:
         self.verbose = verbose
         self.name = name
         self.query = None  # Spark's StreamingQuery, once started (its watermark is told gpuwm's)
+        from .drain import Drains
+
+        self.drains = Drains(self.checkpoint)  # the drain requests (gpuwm.spark.drain)
 
     def run_batch(self, df, batch_id: int) -> None:
         """Spark's ``foreachBatch``: run micro-batch ``batch_id`` and commit it."""
@@ -212,7 +221,7 @@ class Driver:
             name = prev_commit["filter"]
             fstate = self._last_filter[1] if self._last_filter[0] == name else ck.read_filter(name)
         now = ck.now_for_batch(batch_id, datetime.now(timezone.utc).isoformat())
-        end = drain.ends_input(ck, batch_id)
+        end = drain.ends_input(ck, batch_id, self.drains.request)
         flow = spark_schema(FLOW_SCHEMA)
         t_job = time.perf_counter()
         clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
@@ -273,7 +282,7 @@ class Driver:
         self._last_filter = (filter_name, new_filter)  # an attempt-unique name: the same name, the same bytes
         m["commit_s"] = time.perf_counter() - t_commit
         due, ending = self._next_drain(batch_id, filt, t_now)
-        drain.write_request(ck, batch_id, due=due, end=ending)
+        self.drains.ask(batch_id, due=due, end=ending)
         self.history.append(m)
         if m["time_kind"] == "timestamp":
             tell_spark_watermark(self.query, m["watermark"])
@@ -299,14 +308,12 @@ class Driver:
         """Spark replays ``batch_id``, which gpuwm committed before the
         driver stopped: nothing runs again (a commit is written once); the
         drain request after it is asked for again."""
-        from . import drain
-
         plan = self.plan
         c = self.checkpoint.commit(batch_id)
         m = dict(c["metrics"])
         filt = driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(batch_id))
         due, ending = self._next_drain(batch_id, filt, datetime.fromisoformat(m["processing_time"]))
-        drain.write_request(self.checkpoint, batch_id, due=due, end=ending)
+        self.drains.ask(batch_id, due=due, end=ending)
         m["replayed"] = True
         self.history.append(m)
         if self.verbose:
@@ -353,8 +360,6 @@ class Driver:
         """(:class:`~gpuwm.spark.drain.Finisher`, the query idle) Ask for the
         end-of-input drain when the profile's end releases more than the
         final watermark and it has not run; True when asked."""
-        from . import drain
-
         plan = self.plan
         committed = self.checkpoint.committed_batches()
         if not committed:
@@ -365,7 +370,7 @@ class Driver:
             return False
         if plan.watermark.resolved_profile.end_of_input != "all" and not (plan.aligned and filt.held_rows):
             return False  # (rows held back by alignment are read at the end, whatever the profile)
-        drain.write_request(self.checkpoint, last, due=0.0, end=True)
+        self.drains.ask(last, due=0.0, end=True)
         return True
 
     @staticmethod

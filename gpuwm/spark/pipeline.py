@@ -524,6 +524,7 @@ class Pipeline:
             writer = writer.trigger(**trigger)
         if query_name or self.name:
             writer = writer.queryName(query_name or self.name)
+        driver.drains.resume(self.checkpoint.last_spark_commit())  # a drain asked for before a stop
         try:
             q = writer.start()
         except BaseException:
@@ -531,6 +532,7 @@ class Pipeline:
             raise
         owner.watch(q)
         driver.query = q
+        driver.drains.alive = lambda: q.isActive
         if finish:
             drain.Finisher(q, driver.ask_end)
         return q
