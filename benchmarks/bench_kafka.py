@@ -16,8 +16,8 @@ topic with a fresh checkpoint, and parse the value with the same
 - **floor, direct** (gpuwm's own read: each task fetches its partitions'
   planned offset ranges and parses the values,
   :func:`gpuwm.spark.sources.read_kafka`): ``foreachBatch`` taking the
-  batch's ranges from its scan and counting the rows in one task per Kafka
-  partition; fetched by gpuwm's own Fetch requests
+  batch's ranges from its scan and counting the rows in one task, as gpuwm
+  with one vnode reads them (a thread per range); fetched by gpuwm's own Fetch requests
   (:mod:`gpuwm.spark.kafkawire`), and again by confluent-kafka
   (``GPUWM_KAFKA_FETCH=client``);
 - **gpuwm**: a Q7-like tumbling 10 s count and max price per auction,
@@ -128,7 +128,7 @@ def run_direct_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
         if not source["parts"]:
             return
         n = len(source["parts"])
-        counted.append(sum(r["n"] for r in spark.range(0, n, 1, n).mapInArrow(
+        counted.append(sum(r["n"] for r in spark.range(0, n, 1, 1).mapInArrow(
             partial(count_rows, source), "n long").collect()))
 
     t = time.perf_counter()

@@ -110,3 +110,27 @@ def test_kafka_select_expressions_equal_sparks(spark):
     for c in ("a", "b", "c", "d"):
         assert got.column(c).cast(pa.int64()).to_pylist() == want.column(c).cast(pa.int64()).to_pylist(), c
     assert got.column("key").cast(pa.binary()).to_pylist() == want.column("key").cast(pa.binary()).to_pylist()
+
+
+def test_the_slow_way_gets_every_message_with_a_newline_or_a_non_finite_word():
+    """``from_json``'s pre-check (a byte search over the whole buffer) names
+    every message the per-row regex would: in sliced arrays, with nulls, in
+    32- and 64-bit offsets (a match across two messages may name one more)."""
+    import pyarrow.compute as pc
+
+    from gpuwm.spark.project import _holding
+
+    rng = np.random.default_rng(1)
+    alpha = list("abIfnNa{}\n\r ")
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        vals = [None if rng.random() < 0.1 else "".join(rng.choice(alpha, int(rng.integers(0, 8)))).encode()
+                for _ in range(n)]
+        for typ in (pa.binary(), pa.large_binary()):
+            a = pa.array(vals, typ).slice(int(rng.integers(0, n + 1)) if n else 0)
+            want = pc.match_substring_regex(a, "[\n\r]|Inf|NaN").fill_null(False).to_numpy(zero_copy_only=False)
+            got = np.zeros(len(a), bool)
+            got[_holding(a, (b"\n", b"\r", b"Inf", b"NaN"))] = True
+            assert not (want & ~got).any()
+            spill = np.flatnonzero(got & ~want)  # only a match that runs on into the next message
+            assert all(a[int(i)].as_py() is not None for i in spill)
