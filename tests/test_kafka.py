@@ -109,7 +109,10 @@ for run in cfg["runs"]:
         os.makedirs(run["dir"], exist_ok=True)
     p = build(spark, run["spec"], verbose=False)
     restart = "topic" in run and run.get("restart")
-    q = None if restart and run["chunks"] else p.start()
+    # a topic's query starts once its first chunk is in: a query polling the end offsets while the
+    # transaction's markers land on its partitions one by one would plan part of the chunk as a batch,
+    # and a partition not seen yet is no split yet (its rows late once the others' watermark passed them)
+    q = None if "topic" in run and run["chunks"] else p.start()
     for i, chunk in enumerate(run["chunks"]):
         if i:
             time.sleep(run.get("pause", 0))
@@ -123,7 +126,7 @@ for run in cfg["runs"]:
             if str(i) in run.get("grow", {{}}):
                 add_partitions(run["bootstrap"], run["topic"], run["grow"][str(i)])
             produce(run["bootstrap"], run["topic"], t, transaction=run["topic"])
-            q = p.start() if restart else q
+            q = p.start() if restart or q is None else q
         else:
             pq.write_table(t, os.path.join(run["dir"], ".tmp"))
             os.rename(os.path.join(run["dir"], ".tmp"), os.path.join(run["dir"], "%04d.parquet" % i))
