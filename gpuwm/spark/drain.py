@@ -126,13 +126,12 @@ def batch_drains(ck: Checkpoint, batch_id: int) -> list[tuple[int, bool]]:
     return out
 
 
-def ends_input(ck: Checkpoint, batch_id: int, request: dict | None = None) -> bool:
+def ends_input(ck: Checkpoint, batch_id: int, request: dict | None) -> bool:
     """Whether ``batch_id`` is the end-of-input drain: it holds the end
     asked for right after the batch before. ``request``: the drain request
-    in force (read when not given); Spark's logs are read only when it asked
-    for that end."""
-    req = read_request(ck) if request is None else request
-    nxt = (req or {}).get("next") or {}
+    in force (:attr:`Drains.request`); Spark's logs are read only when it
+    asked for that end."""
+    nxt = (request or {}).get("next") or {}
     if not (nxt.get("end") and nxt.get("drain") == batch_id - 1):
         return False
     return (batch_id - 1, True) in batch_drains(ck, batch_id)

@@ -238,14 +238,18 @@ def from_json(values: pa.Array, fields: list) -> tuple[pa.Array, int]:
     return allrows.take(pa.array(inv)), bad
 
 
+def _offsets(values: pa.Array) -> np.ndarray:
+    """A binary or string array's value offsets (32- or 64-bit), as NumPy, without a copy."""
+    wide = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
+    return np.frombuffer(values.buffers()[1], np.int64 if wide else np.int32, len(values) + 1,
+                         values.offset * (8 if wide else 4))
+
+
 def _holding(values: pa.Array, needles: tuple[bytes, ...]) -> np.ndarray:
     """The rows of a binary array whose bytes hold any of ``needles``: each
     found by a byte search over the whole data buffer (a loop over the
     matches, usually none), not a regex per row."""
-    n = len(values)
-    wide = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
-    offsets = np.frombuffer(values.buffers()[1], np.int64 if wide else np.int32, n + 1,
-                            values.offset * (8 if wide else 4))
+    offsets = _offsets(values)
     lo, hi = int(offsets[0]), int(offsets[-1])
     buf = values.buffers()[2]
     data = b"" if buf is None else memoryview(buf)[lo:hi].tobytes()
@@ -266,7 +270,7 @@ def _holding(values: pa.Array, needles: tuple[bytes, ...]) -> np.ndarray:
 def _lines(values: pa.Array) -> pa.Buffer:
     """The values, each followed by a newline, as one buffer (no Python per value)."""
     joined = pc.binary_join_element_wise(values, pa.scalar(b"", values.type), pa.scalar(b"\n", values.type))
-    offsets = np.frombuffer(joined.buffers()[1], np.int32, len(joined) + 1, joined.offset * 4)
+    offsets = _offsets(joined)
     return joined.buffers()[2][offsets[0]:offsets[-1]]
 
 
