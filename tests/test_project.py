@@ -6,6 +6,7 @@ Kafka select uses give Spark's columns."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -134,3 +135,46 @@ def test_the_slow_way_gets_every_message_with_a_newline_or_a_non_finite_word():
             assert not (want & ~got).any()
             spill = np.flatnonzero(got & ~want)  # only a match that runs on into the next message
             assert all(a[int(i)].as_py() is not None for i in spill)
+
+
+
+def _zip_reads(_):
+    """In a Spark task, with gpuwm's task code imported: whether gpuwm's
+    fix is in this worker, how many archive directories
+    ``importlib.invalidate_caches()`` — what PySpark calls before every
+    task — reads (the second of two calls), and how many the eager
+    re-read it replaces would read."""
+    import importlib
+    import zipimport
+
+    import gpuwm.spark.tasks  # noqa: F401 - what a gpuwm task imports first
+
+    reads: list = []
+    eager = zipimport._read_directory
+    zipimport._read_directory = lambda archive: reads.append(archive) or eager(archive)
+    try:
+        importlib.invalidate_caches()
+        reads.clear()
+        importlib.invalidate_caches()
+        fixed = len(reads)
+    finally:
+        zipimport._read_directory = eager
+    yield pa.RecordBatch.from_pydict({"installed": [bool(getattr(zipimport.zipimporter.invalidate_caches,
+                                                                  "_gpuwm", False))],
+                                      "reads": [fixed],  # Python 3.11's own: one read per zipimporter
+                                      "eager_reads": [sum(isinstance(f, zipimport.zipimporter)
+                                                          for f in sys.path_importer_cache.values())]})
+
+
+def test_a_spark_worker_running_gpuwm_reads_no_zip_directory_per_task(spark):
+    """PySpark's worker invalidates the import caches before each task; on
+    Python 3.10–3.12 every ``zipimporter`` (pyspark.zip, py4j, the Spark
+    jar, and one per package imported from them) then reads its archive's
+    directory again, ~0.1 s a task. With gpuwm's task code in the worker
+    (:mod:`gpuwm.spark.pyworker`) an unchanged archive is not read again."""
+    row = spark.range(0, 1, 1, 1).mapInArrow(_zip_reads, "installed boolean, reads long, eager_reads long").collect()[0]
+    if sys.version_info[:2] >= (3, 13):  # read lazily there: nothing to fix
+        assert not row["installed"]
+        return
+    assert row["installed"] and row["eager_reads"] >= 3  # pyspark.zip, py4j's zip, the Spark jar at least
+    assert row["reads"] == 0

@@ -14,6 +14,11 @@ __all__ = ["Pipeline", "accelerate", "explain", "local_session", "read_nexmark",
 
 _LAZY = {"accelerate": "accelerate", "explain": "accelerate", "Pipeline": "pipeline"}
 
+if "pyspark.worker" in sys.modules:  # imported in Spark's Python worker, by a task: its per-task import cost cut
+    from .pyworker import cached_zip_directories
+
+    cached_zip_directories()
+
 
 def __getattr__(name: str):
     """``Pipeline``, ``accelerate`` and ``explain`` on first use: a Spark
