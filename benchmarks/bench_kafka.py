@@ -195,6 +195,8 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2, help="run every query this many times; report the last")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kafka"))
+    ap.add_argument("--only", default="", help="run only the queries whose names hold one of these (separated by |)"
+                    "; results are then not written")
     args = ap.parse_args()
 
     from gpuwm.spark import local_session
@@ -216,6 +218,8 @@ def main() -> int:
                    ("gpuwm direct, confluent-kafka's fetch, vnodes 1", partial(_client, run_gpuwm)),
                    (f"gpuwm direct, vnodes {args.cores}", partial(run_gpuwm, vnodes=args.cores)),
                    ("Spark native", run_native)]
+        if args.only:
+            queries = [q for q in queries if any(w and w in q[0] for w in args.only.split("|"))]
         for rnd in range(args.rounds):  # the first round warms the JVM up; the last one is reported
             runs = []
             for name, fn in queries:
@@ -227,6 +231,8 @@ def main() -> int:
         spark.stop()
     shutil.rmtree(root, ignore_errors=True)
 
+    if args.only:
+        return 0
     floor, dfloor = runs[0], runs[1]
     native = runs[-1]
     md = [f"# Kafka source, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')}; {args.events:,} Nexmark events, "
