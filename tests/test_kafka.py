@@ -169,17 +169,21 @@ def _chunk_files(tmp, tables: list[pa.Table]) -> list[str]:
 COLS = ["window_start", "window_end", "k", "n", "mx"]
 
 
-@pytest.mark.parametrize("profile,parts,grow", [("spark", [3, 3, 3, 3], None), ("flink", [2, 2, 3, 3], 2)])
-def test_kafka_equals_the_same_events_from_parquet(broker, tmp_path, profile, parts, grow):
+@pytest.mark.parametrize("profile,parts,grow,vnodes", [("spark", [3, 3, 3, 3], None, 1), ("flink", [2, 2, 3, 3], 2, 2)])
+def test_kafka_equals_the_same_events_from_parquet(broker, tmp_path, profile, parts, grow, vnodes):
     """Each chunk is one micro-batch (produced, or written as a file, then
     ``processAllAvailable``), so both runs see the same batches. ``grow``:
     the topic gets a third partition before that chunk, which Spark's Kafka
-    source reads from its start: a new split for the filter."""
+    source reads from its start: a new split for the filter. ``vnodes``:
+    the Kafka query's (the files' has one), a task per partition and a
+    shuffle to the vnodes, a batch without Kafka rows one task reading
+    nothing."""
     rng = np.random.default_rng(len(parts) + (grow or 0))
     chunks = [_events(rng, 3_000, list(range(n)), 4_000 * i, 6_000, disorder_ms=6_000) for i, n in enumerate(parts)]
     files = _chunk_files(tmp_path, chunks)
     topic = _topic(broker, parts[0])
-    kafka = {"spec": _spec(_kafka(broker, topic), tmp_path, "kafka", profile), "chunks": files, "topic": topic,
+    kafka = {"spec": {**_spec(_kafka(broker, topic), tmp_path, "kafka", profile), "vnodes": vnodes},
+             "chunks": files, "topic": topic,
              "bootstrap": broker.bootstrap, "grow": {str(grow): parts[grow]} if grow else {}, "restart": True}
     plain = {"spec": _spec(_files(tmp_path, "files"), tmp_path, "files", profile), "chunks": files,
              "dir": f"{tmp_path}/in-files"}
@@ -194,6 +198,7 @@ def test_kafka_equals_the_same_events_from_parquet(broker, tmp_path, profile, pa
             == [[m[c] for c in key] for m in mf if m["input_rows"] or not grow])
     assert sum(m["late_rows"] for m in mk) > 0
     assert {m["read"] for m in mk if m["input_rows"]} == {"direct"}  # gpuwm's tasks fetched the ranges
+    assert all(m["read"] == "direct" for m in mk)  # batches without Kafka rows too: no Kafka scan
     if grow:  # the batch of the chunk with partition 2 is the first with three splits
         first = next(i for i, m in enumerate(mk) if m["splits"] == 3)
         assert mk[first]["input_rows"] == chunks[grow].num_rows
@@ -222,7 +227,8 @@ def test_a_partition_without_messages_goes_idle(broker, tmp_path):
     1.5 s of processing time apart; partition 2 stops after the first, at
     4 s. Without ``idle_timeout`` partition 2 holds the watermark (Flink's
     min over splits) at its 4 s - delay; with 2 seconds, it is idle by the
-    last batch, and the watermark is the other partitions'."""
+    last batch, and the watermark is the other partitions' (that query over
+    two vnodes)."""
     rng = np.random.default_rng(3)
     chunks = [_events(rng, 900, [0, 1, 2], 0, 4_000), _events(rng, 1_500, [0, 1], 4_000, 8_000),
               _events(rng, 1_500, [0, 1], 12_000, 8_000)]
@@ -231,8 +237,8 @@ def test_a_partition_without_messages_goes_idle(broker, tmp_path):
     runs = []
     for tag, wm in (("held", {}), ("idle", {"idle_timeout": "2 seconds"})):
         topic = _topic(broker, 3)
-        runs.append({"spec": _spec(_kafka(broker, topic), tmp_path, tag, "flink", **wm), "chunks": files,
-                     "topic": topic, "bootstrap": broker.bootstrap, "pause": 1.5})
+        spec = {**_spec(_kafka(broker, topic), tmp_path, tag, "flink", **wm), "vnodes": 2 if wm else 1}
+        runs.append({"spec": spec, "chunks": files, "topic": topic, "bootstrap": broker.bootstrap, "pause": 1.5})
     mh, mi = _drive(str(tmp_path), runs)
     ms = {p: int(max(t.timestamp() for t, q in zip(events["ts"].to_pylist(), events["partition"].to_pylist())
                      if q == p) * 1000) for p in (0, 1, 2)}
@@ -244,6 +250,8 @@ def test_a_partition_without_messages_goes_idle(broker, tmp_path):
     assert len(_closed(events, w_idle)) > len(_closed(events, w_held)) + 20
     assert mh[-1]["idle_splits"] == [] and mi[-1]["idle_splits"] == [2]
     assert [m["late_rows"] for m in mh + mi] == [0] * (len(mh) + len(mi))
+    # over two vnodes, the batches that only drain (no Kafka rows) run as one task that reads nothing
+    assert any(not m["input_rows"] for m in mi) and all(m["read"] == "direct" for m in mi)
 
 
 # messages Spark's from_json reads its own way, and whether each parses whole (counted malformed if not)

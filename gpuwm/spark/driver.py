@@ -227,7 +227,7 @@ class Driver:
         clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
         direct, parts = self._direct_input(df, batch_id)
         if direct is not None:  # the tasks read / generate the input; Spark hands them part numbers
-            df = self.spark.range(0, parts, 1, parts if plan.vnodes > 1 else 1)
+            df = self.spark.range(0, parts, 1, max(parts, 1) if plan.vnodes > 1 else 1)
         if plan.vnodes == 1:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
@@ -296,7 +296,7 @@ class Driver:
                 wm = "+inf (end)"
             else:
                 wm = show_time(wm, m["time_kind"])
-            what = "end of input" if end else "no new data" if direct is None and not m["input_rows"] else \
+            what = "end of input" if end else "no new data" if not m["input_rows"] else \
                 f"{m['input_rows'] / m['wall_s']:9,.0f} events/s"
             say(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
                 f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
@@ -414,7 +414,9 @@ class Driver:
     def _direct_input(self, df, batch_id: int) -> tuple[dict | None, int]:
         """What the tasks make this batch's input from themselves (and into
         how many parts), or (None, 0): Spark's rows. A batch with no input
-        goes through Spark (nothing to read)."""
+        goes through Spark (nothing to read), but for Kafka: its one task
+        reads nothing, without Spark planning and running an empty Kafka
+        scan (0.3 s → 0.06 s)."""
         if not self._direct:
             return None, 0
         plan = self.plan
@@ -444,8 +446,8 @@ class Driver:
             from .kafka import batch_source
 
             got, why = batch_source(self._kafka, df)
-            if got is not None:
-                return ({"kafka": got}, len(got["parts"])) if got["parts"] else (None, 0)
+            if got is not None:  # (a batch without Kafka rows too: one task that reads nothing, no Kafka scan)
+                return {"kafka": got}, len(got["parts"])
         elif nex is not None:
             rng = nexmark_range(self.checkpoint, batch_id)
             if rng is not None and rng[0] == rng[1]:
