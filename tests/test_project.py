@@ -137,7 +137,6 @@ def test_the_slow_way_gets_every_message_with_a_newline_or_a_non_finite_word():
             assert all(a[int(i)].as_py() is not None for i in spill)
 
 
-
 def _zip_reads(_):
     """In a Spark task, with gpuwm's task code imported: whether gpuwm's
     fix is in this worker, how many archive directories
@@ -161,7 +160,8 @@ def _zip_reads(_):
         zipimport._read_directory = eager
     yield pa.RecordBatch.from_pydict({"installed": [bool(getattr(zipimport.zipimporter.invalidate_caches,
                                                                   "_gpuwm", False))],
-                                      "reads": [fixed],  # Python 3.11's own: one read per zipimporter
+                                      "reads": [fixed],
+                                      # what Python 3.11's own would read: one directory per zipimporter
                                       "eager_reads": [sum(isinstance(f, zipimport.zipimporter)
                                                           for f in sys.path_importer_cache.values())]})
 
@@ -172,7 +172,8 @@ def test_a_spark_worker_running_gpuwm_reads_no_zip_directory_per_task(spark):
     jar, and one per package imported from them) then reads its archive's
     directory again, ~0.1 s a task. With gpuwm's task code in the worker
     (:mod:`gpuwm.spark.pyworker`) an unchanged archive is not read again."""
-    row = spark.range(0, 1, 1, 1).mapInArrow(_zip_reads, "installed boolean, reads long, eager_reads long").collect()[0]
+    schema = "installed boolean, reads long, eager_reads long"
+    row = spark.range(0, 1, 1, 1).mapInArrow(_zip_reads, schema).collect()[0]
     if sys.version_info[:2] >= (3, 13):  # read lazily there: nothing to fix
         assert not row["installed"]
         return
