@@ -6,6 +6,8 @@ the filter to the drain."""
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -288,3 +290,55 @@ def test_a_task_uses_its_gpu_and_allocates_from_rmm_where_installed(monkeypatch)
     assert used == [2, 2, 2] and allocators == [rmm_alloc]
     device.use_task_gpu("cpu")  # the CPU backend touches no device
     assert used == [2, 2, 2]
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.15])
+def test_two_drivers_taking_one_checkpoint_at_once_one_wins(tmp_path, monkeypatch, gap_s):
+    """Two drivers both find the lease free and both write it: exactly one
+    starts, the other is refused in one line. On a slow store (each write
+    0.1 s, the other driver's write a further ``gap_s`` later than ours)
+    the wait after writing grows with the store's latency, so the later
+    write is still seen; a fixed 50 ms wait would miss it."""
+    import threading
+
+    from gpuwm.spark.checkpoint import Owner
+
+    ck = Checkpoint(Location.of(str(tmp_path / "ck")))
+    read_json, publish_json = Location.read_json, Location.publish_json
+    both_read = threading.Barrier(2)
+    late = threading.local()
+
+    def read(self, rel):
+        got = read_json(self, rel)
+        if rel == Checkpoint.OWNER and not getattr(late, "read", False):  # the first read: both find it free
+            late.read = True
+            both_read.wait(timeout=10)
+        return got
+
+    def publish(self, rel, obj):
+        if rel == Checkpoint.OWNER:
+            time.sleep(0.1 + (gap_s if threading.current_thread().name == "second" else 0.0))
+        publish_json(self, rel, obj)
+
+    monkeypatch.setattr(Location, "read_json", read)
+    monkeypatch.setattr(Location, "publish_json", publish)
+    got: dict[str, object] = {}
+
+    def take(name):
+        try:
+            got[name] = Owner.take(ck).run
+        except gpuwm.ConfigError as e:
+            got[name] = e
+
+    threads = [threading.Thread(target=take, args=(n,), name=n) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    won = [n for n, v in got.items() if isinstance(v, str)]
+    lost = [v for v in got.values() if not isinstance(v, str)]
+    assert len(won) == 1 and len(lost) == 1, got
+    if gap_s:
+        assert won == ["second"], got  # the later write
+    assert str(lost[0]).startswith(f"checkpoint {ck} was just taken by another query run {got[won[0]]} "), got
+    assert "\n" not in str(lost[0])

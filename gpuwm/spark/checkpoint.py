@@ -612,6 +612,8 @@ class Owner:
 
     BEAT = 5.0
     STALE = 30.0
+    #: the least time :meth:`take` waits between writing the lease and reading it back
+    WAIT = 0.05
     #: the queries of this process, by run: a lease of this process is held while its query is active
     _LOCAL: dict[str, Any] = {}
 
@@ -663,13 +665,17 @@ class Owner:
         """The lease, or a ConfigError naming the query that holds it."""
         import time
 
+        t0 = time.perf_counter()
         cur = ck.loc.read_json(Checkpoint.OWNER)
         if cur and cls._alive(cur):
             raise ConfigError(f"checkpoint {ck} is in use by another {cls._describe(cur)}: stop it first, or give "
                               f"this query its own checkpoint location")
         run = uuid.uuid4().hex[:12]
         ck.loc.publish_json(Checkpoint.OWNER, cls._me(run))
-        time.sleep(0.2)  # two starting at once: the later write wins, the other sees it
+        # Two starting at once: the later write wins, and the other sees it if it reads after that write. The
+        # other's write follows its own read by about as long as ours took on the same storage (a local disk:
+        # ~1 ms; an object store: a GET and a PUT, ~0.1 s): wait several times that, and never less than WAIT.
+        time.sleep(max(cls.WAIT, 4 * (time.perf_counter() - t0)))
         got = ck.loc.read_json(Checkpoint.OWNER) or {}
         if got.get("run") != run:
             raise ConfigError(f"checkpoint {ck} was just taken by another {cls._describe(got)}: stop it first, or "
