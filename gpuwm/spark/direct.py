@@ -210,23 +210,31 @@ def check_files(paths: list[str], schema: pa.Schema, options: tuple = ()) -> str
     return None
 
 
-def report_input_rows(spark, checkpoint: Checkpoint, rows: int | dict[str, int],
-                      dirs: dict[str, str] | None = None) -> bool:
-    """On the driver, during a batch gpuwm read directly: add the rows it
-    read to the ``numOutputRows`` metric of the batch's scan in the query's
-    last execution, where Spark's progress reporter counts a source's input
-    rows after the batch. ``rows``: the count, or ``{input: count}`` with
-    ``dirs`` (``{input: directory}``) saying which file scan is whose. The
-    drain source's scan (:mod:`gpuwm.spark.drain`) is left alone. False (nothing added)
-    when the query or its scan cannot be found — the progress then shows 0,
-    as before; gpuwm's own metrics are unaffected."""
+def running_query(spark, checkpoint: Checkpoint):
+    """Spark's ``StreamExecution`` (a JVM object) of the active query on
+    ``checkpoint``, or None."""
     try:
-        query = None
         for q in spark.streams.active:
             sq = q._jsq.streamingQuery()
             if _uri(sq.resolvedCheckpointRoot()) == checkpoint.loc.uri:
-                query = sq
-                break
+                return sq
+    except Exception:  # noqa: BLE001  not classic PySpark: what needs it does without
+        pass
+    return None
+
+
+def report_input_rows(query, checkpoint: Checkpoint, rows: int | dict[str, int],
+                      dirs: dict[str, str] | None = None) -> bool:
+    """On the driver, during a batch gpuwm read directly: add the rows it
+    read to the ``numOutputRows`` metric of the batch's scan in the query's
+    (``query``: :func:`running_query`) last execution, where Spark's
+    progress reporter counts a source's input rows after the batch.
+    ``rows``: the count, or ``{input: count}`` with ``dirs`` (``{input:
+    directory}``) saying which file scan is whose. The drain source's scan
+    (:mod:`gpuwm.spark.drain`) is left alone. False (nothing added) when
+    the query or its scan cannot be found — the progress then shows 0, as
+    before; gpuwm's own metrics are unaffected."""
+    try:
         if query is None or query.lastExecution() is None:
             return False
         from .drain import DIR

@@ -20,7 +20,12 @@ next data. gpuwm asks for such batches itself, through Spark:
   rule for no-data batches), when a ``flink``-style end of input is due
   (``"end": 1``), or when a split becomes idle under ``idle_timeout`` (then).
   When it is due the driver (:class:`Drains`, a timer for a later one)
-  writes the empty file ``after-N`` (``after-N-end``) into the directory.
+  writes the empty file ``after-N`` (``after-N-end``) into the directory —
+  unless batch N+1 is sure to come with data
+  (:func:`gpuwm.spark.driver.next_batch_certain`: Kafka under
+  ``maxOffsetsPerTrigger`` with more messages than batch N took), which
+  drains as a drain batch would, as Spark's own query runs no no-data
+  batch there either.
 * At each trigger Spark lists the directory; a new file is new data to
   Spark: it plans a micro-batch — with a batch id, its files in the file
   source's log, a commit — in which the drain source has no rows, and
@@ -159,11 +164,15 @@ class Drains:
         #: whether the query still runs (set once started): a timer of a stopped query writes nothing
         self.alive = lambda: True
 
-    def ask(self, batch_id: int, *, due: float | None, end: bool = False) -> None:
-        """After committing ``batch_id``: a drain at wall time ``due`` (None: none)."""
+    def ask(self, batch_id: int, *, due: float | None, end: bool = False, write: bool = True) -> None:
+        """After committing ``batch_id``: a drain at wall time ``due`` (None:
+        none). ``write=False``: the next batch is sure to come anyway
+        (:func:`gpuwm.spark.driver.next_batch_certain`), so no file is
+        written; the request is still recorded, for a restart before it
+        (:meth:`resume`)."""
         req = {"next": None if due is None else {"drain": batch_id, "end": int(end)}, "due": due or 0.0}
         self.ck.loc.publish_json(Checkpoint.DRAIN, req)
-        self._arm(req)
+        self._arm(req if write else {**req, "next": None})
 
     def resume(self, last_committed: int | None) -> None:
         """At the query's start: the request made after Spark's last
