@@ -100,10 +100,12 @@ import json, os, sys, time
 sys.path.insert(0, {root!r})
 import pyarrow.parquet as pq
 from gpuwm.spark import local_session
+from gpuwm.spark import tasks
 from gpuwm.spark.spec import build, spec_conf
 from tests.kafka_broker import add_partitions, produce
 
 cfg = json.load(open(sys.argv[1]))
+ARGS_MAX = tasks.ARGS_MAX
 spark = local_session(app="gpuwm-kafka-test", cores=2, conf=spec_conf(cfg["runs"][0]["spec"]))
 for run in cfg["runs"]:
     if "dir" in run:
@@ -127,6 +129,7 @@ for run in cfg["runs"]:
         with open(run["metrics"], "w") as fh:
             json.dump(sorted({{p["batchId"]: p["numInputRows"] for p in q.recentProgress}}.items()), fh)
         continue
+    tasks.ARGS_MAX = run.get("args_max", ARGS_MAX)  # (0: every batch's job planned anew)
     p = build(spark, run["spec"], verbose=False)
     restart = "topic" in run and run.get("restart")
     # a topic's query starts once its first chunk is in: a query polling the end offsets while the
@@ -233,25 +236,30 @@ def test_kafka_under_max_offsets_equals_sparks_own_query(broker, tmp_path):
     micro-batches. While Spark's planning saw more messages than a batch
     took, the next batch was certain and gpuwm wrote no drain file (it
     drains as Spark's next batch does); after the last messages it asked
-    for the drain that is Spark's no-data batch."""
+    for the drain that is Spark's no-data batch. The task's job is planned
+    once and takes each batch's arguments from a local property; with
+    arguments too large for one (``ARGS_MAX`` 0), a job per batch, the
+    same rows."""
     rng = np.random.default_rng(21)
     topic = _topic(broker, 3)
     produce(broker.bootstrap, topic, _events(rng, 2_400, [0, 1, 2], 0, 16_000, disorder_ms=3_000), transaction=topic)
     runs = [{"spec": {**_spec(_kafka(broker, topic, maxOffsetsPerTrigger=400), tmp_path, tag, "spark"),
                       "vnodes": 1}, "chunks": [], **extra}
-            for tag, extra in (("native", {"native": True}), ("gpuwm", {}))]
-    native, ms = _drive(str(tmp_path), runs)
+            for tag, extra in (("native", {"native": True}), ("planned", {}), ("new", {"args_max": 0}))]
+    native, planned, new = _drive(str(tmp_path), runs)
     native_out = pa.concat_tables([pq.read_table(f) for f in glob.glob(f"{tmp_path}/out-native/*.parquet")])
     for c in ("window_start", "window_end"):  # (Spark's Parquet: INT96, read without a zone)
         native_out = native_out.set_column(native_out.schema.get_field_index(c), c,
                                            native_out[c].cast(pa.timestamp("us")).cast(pa.timestamp("us", "UTC")))
     want = rows_of(native_out, COLS)
     assert len(want) > 30
-    assert rows_of(read_out(f"{tmp_path}/out-gpuwm"), COLS) == want
-    assert [[m["batch_id"], m["input_rows"]] for m in ms] == native  # Spark's batches, its no-data one last
-    assert {m["read"] for m in ms} == {"direct"}
-    assert len(ms) >= 7 and ms[-1]["input_rows"] == 0
-    assert [m["drain"] for m in ms[:-2]] == ["next batch"] * (len(ms) - 2) and ms[-2]["drain"] == "asked"
+    for tag, ms in (("planned", planned), ("new", new)):
+        assert rows_of(read_out(f"{tmp_path}/out-{tag}"), COLS) == want, tag
+        assert [[m["batch_id"], m["input_rows"]] for m in ms] == native  # Spark's batches, its no-data one last
+        assert {m["read"] for m in ms} == {"direct"}
+        assert {m["job"] for m in ms} == {tag}
+        assert len(ms) >= 7 and ms[-1]["input_rows"] == 0
+        assert [m["drain"] for m in ms[:-2]] == ["next batch"] * (len(ms) - 2) and ms[-2]["drain"] == "asked"
 
 
 @pytest.mark.parametrize("latest,end,beyond", [

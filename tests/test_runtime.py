@@ -6,6 +6,7 @@ the filter to the drain."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pyarrow as pa
@@ -290,6 +291,38 @@ def test_a_task_uses_its_gpu_and_allocates_from_rmm_where_installed(monkeypatch)
     assert used == [2, 2, 2] and allocators == [rmm_alloc]
     device.use_task_gpu("cpu")  # the CPU backend touches no device
     assert used == [2, 2, 2]
+
+
+def test_a_planned_task_takes_its_batch_from_the_jobs_local_property(tmp_path, monkeypatch):
+    """The job planned once (direct input, one vnode) gets each batch's
+    arguments from a local property: the task given them runs that batch as
+    ``single_task`` does; a task that finds none fails, naming it."""
+    from types import SimpleNamespace
+
+    import pyspark
+
+    plan = _plan(tmp_path, WindowSpec(gpuwm.Tumble("t", 10), ("k",), {"n": ("*", "count")}),
+                 pa.schema([("t", pa.int64()), ("k", pa.int64())]))
+    rows = pa.record_batch({"t": [1, 12, 25], "k": [1, 1, 2]})
+
+    def ran(batches) -> list:  # each result's counts and watermarks, and the rows it wrote
+        out = []
+        for r in pa.Table.from_batches(list(batches)).to_pylist():
+            m = json.loads(r["__metrics"]) if r["__metrics"] else {}
+            keep = ("input_rows", "late_rows", "rows_emitted", "watermark", "output_watermark", "state_rows")
+            out.append(({k: m.get(k) for k in keep},
+                        plan.checkpoint.loc.read_table(m["output"]).to_pylist() if "output" in m else None))
+        return out
+
+    want = ran(tasks.single_task(plan, None, NOW, 0, None, iter([rows])))
+    props = {tasks.ARGS_PROPERTY: tasks.job_args(None, NOW, 0, None, None, False)}
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: SimpleNamespace(getLocalProperty=props.get)))
+    got = ran(tasks.planned_single_task(plan, iter([rows])))
+    assert got == want and [m["input_rows"] for m, _ in got if m["input_rows"]] == [3], got
+    assert any(rows for _, rows in got), got  # window [0, 10) closed
+    props.clear()
+    with pytest.raises(gpuwm.StateError, match="found no batch arguments in local property 'gpuwm.batch.args'"):
+        list(tasks.planned_single_task(plan, iter([rows])))
 
 
 @pytest.mark.parametrize("gap_s", [0.0, 0.15])

@@ -246,6 +246,10 @@ class Driver:
 
         # a source that may hold available data back: its latest offset does not promise a next batch
         self._holds_back = any(k.lower() == "minoffsetspertrigger" for o in source_options(df) for k in o)
+        # the batch's job planned once, by the number of its input parts (direct input over one vnode)
+        self._planned: dict[int, Any] = {}
+        # py4j runs this thread's calls on one JVM thread: a local property set here reaches the job's tasks
+        self._pinned = type(getattr(spark.sparkContext, "_gateway", None)).__name__ == "ClientServer"
 
     def run_batch(self, df, batch_id: int) -> None:
         """Spark's ``foreachBatch``: run micro-batch ``batch_id`` and commit it."""
@@ -276,9 +280,18 @@ class Driver:
         t_job = time.perf_counter()
         clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
         direct, parts = self._direct_input(df, batch_id)
-        if direct is not None:  # the tasks read / generate the input; Spark hands them part numbers
+        args = None  # this batch's arguments, for a job planned once (tasks.planned_single_task)
+        if direct is not None and plan.vnodes == 1 and self._pinned:
+            args = tasks.job_args(fstate, now, batch_id, prev, direct, end)
+            args = args if len(args) <= tasks.ARGS_MAX else None
+        if direct is not None and args is None:  # the tasks read / generate the input; Spark hands them part numbers
             df = self.spark.range(0, parts, 1, max(parts, 1) if plan.vnodes > 1 else 1)
-        if plan.vnodes == 1:
+        if args is not None:  # (the same, planned once)
+            res = self._planned.get(parts)
+            if res is None:
+                res = self._planned[parts] = self.spark.range(0, parts, 1, 1).coalesce(1).mapInArrow(
+                    partial(tasks.planned_single_task, plan), flow)
+        elif plan.vnodes == 1:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
             res = df.coalesce(1).mapInArrow(
@@ -302,12 +315,20 @@ class Driver:
                     partial(tasks.segment_task, plan, seg, batch_id, prev), flow)
             if plan.range_exchange:  # the sort's released rows, by event-time range, merged range by range
                 res = res.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
-        res = [r for r in res.collect() if r["__metrics"] is not None]
+        sc = self.spark.sparkContext
+        if args is not None:  # (on this thread's JVM thread, which runs the job: py4j's pinned threads)
+            sc.setLocalProperty(tasks.ARGS_PROPERTY, args)
+        try:
+            res = [r for r in res.collect() if r["__metrics"] is not None]
+        finally:
+            if args is not None:
+                sc.setLocalProperty(tasks.ARGS_PROPERTY, None)
         t_job = time.perf_counter() - t_job
         results = [json.loads(r["__metrics"]) for r in res]
         versions, files, filter_name = store.committed_versions(results)
         m = self._batch_metrics(plan, batch_id, results)
-        m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct")
+        m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct",
+                 job="new" if args is None else "planned")
         if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
             from .direct import report_input_rows
 

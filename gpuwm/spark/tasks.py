@@ -19,7 +19,13 @@
 
 With one vnode, ``single_task`` does all of it in one task over the
 coalesced input: one narrow stage, no shuffle, and the kept rows go from the
-filter to the first operator as they are (on the GPU, a device Frame).
+filter to the first operator as they are (on the GPU, a device Frame). When
+that task also makes its input itself (:mod:`gpuwm.spark.direct`), the
+driver plans its job once and runs it again every batch
+(:func:`planned_single_task`: the batch's arguments travel as a local
+property of the job, not in the pickled function), which saves Spark's
+analysis and planning and PySpark's pickling of a new ``mapInArrow``, ~40 ms
+a batch.
 
 A stage drains with its upstream's output watermark in the same task, so a
 chain of stages adds no micro-batch of latency. No kernel math here: the
@@ -37,13 +43,17 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StateError
 from ..watermark import split_key
 from . import exchange, store
 from .plan import SEQ, Plan, shuffled_schema, split_union, to_union, union_schema
 from .sinks import write_late, write_output
 
 KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
+#: the local property of a planned job (:func:`planned_single_task`) that holds its batch's arguments
+ARGS_PROPERTY = "gpuwm.batch.args"
+#: the largest arguments sent that way (base64 characters); larger ones go in a new job's function
+ARGS_MAX = 64 * 1024
 
 
 def stage1_schema(plan: Plan) -> pa.Schema:
@@ -277,6 +287,34 @@ def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
     wm = filt.advance([stats], now_iso, end, held if plan.aligned else None)
     yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev, stats=[stats], filt=filt,
                            t_start=time.perf_counter()).to_batches()
+
+
+def job_args(fstate: bytes | None, now_iso: str, batch_id: int, prev: store.Prev | None, direct: dict,
+             end: bool) -> str:
+    """:func:`single_task`'s arguments for one batch, as the local property
+    :func:`planned_single_task` reads."""
+    import base64
+    import pickle
+
+    return base64.b64encode(pickle.dumps((fstate, now_iso, batch_id, prev, direct, end))).decode("ascii")
+
+
+def planned_single_task(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """:func:`single_task` in a job the driver planned once: this batch's
+    arguments come from the job's local property :data:`ARGS_PROPERTY`
+    (:func:`job_args`), set by the driver around the job."""
+    import base64
+    import pickle
+
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    got = ctx.getLocalProperty(ARGS_PROPERTY) if ctx is not None else None
+    if not got:
+        raise StateError(f"gpuwm: the task found no batch arguments in local property {ARGS_PROPERTY!r}; the batch is "
+                         "not committed")
+    fstate, now_iso, batch_id, prev, direct, end = pickle.loads(base64.b64decode(got))
+    yield from single_task(plan, fstate, now_iso, batch_id, prev, batches, direct=direct, end=end)
 
 
 # -- task 3: a later segment ----------------------------------------------------------
