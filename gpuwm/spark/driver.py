@@ -136,6 +136,7 @@ def tell_spark_watermark(query, watermark_us: int | None) -> None:
     """Make ``watermark_us`` (gpuwm's combined watermark after the batch
     running now, epoch µs; None: none yet) Spark's own, so that Spark's
     progress (``eventTime.watermark``), its UI and listeners show it.
+    ``query``: the query's ``StreamExecution`` (JVM; None: not found).
 
     The query's stream carries a ``withWatermark(time, delay)``
     (:func:`gpuwm.spark.pipeline.spark_watermark`) that no Spark operator
@@ -173,8 +174,9 @@ def next_batch_certain(query) -> bool:
     Kafka source under ``maxOffsetsPerTrigger``: ``latestOffset`` in the
     progress). Offsets only grow, so the next trigger plans a batch with
     that source's data — which drains like a drain batch would
-    (:mod:`gpuwm.spark.drain`). False when it cannot tell: no such source
-    (Spark's file source reports none), or the query not found."""
+    (:mod:`gpuwm.spark.drain`). ``query``: the query's ``StreamExecution``
+    (JVM). False when it cannot tell: no such source (Spark's file source
+    reports none), or the query not found."""
     if query is None:
         return False
     try:
