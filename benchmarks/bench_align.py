@@ -36,8 +36,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import gpuwm  # noqa: E402
 from _bench import write_results  # noqa: E402
+
+import gpuwm  # noqa: E402
 
 SEC = 1000  # event time in ms (an integer column)
 

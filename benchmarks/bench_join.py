@@ -110,7 +110,7 @@ def nexmark_spec(work: str, nex: dict, window: bool) -> dict:
 
 
 def run_gpuwm(spark, spec: dict) -> dict:
-    from gpuwm.spark.spec import build
+    from gpuwm.spark.front.spec import build
 
     p = build(spark, spec, verbose=False)
     t = time.perf_counter()

@@ -15,10 +15,10 @@ topic with a fresh checkpoint, and parse the value with the same
   that only counts them;
 - **floor, direct** (gpuwm's own read: each task fetches its partitions'
   planned offset ranges and parses the values,
-  :func:`gpuwm.spark.sources.read_kafka`): ``foreachBatch`` taking the
+  :func:`gpuwm.spark.io.sources.read_kafka`): ``foreachBatch`` taking the
   batch's ranges from its scan and counting the rows in one task, as gpuwm
   with one vnode reads them (a thread per range); fetched by gpuwm's own Fetch requests
-  (:mod:`gpuwm.spark.kafkawire`), and again by confluent-kafka
+  (:mod:`gpuwm.spark.io.kafkawire`), and again by confluent-kafka
   (``GPUWM_KAFKA_FETCH=client``);
 - **gpuwm**: a Q7-like tumbling 10 s count and max price per auction,
   watermark 4 s per partition (profile ``spark``), Parquet out, through
@@ -110,8 +110,8 @@ def run_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
 def run_direct_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
     import pyarrow as pa
 
-    from gpuwm.spark.kafka import batch_source, kafka_source
-    from gpuwm.spark.sources import read_kafka
+    from gpuwm.spark.driver.kafka import batch_source, kafka_source
+    from gpuwm.spark.io.sources import read_kafka
 
     df = _kafka(spark, bootstrap, topic, per_trigger)
     src, why = kafka_source(df)
@@ -139,7 +139,7 @@ def run_direct_floor(spark, bootstrap, topic, per_trigger, work) -> dict:
 
 
 def run_gpuwm(spark, bootstrap, topic, per_trigger, work, vnodes: int = 1, read: str = "direct") -> dict:
-    from gpuwm.spark.spec import build
+    from gpuwm.spark.front.spec import build
 
     spec = {"source": {"format": "kafka", "select": SELECT,
                        "options": {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
@@ -178,7 +178,7 @@ def run_native(spark, bootstrap, topic, per_trigger, work) -> dict:
 
 def _client(fn, *args) -> dict:
     """``fn`` with every range fetched by confluent-kafka (``GPUWM_KAFKA_FETCH=client``), not gpuwm's own fetch."""
-    from gpuwm.spark.kafka import FETCH_ENV
+    from gpuwm.spark.driver.kafka import FETCH_ENV
 
     os.environ[FETCH_ENV] = "client"
     try:
@@ -200,7 +200,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from gpuwm.spark import local_session
-    from gpuwm.spark.jars import KAFKA
+    from gpuwm.spark.jvm.jars import KAFKA
     from tests.kafka_broker import Broker
 
     root = tempfile.mkdtemp(prefix="gpuwm-kafka-")

@@ -15,7 +15,7 @@ k/s/core; RisingWave q7 ~20.4 k/s/core; no q11 figure is quoted), and our source
 (46 of every 50 events), so the figures are not a like-for-like comparison.
 Each query runs twice: the task generating its micro-batch's splits itself
 from the offsets Spark logged (``read="auto"``, see
-``gpuwm/spark/direct.py``), and the source's rows through the JVM
+``gpuwm/spark/driver/direct.py``), and the source's rows through the JVM
 (``read="spark"``); their outputs must be equal. Writes
 ``results/nexmark/results.{json,md}``.
 """

@@ -7,7 +7,7 @@ The embedded Nexmark bid source (4 splits, Beam-style disorder), watermark
 vnode a batch is one task: filter, sort, write. With N vnodes rows are
 spread over N tasks by (event time, key) and their released rows go through
 a second shuffle by event-time range to N tasks that merge and write them
-(``gpuwm/spark/exchange.py``, ``merge_task``). Events/s = events per batch
+(``gpuwm/spark/executor/exchange.py``, ``merge_task``). Events/s = events per batch
 / median Spark ``triggerExecution`` (first batch left out). Each run checks
 that the parts, read batch by batch and part by part, are one ordered
 stream and that written + buffered + late rows add up to the input.

@@ -12,9 +12,9 @@ queries read the same files, each with ``trigger(availableNow=True)``:
   + count/max, append mode, Parquet sink;
 * gpuwm  — ``Pipeline(...).watermark(profile="spark").window(Tumble 1 minute)``, Parquet sink,
   twice: ``read="auto"`` (the task reads the batch's files itself, see
-  ``gpuwm/spark/direct.py``) and ``read="spark"`` (rows from Spark's reader);
+  ``gpuwm/spark/driver/direct.py``) and ``read="spark"`` (rows from Spark's reader);
 * gpuwm, ``accelerate(df)`` — native's own DataFrame handed to
-  :func:`gpuwm.spark.accelerate` (translated from Spark's plan once, at
+  :func:`gpuwm.spark.front.translate` (translated from Spark's plan once, at
   start; the time that takes is printed), which should run at the speed of
   the hand-built pipeline with the direct read: it is timed between two runs
   of that pipeline (the machine warms up from query to query);
@@ -87,9 +87,10 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=20_000)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "spark-e2e"))
     args = ap.parse_args()
+    from pyspark.sql import functions as F
+
     import gpuwm
     from gpuwm.spark import Pipeline, local_session
-    from pyspark.sql import functions as F
 
     work = tempfile.mkdtemp(prefix="gpuwm-bench-")
     src = os.path.join(work, "in")
@@ -141,8 +142,8 @@ def main() -> int:
         backend = hist[-1]["backend"]
 
     # floors: the same batches, only counted
-    from gpuwm.spark.direct import batch_files
-    from gpuwm.spark.sources import read_files
+    from gpuwm.spark.driver.direct import batch_files
+    from gpuwm.spark.io.sources import read_files
 
     in_schema = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("k", pa.int64()), ("price", pa.int64())])
 
@@ -167,7 +168,7 @@ def main() -> int:
         if not files:
             return
 
-        def read_count(ids, files=files):  # gpuwm's own read (gpuwm.spark.direct), rows only counted
+        def read_count(ids, files=files):  # gpuwm's own read (gpuwm.spark.driver.direct), rows only counted
             yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in read_files(files, in_schema, ids))]})
 
         n = sum(r["n"] for r in spark.range(0, len(files), 1, 1).mapInArrow(read_count, "n long").collect())

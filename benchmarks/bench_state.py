@@ -54,8 +54,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import gpuwm  # noqa: E402
 from _bench import data_progress  # noqa: E402
+
+import gpuwm  # noqa: E402
 
 RATE = 200_000  # events per batch = per second of event time
 KEYS = 100_000
@@ -71,8 +72,8 @@ def batch(i: int, rng, keys: int = KEYS) -> pa.Table:
 
 def operator_curve(kind: str, delays_ms: list[int], timed: int = 12, s3=None) -> list[dict]:
     """``s3``: an S3 server (``tests.s3_server.S3Server``) the state goes to; None: local disk."""
-    from gpuwm.spark import store as state_store  # the state store (no pyspark needed)
-    from gpuwm.spark.checkpoint import Checkpoint, Location
+    from gpuwm.spark.storage import store as state_store  # the state store (no pyspark needed)
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
 
     out = []
     for d in delays_ms:
@@ -276,8 +277,8 @@ def main() -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.ticker
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
 
         fig, axes = plt.subplots(1, 2 if sp else 1, figsize=(11 if sp else 6, 4))
         axes = np.atleast_1d(axes)

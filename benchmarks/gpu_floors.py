@@ -41,9 +41,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import gpuwm  # noqa: E402
 from _bench import write_results  # noqa: E402
 from bench_operators import bench_filter, bench_session, bench_sort, bench_window, sync  # noqa: E402
+
+import gpuwm  # noqa: E402
 
 ROW_BYTES = 28  #: ts (8) + k (8) + v (8) + split (4)
 

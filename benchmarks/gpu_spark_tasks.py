@@ -3,7 +3,7 @@ replay as ``tests/test_runtime.py`` (one task per batch, or a filter task per
 input partition + a task per vnode + the sort's range merge; the executor's
 memory dropped every other batch so state comes back from the checkpoint),
 with the plan's backend ``gpu`` and the real per-task device choice
-(``gpuwm.spark.device.use_task_gpu``). Each query's output must equal the
+(``gpuwm.spark.executor.device.use_task_gpu``). Each query's output must equal the
 CPU operators' over the same batches. Exit status 0 only if all four match.
 
 The plans are built with pyspark (the schema is Spark's). A GPU machine
@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gpuwm  # noqa: E402
-from gpuwm.spark import store  # noqa: E402
+from gpuwm.spark.storage import store  # noqa: E402
 from tests.runtime_replay import batches, mismatch, pipeline, run_operators, run_tasks  # noqa: E402
 
 CASES = [(op, vnodes) for op in ("window", "sort", "chain") for vnodes in (1, 3)]
@@ -48,7 +48,7 @@ def build_plans() -> dict:
 def relocate(plan, root: str):
     from dataclasses import replace
 
-    from gpuwm.spark.checkpoint import Checkpoint, Location
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
 
     loc = plan.checkpoint.loc
     return replace(plan, checkpoint=Checkpoint(Location(loc.uri.replace(ROOT, root), loc.options)),

@@ -25,8 +25,8 @@ from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec, StageContext
 from .profiles import Profile, resolve
+from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import event_time_domain
-from .watermark import same_schema, schema_from_text, schema_to_text
 
 AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
 #: the value of the first / last row in input order (Spark's ``first``/``last``; a row whose value is null counts:

@@ -38,8 +38,8 @@ from .frame import Frame
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
 from .runs import Tiers
-from .timecol import TimeDomain, event_time_domain
-from .watermark import _check_delay, same_schema, schema_from_text, schema_to_text
+from .schema import same_schema, schema_from_text, schema_to_text
+from .timecol import TimeDomain, check_delay, event_time_domain
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class DedupSpec(OperatorSpec):
         if not key or not all(isinstance(k, str) for k in key):
             raise ConfigError(f"dedup needs key columns, e.g. key=['id'], got {self.key!r}")
         object.__setattr__(self, "key", key)
-        object.__setattr__(self, "delay", _check_delay(self.delay))
+        object.__setattr__(self, "delay", check_delay(self.delay))
 
     @classmethod
     def from_json(cls, options: dict, ctx: StageContext) -> "DedupSpec":

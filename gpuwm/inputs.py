@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kernels import NONE
 
@@ -330,3 +331,49 @@ class InputFilters:
             self.filters[row["input"]].restore(bytes_to_table(row["state"]))
         self._combined, self._combined_prev, self.ended = meta["combined"], meta["combined_prev"], meta["ended"]
         return self
+
+
+#: which input a row of several inputs' union comes from (its index)
+INPUT = "__input"
+
+
+def union_column(i: int, name: str) -> str:
+    """Input ``i``'s column ``name`` in the inputs' union."""
+    return f"__in{i}_{name}"
+
+
+def union_schema(input_schema: pa.Schema) -> pa.Schema:
+    """Several inputs' rows as one table (as Spark hands them to gpuwm's tasks): the input's index,
+    then every input's columns (nulls where the row is another input's)."""
+    fields = [pa.field(INPUT, pa.int8())]
+    for i, s in enumerate(input_schemas(input_schema).values()):
+        fields += [pa.field(union_column(i, f.name), f.type) for f in s]
+    return pa.schema(fields)
+
+
+def to_union(input_schema: pa.Schema, tables: dict[str, pa.Table]) -> pa.Table:
+    """Several inputs' rows as one :func:`union_schema` table (the inverse of :func:`split_union`)."""
+    schema = union_schema(input_schema)
+    parts = []
+    for i, (name, s) in enumerate(input_schemas(input_schema).items()):
+        t = tables.get(name)
+        if t is None or not t.num_rows:
+            continue
+        own = {union_column(i, f.name): t.column(f.name) for f in s}
+        cols = [pa.array([i] * t.num_rows, pa.int8())] + \
+            [own[f.name] if f.name in own else pa.nulls(t.num_rows, f.type) for f in schema][1:]
+        parts.append(pa.Table.from_arrays(cols, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+def split_union(input_schema: pa.Schema, table: pa.Table) -> dict[str, pa.Table]:
+    """Each input's rows of a :func:`union_schema` table, in its own schema."""
+    tag = table.column(INPUT)
+    out = {}
+    for i, (name, s) in enumerate(input_schemas(input_schema).items()):
+        rows = table.filter(pc.equal(tag, i)) if table.num_rows else table
+        cols = [rows.column(union_column(i, f.name)) for f in s]
+        out[name] = pa.Table.from_arrays(cols, names=s.names).cast(s)
+    return out

@@ -65,8 +65,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kernels import sort_rows
-from kernels.order import merge_order
 from kernels.join import expand, interval_pairs, known_keys, run_ranges
+from kernels.order import merge_order
 from kernels.xp import mask_index
 
 from . import staging
@@ -79,8 +79,8 @@ from .keys import KeyCodec
 from .operator import Operator, OperatorSpec, StageContext, json_options
 from .profiles import Profile, resolve
 from .runs import Tiers
+from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import TimeDomain, event_time_domain, parse_interval
-from .watermark import same_schema, schema_from_text, schema_to_text
 
 HOWS = ("inner", "left", "right", "full")
 MATCHED = "__matched"

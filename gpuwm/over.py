@@ -31,8 +31,8 @@ from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Column, Frame, _fixed_dtype, _to_cudf, sort_table
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
+from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import TimeDomain, event_time_domain
-from .watermark import same_schema, schema_from_text, schema_to_text
 
 FUNCS = ("lag", "lead", "row_number", "sum", "count", "min", "max")
 _I64_MIN = np.iinfo(np.int64).min

@@ -38,8 +38,7 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from kernels import (group_starts, in_intervals, key_filter, key_filter_probe, order_indices, reduce_runs,
-                     sessionize)
+from kernels import group_starts, in_intervals, key_filter, key_filter_probe, order_indices, reduce_runs, sessionize
 from kernels.join import Ranges, expand
 from kernels.xp import INT64_MAX, mask_index
 
@@ -47,8 +46,8 @@ from . import staging
 from .aggregates import POSITIONAL, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
+from .schema import same_schema
 from .timecol import TimeDomain, positive_interval
-from .watermark import same_schema
 
 # state-store parts: each level's sessions ("sessions.<id>") and its alive
 # marks ("sessions.<id>.alive", a bitmap in Arrow: rows / 8 bytes);

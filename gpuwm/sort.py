@@ -32,8 +32,8 @@ from .frame import Frame, sort_table
 from .keys import KeyCodec
 from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
 from .profiles import Profile, resolve
+from .schema import same_schema
 from .timecol import TimeDomain, event_time_domain
-from .watermark import same_schema
 
 
 class _Run:

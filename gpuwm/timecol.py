@@ -173,3 +173,14 @@ def event_time_domain(schema: pa.Schema, column: str) -> TimeDomain:
     if column not in schema.names:
         raise SchemaError(f"event-time column {column!r} not found; the table has columns {schema.names}")
     return TimeDomain(column, schema.field(column).type)
+
+
+def check_delay(delay: Any, what: str = "delay") -> Any:
+    """A delay (or lateness) as ``parse_interval`` reads it, checked: an int or
+    ``timedelta``, not negative."""
+    delay = parse_interval(delay)
+    if isinstance(delay, bool) or not isinstance(delay, (int, timedelta)):
+        raise ConfigError(f"{what} must be a timedelta, an interval string or an int, got {delay!r}")
+    if (isinstance(delay, int) and delay < 0) or (isinstance(delay, timedelta) and delay < timedelta(0)):
+        raise ConfigError(f"{what} must be >= 0, got {delay!r}")
+    return delay

@@ -13,7 +13,7 @@ import pyarrow as pa
 from .errors import ConfigError, SchemaError
 from .inputs import input_schemas
 from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
-from .watermark import same_schema
+from .schema import same_schema
 
 
 @dataclass(frozen=True)

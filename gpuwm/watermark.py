@@ -9,7 +9,6 @@ combines watermarks reported by named inputs, with idleness and alignment.
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -28,7 +27,8 @@ from .backend import Backend, get_backend
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame, arrow_to_numpy, filter_table
 from .profiles import Profile, resolve
-from .timecol import TimeDomain, event_time_domain, parse_interval
+from .schema import same_schema, schema_from_text, schema_to_text
+from .timecol import TimeDomain, check_delay, event_time_domain, parse_interval
 
 
 def _now(now: datetime | None) -> datetime:
@@ -39,31 +39,9 @@ def _now(now: datetime | None) -> datetime:
     return now
 
 
-def _check_delay(delay: Any, what: str = "delay") -> Any:
-    delay = parse_interval(delay)
-    if isinstance(delay, bool) or not isinstance(delay, (int, timedelta)):
-        raise ConfigError(f"{what} must be a timedelta, an interval string or an int, got {delay!r}")
-    if (isinstance(delay, int) and delay < 0) or (isinstance(delay, timedelta) and delay < timedelta(0)):
-        raise ConfigError(f"{what} must be >= 0, got {delay!r}")
-    return delay
-
-
-def schema_to_text(schema: pa.Schema | None) -> str | None:
-    return None if schema is None else base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
-def schema_from_text(text: str | None) -> pa.Schema | None:
-    return None if text is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-
-
 def split_key(key: Any) -> Any:
     """A split key back from JSON (lists were tuples)."""
     return tuple(key) if isinstance(key, list) else key
-
-
-def same_schema(expected: pa.Schema, got: pa.Schema, op: str) -> None:
-    if not expected.equals(got, check_metadata=False):
-        raise SchemaError(f"{op}: schema changed between calls.\nexpected: {expected}\ngot:      {got}")
 
 
 def combine_split_watermarks(
@@ -164,8 +142,8 @@ class WatermarkSpec:
             raise ConfigError("candidate and punctuated are two watermark strategies: give one")
         knobs = tuple(sorted(dict(self.knobs).items()))
         object.__setattr__(self, "knobs", knobs)
-        object.__setattr__(self, "delay", _check_delay(self.delay))
-        object.__setattr__(self, "allowed_lateness", _check_delay(self.allowed_lateness or 0, "allowed_lateness"))
+        object.__setattr__(self, "delay", check_delay(self.delay))
+        object.__setattr__(self, "allowed_lateness", check_delay(self.allowed_lateness or 0, "allowed_lateness"))
         object.__setattr__(self, "idle_timeout", _check_idle(self.idle_timeout))
         object.__setattr__(self, "max_drift", parse_interval(self.max_drift))
         _check_splits_apply(resolve(self.profile, emit=self.emit, **dict(knobs)),  # the knobs' names and values
@@ -286,8 +264,8 @@ class WatermarkFilter:
         if candidate is not None and punctuated is not None:
             raise ConfigError("candidate and punctuated are two watermark strategies: give one")
         self.candidate, self.punctuated = candidate, punctuated
-        self.delay = _check_delay(delay)
-        self.allowed_lateness = _check_delay(allowed_lateness or 0, "allowed_lateness")
+        self.delay = check_delay(delay)
+        self.allowed_lateness = check_delay(allowed_lateness or 0, "allowed_lateness")
         self.profile = resolve(profile, emit=emit, **knobs)
         self.every = _check_every(every, self.profile.emit)
         self.split = split if self.profile.combine != "max" else None

@@ -33,9 +33,10 @@ from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
 from .operator import StageContext, json_options
 from .profiles import Profile
+from .schema import same_schema
 from .session import Session, SessionAggregate, SessionSpec
-from .timecol import TimeDomain, positive_interval as _positive
-from .watermark import same_schema
+from .timecol import TimeDomain
+from .timecol import positive_interval as _positive
 
 __all__ = ["AGG_FUNCS", "EMIT_MODES", "WINDOW_TIME", "Hop", "Session", "Tumble", "WindowAggregate", "WindowSpec"]
 

@@ -8,9 +8,16 @@ from .dedup import lookup
 from .order import KeyFilter, group_starts, key_filter, key_filter_probe, order_indices, sort_rows
 from .sort import cut, merge_released, range_parts
 from .watermark import FilterResult, align_admit, per_split_max, ts_candidates, watermark_filter
-from .window import (assign_windows, derive_watermarks, group_reduce, in_intervals, reduce_runs, segmented_cummax,
-                     sessionize,
-                     tumble_start)
+from .window import (
+    assign_windows,
+    derive_watermarks,
+    group_reduce,
+    in_intervals,
+    reduce_runs,
+    segmented_cummax,
+    sessionize,
+    tumble_start,
+)
 from .xp import NONE
 
 __all__ = [

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Sequence
 
-
 from .xp import _numpy_path, bits_for, sort_unique, stable_argsort, to_numpy
 
 _U64_MASK = (1 << 64) - 1

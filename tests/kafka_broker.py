@@ -1,5 +1,5 @@
 """A real Apache Kafka broker (KRaft: broker and controller in one JVM) on
-loopback, from Maven Central jars (:data:`gpuwm.spark.jars.BROKER`, fetched by
+loopback, from Maven Central jars (:data:`gpuwm.spark.jvm.jars.BROKER`, fetched by
 ``gpuwm jars`` or on first use), for the Kafka tests and
 ``benchmarks/bench_kafka.py``; events go in through ``confluent-kafka``."""
 
@@ -12,7 +12,7 @@ import uuid
 
 import pyarrow as pa
 
-from gpuwm.spark.jars import BROKER, _java, resolve
+from gpuwm.spark.jvm.jars import BROKER, _java, resolve
 
 from .loopback import LoopbackServer, free_port
 

@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 
 import gpuwm
 from gpuwm.nexmark import NexmarkConfig, bids
-from gpuwm.spark import store, tasks
-from gpuwm.spark.exchange import FLOW_SCHEMA, merge_task
+from gpuwm.spark.executor import tasks
+from gpuwm.spark.executor.exchange import FLOW_SCHEMA, merge_task
+from gpuwm.spark.storage import store
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc).isoformat()
 SORT_KEY = ("auction", "bidder")  # the test sort's ties on event time

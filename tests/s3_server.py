@@ -1,7 +1,7 @@
 """A real S3-compatible server on loopback for the tests: S3Proxy
-(:data:`gpuwm.spark.jars.S3PROXY`, one jar from Maven Central) over its
+(:data:`gpuwm.spark.jvm.jars.S3PROXY`, one jar from Maven Central) over its
 ``filesystem-nio2`` backend, a bucket per directory. Spark reaches it
-through Hadoop's S3A (:func:`gpuwm.spark.jars.hadoop_aws`), gpuwm through
+through Hadoop's S3A (:func:`gpuwm.spark.jvm.jars.hadoop_aws`), gpuwm through
 ``pyarrow.fs.S3FileSystem`` — both from the same ``spark.hadoop.fs.s3a.*``
 settings (:meth:`S3Server.spark_conf`)."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from gpuwm.spark.jars import S3PROXY, _java, fetch_jar, hadoop_aws, resolve
+from gpuwm.spark.jvm.jars import S3PROXY, _java, fetch_jar, hadoop_aws, resolve
 
 from .loopback import LoopbackServer, free_port
 
@@ -61,17 +61,17 @@ class S3Server(LoopbackServer):
         return conf
 
     def options(self, **overrides: str) -> tuple[tuple[str, str], ...]:
-        """The same as gpuwm's file-system options (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)."""
+        """The same as gpuwm's file-system options (:func:`~gpuwm.spark.storage.checkpoint.spark_fs_options`)."""
         return tuple(sorted((k.removeprefix("spark.hadoop."), v) for k, v in self.spark_conf(**overrides).items()))
 
     def fs(self):
-        from gpuwm.spark.checkpoint import Location
+        from gpuwm.spark.storage.checkpoint import Location
 
         return Location.of(self.uri(""), self.options()).fs
 
     def keys(self, prefix: str = "") -> list[str]:
         """Every object under ``prefix`` in the bucket."""
-        from gpuwm.spark.checkpoint import Location
+        from gpuwm.spark.storage.checkpoint import Location
 
         loc = Location.of(self.uri(prefix), self.options())
         return sorted(i.path.removeprefix(f"{self.bucket}/") for i in loc.walk())

@@ -1,4 +1,4 @@
-"""``gpuwm.spark.accelerate``: a streaming query written with PySpark's API
+"""``gpuwm.spark.front.translate``: a streaming query written with PySpark's API
 (or Spark SQL over a streaming temp view) run by gpuwm, against the same
 query run by Spark on the same micro-batch files, batch for batch; and each
 shape gpuwm does not translate falling back to Spark with its reason."""
@@ -274,7 +274,7 @@ def _sql_spec(tmp_path, src: str, sql: str, name: str, **more) -> dict:
     """A ``gpuwm run`` spec of ``sql`` over the Parquet stream ``src`` named ``bids``, loaded as the CLI loads it."""
     import json
 
-    from gpuwm.spark.spec import load_spec
+    from gpuwm.spark.front.spec import load_spec
 
     spec = {"sources": {"bids": {"format": "parquet", "schema": SCHEMA_TKP, "path": src,
                                  "options": {"maxFilesPerTrigger": 1},
@@ -293,9 +293,9 @@ def test_a_sql_spec_runs_its_query_in_gpuwm_as_spark_runs_it(spark, tmp_path, ca
     does not translate runs in Spark as written (one warning line), or with
     ``"fallback": "error"`` fails in one line."""
     from gpuwm.spark import Pipeline
-    from gpuwm.spark.accelerate import SparkRun
-    from gpuwm.spark.spec import explain as explain_spec
-    from gpuwm.spark.spec import run
+    from gpuwm.spark.front.spec import explain as explain_spec
+    from gpuwm.spark.front.spec import run
+    from gpuwm.spark.front.translate import SparkRun
 
     src = f"{tmp_path}/in"
     _write_batches(src, _random_batches(np.random.default_rng(8), 5, 30, step=6, behind=14, keys=3))
@@ -342,7 +342,7 @@ def test_a_sql_specs_problems_are_named_before_spark_starts(tmp_path):
         assert part in msg, (part, msg)
     import json
 
-    from gpuwm.spark.spec import load_spec
+    from gpuwm.spark.front.spec import load_spec
 
     def problems_of(**change) -> str:
         spec = json.loads((tmp_path / "bad.json").read_text())
@@ -374,8 +374,8 @@ def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation
     through a temp view and the DataFrame ``accelerate`` rebuilds below
     ``withWatermark`` — not through a projection."""
     from gpuwm.spark import read_nexmark
-    from gpuwm.spark.accelerate import translate
-    from gpuwm.spark.nexmark import nexmark_source
+    from gpuwm.spark.front.translate import translate
+    from gpuwm.spark.io.nexmark import nexmark_source
 
     ck = f"{tmp_path}/ck"
     df = read_nexmark(spark, ck, totalEvents=5000, eventsPerBatch=1000)
@@ -416,7 +416,7 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     by gpuwm's tasks); the range's other spellings are read the same."""
     from pyspark.sql import functions as F
 
-    from gpuwm.spark.accelerate import translate
+    from gpuwm.spark.front.translate import translate
 
     from .test_spark_join import COND
 
@@ -490,7 +490,7 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
     assert "  watermark  ts, delay 0:00:06 (left)\n  watermark  ts, delay 0:00:03 (right)" in text, text
     assert "join       left on [['k', 'k2'], ['ts', 'ts2']] (equal event times)" in explain(queries["time"])
     # the SQL forms, over the two watermarked streams as views, translate as their DataFrame twins
-    from gpuwm.spark.accelerate import translate
+    from gpuwm.spark.front.translate import translate
 
     left.createOrReplaceTempView("l")
     right.createOrReplaceTempView("r")
@@ -548,7 +548,7 @@ def test_generated_windowed_queries_translate_to_their_own_parameters(spark, tmp
     from pyspark.sql import functions as F
 
     from gpuwm.session import Session
-    from gpuwm.spark.accelerate import translate
+    from gpuwm.spark.front.translate import translate
     from gpuwm.window import Hop, Tumble
 
     src = _source(spark, str(tmp_path))

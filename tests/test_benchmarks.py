@@ -38,7 +38,7 @@ def test_spark_task_timing_runs_on_gpu_sim(monkeypatch, capsys):
 
     monkeypatch.setattr(gpuwm.backend, "gpu_available", lambda: True)
     monkeypatch.setattr(gpuwm.backend, "_gpu_backend", lambda: HostGpu("gpu", __import__("numpy"), None))
-    from gpuwm.spark import device
+    from gpuwm.spark.executor import device
 
     monkeypatch.setattr(device, "use_task_gpu", lambda b: None)  # gpu-sim has no CUDA device to pick
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))

@@ -13,7 +13,7 @@ import pytest
 
 
 def gpuwm(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuwm.spark.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gpuwm.spark.front.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -35,7 +35,7 @@ def test_a_missing_spec_is_one_line_and_exit_2(tmp_path):
 def test_every_subcommand_and_option_has_help():
     import argparse
 
-    from gpuwm.spark.cli import parser
+    from gpuwm.spark.front.cli import parser
 
     ap = parser()
     subs = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
@@ -44,7 +44,7 @@ def test_every_subcommand_and_option_has_help():
     bare = [f"{name} {'/'.join(a.option_strings) or a.dest}" for name, p in subs.choices.items()
             for a in p._actions if not a.help and not isinstance(a, argparse._HelpAction)]
     assert bare == []
-    assert "``" not in ap.format_help() and "gpuwm/spark/spec.py" in subs.choices["run"].format_help()
+    assert "``" not in ap.format_help() and "gpuwm/spark/front/spec.py" in subs.choices["run"].format_help()
 
 
 def test_every_problem_of_a_spec_is_named_with_its_path_before_spark_starts(tmp_path):
@@ -292,7 +292,7 @@ def test_ctrl_c_stops_after_a_batch_and_a_rerun_continues_losing_nothing(tmp_pat
     for tag in ("clean", "cut"):
         (tmp_path / f"{tag}.json").write_text(json.dumps(spec(tag)))
     with open(tmp_path / "err", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuwm.spark.cli", "run", str(tmp_path / "cut.json")],
+        proc = subprocess.Popen([sys.executable, "-m", "gpuwm.spark.front.cli", "run", str(tmp_path / "cut.json")],
                                 stdout=subprocess.PIPE, stderr=err, text=True)
         for line in proc.stdout:
             if line.startswith("batch   2:"):
@@ -309,8 +309,8 @@ def test_ctrl_c_stops_after_a_batch_and_a_rerun_continues_losing_nothing(tmp_pat
     assert cut.stderr.count("no usable GPU") <= 1  # the driver says it; its local workers do not repeat it
     # the uninterrupted run, in this process (its JVM is the later modules')
     from gpuwm.spark import local_session
-    from gpuwm.spark.cli import summary
-    from gpuwm.spark.spec import load_spec, run
+    from gpuwm.spark.front.cli import summary
+    from gpuwm.spark.front.spec import load_spec, run
 
     p = run(local_session(), load_spec(str(tmp_path / "clean.json")), verbose=False)
     cols = ["window_start", "window_end", "auction", "n"]
@@ -334,7 +334,7 @@ def test_the_jvm_relay_forwards_after_its_marker_and_drops_once_hushed(monkeypat
     query's threads can print a Java trace) dropped."""
     import os
 
-    from gpuwm.spark import jvmstart
+    from gpuwm.spark.jvm import jvmstart
 
     r, w = os.pipe()
     out_r, out_w = os.pipe()
@@ -363,8 +363,8 @@ def test_jars_the_kafka_spec_needs_and_a_bad_coordinate():
     group:artifact:version is refused before Java runs or anything is
     fetched."""
     from gpuwm.errors import ConfigError, GpuwmError
-    from gpuwm.spark.jars import KAFKA, fetch_jar, resolve
-    from gpuwm.spark.spec import spec_conf
+    from gpuwm.spark.front.spec import spec_conf
+    from gpuwm.spark.jvm.jars import KAFKA, fetch_jar, resolve
 
     kafka = {"format": "kafka", "options": {"subscribe": "t"}}
     assert spec_conf({"source": kafka}) == {"spark.jars.packages": KAFKA}
@@ -409,7 +409,7 @@ def test_select_steps_are_applied_in_turn_and_checked(tmp_path):
     pyspark = pytest.importorskip("pyspark")  # noqa: F841
     from gpuwm.errors import ConfigError
     from gpuwm.spark import local_session
-    from gpuwm.spark.spec import _read_source
+    from gpuwm.spark.front.spec import _read_source
 
     spark = local_session(app="gpuwm-select", cores=1)
     try:
@@ -470,7 +470,7 @@ def test_a_bad_watermark_expr_is_one_line_before_the_first_batch(tmp_path):
 def test_status_shows_the_rows_alignment_holds(tmp_path):
     """Where alignment held rows back, ``gpuwm status`` adds the splits held
     back, the rows held after each batch and the held rows read."""
-    from gpuwm.spark.checkpoint import Checkpoint, Location
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
 
     ck, plain = (Checkpoint(Location.of(str(p))) for p in (tmp_path, tmp_path / "plain"))
     base = {"input_rows": 100, "late_rows": 0, "rows_emitted": 1, "state_rows": 2, "state_bytes": 48,

@@ -1,4 +1,4 @@
-"""gpuwm.spark.direct without Spark: which files a task may read itself, and
+"""gpuwm.spark.driver.direct without Spark: which files a task may read itself, and
 that it reads them in order, cast to the stream's schema."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpuwm.spark.direct import _castable, check_files
-from gpuwm.spark.sources import read_files
+from gpuwm.spark.driver.direct import _castable, check_files
+from gpuwm.spark.io.sources import read_files
 
 SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("k", pa.int64()), ("s", pa.string())])
 
@@ -61,8 +61,8 @@ def _offsets(ck, batch_id, *sources):
 
 
 def test_nexmark_range_comes_from_sparks_offset_log(tmp_path):
-    from gpuwm.spark.checkpoint import Checkpoint, Location
-    from gpuwm.spark.nexmark import nexmark_range
+    from gpuwm.spark.io.nexmark import nexmark_range
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
 
     _offsets(tmp_path, 0, 100)
     _offsets(tmp_path, 1, 250)
@@ -78,8 +78,8 @@ def test_nexmark_range_comes_from_sparks_offset_log(tmp_path):
 
 def test_generated_splits_equal_what_the_source_reads():
     pytest.importorskip("pyspark")
-    from gpuwm.spark.sources import generate_nexmark
-    from gpuwm.spark.nexmark import NexmarkPartition, NexmarkStreamReader
+    from gpuwm.spark.io.nexmark import NexmarkPartition, NexmarkStreamReader
+    from gpuwm.spark.io.sources import generate_nexmark
 
     opts = {"splits": "3", "eventsPerSecond": "5000", "seed": "9", "outOfOrderFraction": "0.3", "kind": "bid"}
     reader = NexmarkStreamReader(opts)
@@ -97,9 +97,9 @@ def test_drains_in_sparks_logs(tmp_path):
     end asked for after the batch before it — read from the file source's
     log, a compacted one too, and only when that end was asked for."""
     pytest.importorskip("pyspark")
-    from gpuwm.spark.checkpoint import Checkpoint, Location
-    from gpuwm.spark.drain import batch_drains, ends_input, file_name, parse_name
-    from gpuwm.spark.nexmark import nexmark_range
+    from gpuwm.spark.driver.drain import batch_drains, ends_input, file_name, parse_name
+    from gpuwm.spark.io.nexmark import nexmark_range
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
 
     d = tmp_path / "offsets"
     d.mkdir()
@@ -133,8 +133,8 @@ def test_drain_requests_write_their_file_when_due(tmp_path):
     pytest.importorskip("pyspark")
     import time
 
-    from gpuwm.spark.checkpoint import Checkpoint, Location
-    from gpuwm.spark.drain import DIR, Drains
+    from gpuwm.spark.driver.drain import DIR, Drains
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
 
     ck = Checkpoint(Location.of(str(tmp_path)))
     files = lambda: sorted(p.name for p in (tmp_path / DIR).glob("after-*"))  # noqa: E731

@@ -1,5 +1,5 @@
 """Streams that pause or end, in Spark local mode: micro-batches without new
-data (gpuwm.spark.drain) under a processing-time trigger, idle splits, the
+data (gpuwm.spark.driver.drain) under a processing-time trigger, idle splits, the
 end-of-input flush, a restart after it, and SIGKILLs around it."""
 
 from __future__ import annotations
@@ -23,8 +23,17 @@ pytest.importorskip("pyspark")
 
 import gpuwm  # noqa: E402
 from gpuwm.spark import Pipeline, local_session  # noqa: E402
+
 from .test_spark import (  # noqa: E402
-    NEX, SCHEMA_TKP, T0, TS, _random_batches, _spark_native_append, _write_batches, nexmark_batches, read_out,
+    NEX,
+    SCHEMA_TKP,
+    T0,
+    TS,
+    _random_batches,
+    _spark_native_append,
+    _write_batches,
+    nexmark_batches,
+    read_out,
     rows_of,
 )
 
@@ -277,7 +286,7 @@ def test_late_rows_kept_aside_equal_the_late_metrics(spark, tmp_path, vnodes):
     as the late_rows metrics. vnodes=3 runs the JSON form ("late": {...})."""
     import json
 
-    from gpuwm.spark.spec import load_spec, run
+    from gpuwm.spark.front.spec import load_spec, run
 
     batches = _random_batches(np.random.default_rng(31), 10, 40, step=6, behind=25, keys=3)
     src = f"{tmp_path}/in"

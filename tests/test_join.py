@@ -65,7 +65,7 @@ def _tiers(j, tiers: str):
 
 
 class _Store:
-    """The state store's way with parts (gpuwm.spark.store): after each
+    """The state store's way with parts (gpuwm.spark.storage.store): after each
     batch, a part the operator need not write again keeps the file of the
     version before; a load gets the tables and those parts."""
 

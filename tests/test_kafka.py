@@ -100,8 +100,8 @@ import json, os, sys, time
 sys.path.insert(0, {root!r})
 import pyarrow.parquet as pq
 from gpuwm.spark import local_session
-from gpuwm.spark import tasks
-from gpuwm.spark.spec import build, spec_conf
+from gpuwm.spark.executor import tasks
+from gpuwm.spark.front.spec import build, spec_conf
 from tests.kafka_broker import add_partitions, produce
 
 cfg = json.load(open(sys.argv[1]))
@@ -272,7 +272,7 @@ def test_kafka_under_max_offsets_equals_sparks_own_query(broker, tmp_path):
 def test_a_latest_offset_past_the_batch_end(latest, end, beyond):
     """When Spark's latest offset of a source promises the next batch data
     (then gpuwm writes no drain file): past in one place, behind in none."""
-    from gpuwm.spark.driver import offset_beyond
+    from gpuwm.spark.driver.loop import offset_beyond
 
     assert offset_beyond(latest, end) is beyond
 
@@ -452,7 +452,7 @@ def test_sigkilled_driver_restarts_exactly_once(broker, tmp_path):
 def test_gpuwm_jars_fetches_what_spark_then_finds(broker):
     """``gpuwm jars --no-rapids``: the connector and the broker with their
     dependencies, in Spark's Ivy cache, where ``spark.jars.packages`` looks."""
-    from gpuwm.spark.jars import BROKER, KAFKA, ivy_cache
+    from gpuwm.spark.jvm.jars import BROKER, KAFKA, ivy_cache
 
     r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "gpuwm"), "jars", "--no-rapids"],
                        capture_output=True, text=True, timeout=900)
@@ -464,8 +464,8 @@ def test_gpuwm_jars_fetches_what_spark_then_finds(broker):
 
 
 def _read_direct(broker, topic: str, ranges: list, fail: bool, fetch: str = "wire") -> tuple[pa.Table, dict]:
-    from gpuwm.spark.kafka import consumer_conf
-    from gpuwm.spark.sources import read_kafka
+    from gpuwm.spark.driver.kafka import consumer_conf
+    from gpuwm.spark.io.sources import read_kafka
 
     conf, why = consumer_conf({"bootstrap.servers": broker.bootstrap, "group.id": "t",
                                "key.deserializer": "x", "auto.offset.reset": "none"})
@@ -491,8 +491,8 @@ def _produce_batches(bootstrap: str, topic: str, messages: list[dict], **conf) -
 def _fetch_both(broker, topic: str, ranges: dict, iso: str) -> tuple[pa.Table, pa.Table, dict]:
     """The ranges (``{partition: [[from, until], ...]}``) read by the wire
     fetch and by confluent-kafka, every column; and the wire read's counts."""
-    from gpuwm.spark.kafka import consumer_conf
-    from gpuwm.spark.sources import read_kafka
+    from gpuwm.spark.driver.kafka import consumer_conf
+    from gpuwm.spark.io.sources import read_kafka
 
     conf, why = consumer_conf({"bootstrap.servers": broker.bootstrap, "group.id": "t", "isolation.level": iso})
     assert why is None
@@ -511,7 +511,7 @@ def _fetch_both(broker, topic: str, ranges: dict, iso: str) -> tuple[pa.Table, p
 
 def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker):
     """gpuwm's own fetch (Kafka's protocol, record batches decoded with
-    NumPy: :mod:`gpuwm.spark.kafkawire`) gives confluent-kafka's rows —
+    NumPy: :mod:`gpuwm.spark.io.kafkawire`) gives confluent-kafka's rows —
     every column, both isolation levels, random ranges — over keys and
     headers (null, empty, several), values of every varint width with 0x00
     and 0x80 bytes in them, null values, committed and aborted transactions,
@@ -519,7 +519,7 @@ def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker):
     go to confluent-kafka (counted), with the same rows."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from gpuwm.spark.kafkawire import batches
+    from gpuwm.spark.io.kafkawire import batches
 
     rng = np.random.default_rng(11)
     topic = _topic(broker, 2)
@@ -571,7 +571,7 @@ def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from gpuwm.spark.sources import KafkaReadError
+    from gpuwm.spark.io.sources import KafkaReadError
 
     topic = _topic(broker, 1)
     produce_raw(broker.bootstrap, topic, [{"partition": 0, "value": b'{"i": %d}' % i} for i in range(100)])
@@ -593,7 +593,7 @@ def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
 BAD_INPUT = """
 import contextlib, io, json, sys
 sys.path.insert(0, {root!r})
-from gpuwm.spark.cli import main, one_line
+from gpuwm.spark.front.cli import main, one_line
 
 out = {{}}
 for name, path in json.load(open(sys.argv[1])).items():
@@ -605,7 +605,7 @@ for name, path in json.load(open(sys.argv[1])).items():
 from gpuwm.spark import local_session
 
 def fails(batches):  # a batch's range gone while the batch runs: the task's error, inside Spark's
-    from gpuwm.spark.sources import KafkaReadError
+    from gpuwm.spark.io.sources import KafkaReadError
     raise KafkaReadError("Kafka topic 't' partition 3: offsets 5 to 9 of this batch's range are no longer in Kafka")
     yield from batches
 

@@ -1,4 +1,4 @@
-"""Kafka record batches decoded with NumPy (:mod:`gpuwm.spark.kafkawire`)
+"""Kafka record batches decoded with NumPy (:mod:`gpuwm.spark.io.kafkawire`)
 against batches written here byte by byte from Kafka's message format v2
 (KIP-98: a 61-byte batch header, then per record its length, attributes,
 timestamp and offset deltas, key, value and headers, each length a zigzag
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwm.spark.kafkawire import Unsupported, batches, records
+from gpuwm.spark.io.kafkawire import Unsupported, batches, records
 
 
 def _varint(n: int) -> bytes:

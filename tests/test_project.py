@@ -1,4 +1,4 @@
-"""The task-side projection (:mod:`gpuwm.spark.project`) against Spark
+"""The task-side projection (:mod:`gpuwm.spark.io.project`) against Spark
 itself: ``from_json`` over thousands of random messages — valid, odd and
 broken JSON — gives Spark's structs, field for field; and the expressions a
 Kafka select uses give Spark's columns."""
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpuwm.spark.project import evaluate, from_json, spark_json
+from gpuwm.spark.io.project import evaluate, from_json, spark_json
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
@@ -119,7 +119,7 @@ def test_the_slow_way_gets_every_message_with_a_newline_or_a_non_finite_word():
     32- and 64-bit offsets (a match across two messages may name one more)."""
     import pyarrow.compute as pc
 
-    from gpuwm.spark.project import _holding
+    from gpuwm.spark.io.project import _holding
 
     rng = np.random.default_rng(1)
     alpha = list("abIfnNa{}\n\r ")
@@ -146,7 +146,7 @@ def _zip_reads(_):
     import importlib
     import zipimport
 
-    import gpuwm.spark.tasks  # noqa: F401 - what a gpuwm task imports first
+    import gpuwm.spark.executor.tasks  # noqa: F401 - what a gpuwm task imports first
 
     reads: list = []
     eager = zipimport._read_directory
@@ -171,7 +171,7 @@ def test_a_spark_worker_running_gpuwm_reads_no_zip_directory_per_task(spark):
     Python 3.10–3.12 every ``zipimporter`` (pyspark.zip, py4j, the Spark
     jar, and one per package imported from them) then reads its archive's
     directory again, ~0.1 s a task. With gpuwm's task code in the worker
-    (:mod:`gpuwm.spark.pyworker`) an unchanged archive is not read again."""
+    (:mod:`gpuwm.spark.jvm.pyworker`) an unchanged archive is not read again."""
     schema = "installed boolean, reads long, eager_reads long"
     row = spark.range(0, 1, 1, 1).mapInArrow(_zip_reads, schema).collect()[0]
     if sys.version_info[:2] >= (3, 13):  # read lazily there: nothing to fix

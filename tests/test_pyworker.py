@@ -1,4 +1,4 @@
-"""gpuwm.spark.pyworker: a zipimporter reads its archive's directory again
+"""gpuwm.spark.jvm.pyworker: a zipimporter reads its archive's directory again
 only when the archive changed (in a fresh interpreter: the fix is
 process-wide)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = textwrap.dedent("""
     import importlib, os, sys, zipfile, zipimport
-    from gpuwm.spark.pyworker import cached_zip_directories
+    from gpuwm.spark.jvm.pyworker import cached_zip_directories
 
     path = sys.argv[1]
     with zipfile.ZipFile(path, "w") as z:

@@ -5,7 +5,7 @@ output of the same specs with ``spark_conf/local.conf``, and the plugin
 says it would place every gpuwm stage on a GPU.
 
 The jar (~1 GB) is fetched from Maven Central as the one jar it is
-(:func:`gpuwm.spark.jars.rapids_jar`, sha1-checked) on the first run and
+(:func:`gpuwm.spark.jvm.jars.rapids_jar`, sha1-checked) on the first run and
 cached after it; a fetch that fails fails the test with the reason. With
 ``GPUWM_RAPIDS_EXPLAIN_DIR`` set, the plugin's explain text of each run is
 kept there (``benchmarks/results/rapids/``)."""
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpuwm.spark.jars import RAPIDS, rapids_jar
+from gpuwm.spark.jvm.jars import RAPIDS, rapids_jar
 
 from .test_spark import read_out
 

@@ -17,10 +17,12 @@ pytest.importorskip("pyspark")
 import gpuwm  # noqa: E402
 from gpuwm.session import SessionSpec  # noqa: E402
 from gpuwm.sort import SortSpec  # noqa: E402
-from gpuwm.spark import Pipeline, store, tasks  # noqa: E402
-from gpuwm.spark.checkpoint import Checkpoint, Location  # noqa: E402
-from gpuwm.spark.exchange import FLOW_SCHEMA  # noqa: E402
-from gpuwm.spark.plan import Plan, Sink  # noqa: E402
+from gpuwm.spark import Pipeline
+from gpuwm.spark.executor import tasks  # noqa: E402
+from gpuwm.spark.executor.exchange import FLOW_SCHEMA  # noqa: E402
+from gpuwm.spark.executor.plan import Plan, Sink  # noqa: E402
+from gpuwm.spark.storage import store
+from gpuwm.spark.storage.checkpoint import Checkpoint, Location  # noqa: E402
 from gpuwm.watermark import WatermarkSpec  # noqa: E402
 from gpuwm.window import WindowSpec  # noqa: E402
 
@@ -37,7 +39,7 @@ def _plan(tmp_path, spec, schema: pa.Schema) -> Plan:
 @pytest.mark.parametrize("vnodes", [1, 3])
 @pytest.mark.parametrize("op", ["window", "sort", "chain", "dedup"])
 def test_tasks_equal_operators(backend, op, vnodes, tmp_path, monkeypatch):
-    import gpuwm.spark.device as device
+    import gpuwm.spark.executor.device as device
 
     monkeypatch.setattr(device, "use_task_gpu", lambda b: None)  # gpu-sim has no CUDA device to pick
     batches = _batches()
@@ -58,7 +60,7 @@ def test_a_toy_operator_runs_through_the_registry_alone(tmp_path, vnodes):
     from datetime import timedelta
 
     from gpuwm.operator import stage_kinds
-    from gpuwm.spark.spec import add_stage
+    from gpuwm.spark.front.spec import add_stage
 
     from . import toy_operator
 
@@ -88,7 +90,7 @@ def test_a_failed_task_attempt_leaves_no_half_updated_state(backend, tmp_path, m
     """Saving the state fails after the operator took the batch: Spark
     retries the task, which must start again from batch_id - 1, not from the
     operator the failed attempt changed (it stays in executor memory)."""
-    import gpuwm.spark.device as device
+    import gpuwm.spark.executor.device as device
 
     monkeypatch.setattr(device, "use_task_gpu", lambda b: None)
     batches = _batches()
@@ -251,7 +253,7 @@ def test_a_task_uses_its_gpu_and_allocates_from_rmm_where_installed(monkeypatch)
     import sys
     import types
 
-    import gpuwm.spark.device as device
+    import gpuwm.spark.executor.device as device
 
     used, allocators = [], []
     cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 4),
@@ -334,7 +336,7 @@ def test_two_drivers_taking_one_checkpoint_at_once_one_wins(tmp_path, monkeypatc
     write is still seen; a fixed 50 ms wait would miss it."""
     import threading
 
-    from gpuwm.spark.checkpoint import Owner
+    from gpuwm.spark.storage.checkpoint import Owner
 
     ck = Checkpoint(Location.of(str(tmp_path / "ck")))
     read_json, publish_json = Location.read_json, Location.publish_json

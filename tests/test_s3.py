@@ -26,7 +26,7 @@ pytest.importorskip("pyspark")
 
 import gpuwm  # noqa: E402
 from gpuwm.spark import Pipeline, local_session  # noqa: E402
-from gpuwm.spark.checkpoint import Location  # noqa: E402
+from gpuwm.spark.storage.checkpoint import Location  # noqa: E402
 
 from .s3_server import S3Server, spark_jars  # noqa: E402
 from .test_spark import kill_after_batches  # noqa: E402
@@ -127,7 +127,7 @@ def test_query_on_s3_equals_the_same_query_on_local_disk(spark, s3, tmp_path, ki
         out, late = Location.of(f"{base}/out", s3.options()), Location.of(f"{base}/late", s3.options())
         late_rows = _read_all(late) + [r for i in ("a/", "b/") for r in _read_all(late, i)]
         got[where] = (_read_all(out), late_rows, [m["input_rows"] for m in p.history])
-        # the tasks read the S3 input files themselves, as local ones (gpuwm.spark.direct); the
+        # the tasks read the S3 input files themselves, as local ones (gpuwm.spark.driver.direct); the
         # join's inputs are projections of the sources (columns renamed): Spark's rows
         assert {m["read"] for m in p.history if m["input_rows"]} == {"spark" if kind == "join" else "direct"}, where
     assert got["s3"][2] == got["local"][2] and sum(got["s3"][2]) == 200 * len(src) * 4

@@ -237,7 +237,7 @@ def test_spark_profile_matches_spark_native_append_to_the_end(spark, tmp_path, k
     query on the same files, one per micro-batch, both run with
     availableNow to the end — Spark's last micro-batch has no data and emits
     what the final watermark closes; gpuwm asks Spark for the same drain
-    (gpuwm.spark.drain), no extra input file. vnodes 1 and 3, the task reading
+    (gpuwm.spark.driver.drain), no extra input file. vnodes 1 and 3, the task reading
     the files itself and Spark's rows through the JVM. Sort: Spark has no
     streaming sort, so its reference is every row Spark's own watermark
     keeps (dropDuplicatesWithinWatermark on a unique id), ordered."""
@@ -326,7 +326,7 @@ def test_spark_profile_matches_spark_native_chained_windows(spark, tmp_path):
 
     from pyspark.sql import functions as F
 
-    from gpuwm.spark.spec import load_spec, run
+    from gpuwm.spark.front.spec import load_spec, run
 
     batches = _random_batches(np.random.default_rng(5), 12, 50, step=6, behind=12, keys=4)
     src = f"{tmp_path}/in"
@@ -382,7 +382,7 @@ def test_spark_profile_matches_spark_native_dedup(spark, tmp_path, vnodes):
     issue's JSON form ({"stages": [{"dedup": {"key": [...]}}]})."""
     import json
 
-    from gpuwm.spark.spec import load_spec, run
+    from gpuwm.spark.front.spec import load_spec, run
 
     batches = _random_batches(np.random.default_rng(17), 12, 30, step=6, behind=14, keys=10)
     src = f"{tmp_path}/in"
@@ -426,7 +426,7 @@ def test_over_window_equals_spark_window_functions(spark, tmp_path, vnodes):
     over's vnodes through an exchange by k)."""
     import json
 
-    from gpuwm.spark.spec import load_spec, run
+    from gpuwm.spark.front.spec import load_spec, run
 
     rng = np.random.default_rng(23)
     src = f"{tmp_path}/in"
@@ -511,7 +511,7 @@ def test_a_toy_operator_in_a_json_spec_runs_on_spark(spark, tmp_path):
     test_runtime's toy test)."""
     from pyspark import cloudpickle
 
-    from gpuwm.spark.spec import run
+    from gpuwm.spark.front.spec import run
 
     from . import toy_operator
 
@@ -713,7 +713,7 @@ def test_bad_input_is_refused_before_the_first_batch(spark, tmp_path):
 
 
 def test_gpu_choice_per_task():
-    from gpuwm.spark.device import choose_device
+    from gpuwm.spark.executor.device import choose_device
 
     assert choose_device(2, "1", ["1"], 5) == 0  # the manager already isolated the GPU
     assert choose_device(2, None, ["1"], 4) == 1  # the task's resource address
@@ -725,7 +725,7 @@ def test_gpu_choice_per_task():
 def test_run_spec_file(spark, tmp_path):
     import json
 
-    from gpuwm.spark.spec import load_spec, run
+    from gpuwm.spark.front.spec import load_spec, run
 
     spec = {"source": {"format": "nexmark", "options": dict(NEX, totalEvents=20_000)},
             "checkpoint": f"{tmp_path}/ck",
@@ -749,7 +749,7 @@ def test_run_spec_file(spark, tmp_path):
     with pytest.raises(gpuwm.ConfigError, match="unknown key"):
         load_spec(str(bad))
     # a session window: the gap reaches the operator and, as allowed lateness, the filter
-    from gpuwm.spark.spec import build
+    from gpuwm.spark.front.spec import build
 
     sess = build(spark, dict(spec, checkpoint=f"{tmp_path}/ck2",
                              window={"session": "3 seconds", "by": ["bidder"]}), verbose=False)
@@ -886,7 +886,7 @@ def test_spec_watermark_strategies_equal_the_operators(spark, tmp_path, strategy
     a Spark SQL expression in the watermark), ``punctuated`` (a boolean
     column) or periodic emission (every 250 rows): the output equals the
     operators' over the same batches."""
-    from gpuwm.spark.spec import build
+    from gpuwm.spark.front.spec import build
 
     rng = np.random.default_rng(5)
     batches = _random_batches(rng, 4, 300, 10, 6, 4)

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.spark
 pyspark = pytest.importorskip("pyspark")
 
 from gpuwm.spark import Pipeline, local_session  # noqa: E402
-from gpuwm.spark.spec import build as build_spec  # noqa: E402
+from gpuwm.spark.front.spec import build as build_spec  # noqa: E402
 
 from .test_spark import kill_after_batches, read_out  # noqa: E402
 
@@ -308,7 +308,7 @@ CRASH = """
 import json, sys
 sys.path.insert(0, {root!r})
 from gpuwm.spark import local_session
-from gpuwm.spark.spec import build
+from gpuwm.spark.front.spec import build
 spark = local_session(app="crash-join", cores=2)
 p = build(spark, json.loads({spec!r}), verbose=False)
 p.on_batch = lambda m: print("BATCH", m["batch_id"], flush=True)
@@ -395,7 +395,7 @@ def test_run_ends_a_spec_of_bounded_nexmark_inputs(spark, tmp_path):
     runs to their end and returns, without a trigger (as for one input)."""
     import threading
 
-    from gpuwm.spark.spec import run
+    from gpuwm.spark.front.spec import run
 
     spec = q3_like(f"{tmp_path}/ck", f"{tmp_path}/out", dict(NEX, totalEvents=30_000))
     got: list = []

@@ -1,130 +1,55 @@
 """gpuwm on Spark Structured Streaming (imports pyspark; the rest of gpuwm does not).
 
-``accelerate``/``explain`` (a PySpark or Spark SQL streaming query run by
-gpuwm, :mod:`gpuwm.spark.accelerate`), ``Pipeline`` (the builder), ``local_session`` (a local SparkSession set up
-for gpuwm), ``read_nexmark`` (the embedded source), ``register_sources``.
+The public names, each imported from its room on first use:
+``accelerate`` / ``explain`` (a PySpark or Spark SQL streaming query run by
+gpuwm, :mod:`gpuwm.spark.front.translate`), ``Pipeline`` (the builder,
+:mod:`gpuwm.spark.front.pipeline`), ``local_session`` (a local SparkSession
+set up for gpuwm), ``read_nexmark`` (the embedded source) and
+``register_sources`` (:mod:`gpuwm.spark.front.session`).
+
+The rooms, each importing only those below it (``tests/test_layers.py``
+holds the arrows)::
+
+    front/     what a user calls: the builder, plan translation, the JSON spec, the CLI, the session
+    driver/    the driver's side of a running query: the per-batch loop, drains, direct-read planning
+    executor/  what Spark's tasks run: the batch's plan, the task functions, the exchange, the task's GPU
+    io/        what a task reads and writes: files, Kafka, Nexmark, the projection evaluator, the sinks
+    storage/   the checkpoint (the storage seam) and versioned operator state
+    jvm/       the JVM side: jars, the JVM's start, py4j objects, the Python worker's patch
+
+``app.py`` is spark-submit's entry point. Each room's README says what it
+owns; the reference pages are linked from the project's README.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 __all__ = ["Pipeline", "accelerate", "explain", "local_session", "read_nexmark", "register_sources"]
 
-_LAZY = {"accelerate": "accelerate", "explain": "accelerate", "Pipeline": "pipeline"}
+#: public name -> the module that defines it (no public name is a submodule's name)
+_LAZY = {"accelerate": ".front.translate", "explain": ".front.translate", "Pipeline": ".front.pipeline",
+         "local_session": ".front.session", "read_nexmark": ".front.session",
+         "register_sources": ".front.session"}
 
 if "pyspark.worker" in sys.modules:  # imported in Spark's Python worker, by a task: its per-task import cost cut
-    from .pyworker import cached_zip_directories
+    from .jvm.pyworker import cached_zip_directories
 
     cached_zip_directories()
 
 
 def __getattr__(name: str):
-    """``Pipeline``, ``accelerate`` and ``explain`` on first use: a Spark
-    Python worker that needs one small module (the drain source's reader)
-    does not import the builder and every operator with it."""
+    """A public name on first use: a Spark Python worker that needs one
+    small module (a task's reader) does not import the builder and every
+    operator with it."""
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     globals()[name] = value
     return value
 
 
-def register_sources(spark) -> None:
-    """Register ``format("nexmark")`` with this session."""
-    from .nexmark import NexmarkDataSource
-
-    spark.dataSource.register(NexmarkDataSource)
-
-
-# Spark conf read only when the driver's JVM starts: jars on its class path
-_LAUNCH_KEYS = ("spark.jars", "spark.jars.packages", "spark.jars.repositories",
-                "spark.driver.extraClassPath", "spark.driver.extraJavaOptions")
-
-
-def _jvm_for(launch: dict) -> None:
-    """Make the next session's JVM one started with ``launch``: a JVM this
-    process already runs (an earlier, stopped or running session) has its
-    class path fixed, so ``spark.jars`` given now would be ignored without a
-    word and fail later as ``ClassNotFoundException``; such a JVM is
-    stopped (its session first) and the next ``getOrCreate`` starts anew."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    gw = SparkContext._gateway
-    if gw is None or not launch or launch.items() <= getattr(gw, "_gpuwm_launch", {}).items():
-        return
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
-    elif SparkContext._active_spark_context is not None:
-        SparkContext._active_spark_context.stop()
-    gw.shutdown()
-    proc = getattr(gw, "proc", None)
-    if proc is not None:  # the JVM exits when its stdin closes
-        proc.stdin.close()
-        proc.wait(timeout=60)
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-
-
-def local_session(app: str = "gpuwm", cores: int | str = "*", conf: dict | None = None, show_start: bool = False):
-    """A local-mode SparkSession set up for gpuwm: Python workers run this
-    interpreter, UTC session time zone, Arrow on, nexmark registered, log
-    level ERROR. Jars in ``conf`` (``spark.jars``, ``spark.jars.packages``,
-    ...) that the JVM this process already runs lacks start a new JVM. What
-    a JVM prints while it starts is shown only if the start fails, or with
-    ``show_start`` (:mod:`gpuwm.spark.jvmstart`)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from ..backend import SAID_BY
-
-    os.environ[SAID_BY] = str(os.getpid())  # the workers share this machine: the driver says what it has
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    launch = {k: str(v) for k, v in (conf or {}).items() if k in _LAUNCH_KEYS}
-    _jvm_for(launch)
-
-    b = (SparkSession.builder.master(f"local[{cores}]").appName(app)
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.shuffle.partitions", "4")
-         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false"))
-    for k, v in (conf or {}).items():
-        b = b.config(k, v)
-    from .jvmstart import quiet_start
-
-    fresh = SparkContext._gateway is None
-    with quiet_start(show_start) as up:  # the JVM's start-up lines: off the terminal unless it fails
-        spark = b.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        up(spark)
-    if fresh:
-        SparkContext._gateway._gpuwm_launch = launch
-    register_sources(spark)
-    return spark
-
-
-def read_nexmark(spark, checkpoint: str, **options):
-    """``spark.readStream.format("nexmark")`` with the options given (see
-    :mod:`gpuwm.spark.nexmark`) and the query's checkpoint, from which the
-    source resumes its batch grid after a restart."""
-    import json
-
-    from .checkpoint import Location, spark_fs_options
-
-    loc = Location.of(checkpoint, spark_fs_options(spark), "checkpoint")
-    checkpoint = loc.uri
-    r = spark.readStream.format("nexmark").option("checkpointLocation", checkpoint)
-    if loc.options:
-        r = r.option("gpuwmFsOptions", json.dumps(loc.options))
-    for k, v in options.items():
-        r = r.option(k, str(v))
-    # a Pipeline on this very stream generates each batch in its own task
-    # (gpuwm.spark.nexmark.nexmark_source finds these options in its plan)
-    return r.load()
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

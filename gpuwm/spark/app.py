@@ -1,6 +1,6 @@
 """spark-submit entry point: ``spark-submit [--properties-file spark_conf/...] gpuwm/spark/app.py SPEC.json [SPEC.json ...]``.
 
-Runs the pipeline each JSON spec describes (see :mod:`gpuwm.spark.spec`),
+Runs the pipeline each JSON spec describes (see :mod:`gpuwm.spark.front.spec`),
 one after another, in the SparkSession spark-submit configured. Every spec
 is read and checked before the first runs.
 """
@@ -19,13 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from pyspark.sql import SparkSession
 
-    from gpuwm.spark import register_sources
-    from gpuwm.spark.spec import load_spec, run
+    from gpuwm.spark.front.session import register_sources
+    from gpuwm.spark.front.spec import load_spec, run
 
     specs = [load_spec(a) for a in argv]
     spark = SparkSession.builder.appName("gpuwm").getOrCreate()
     register_sources(spark)
-    from gpuwm.spark.cli import summary
+    from gpuwm.spark.front.cli import summary
 
     for spec in specs:
         p = run(spark, spec)

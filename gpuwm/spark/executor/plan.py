@@ -19,11 +19,11 @@ from typing import Sequence
 
 import pyarrow as pa
 
-from ..errors import ConfigError
-from ..inputs import InputsSpec, input_schemas
-from ..operator import OperatorSpec
-from ..watermark import EXPR_COLUMN, WatermarkSpec
-from .checkpoint import Checkpoint, Location
+from ...errors import ConfigError
+from ...inputs import InputsSpec, input_schemas, union_schema
+from ...operator import OperatorSpec
+from ...watermark import EXPR_COLUMN, WatermarkSpec
+from ..storage.checkpoint import Checkpoint, Location
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class Sink:
     kind: str
     path: str | None = None
     rows: int = 20
-    #: the file-system settings of ``path`` (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)
+    #: the file-system settings of ``path`` (:func:`~gpuwm.spark.storage.checkpoint.spark_fs_options`)
     options: tuple[tuple[str, str], ...] = ()
-    #: the last stage's rows as the query's columns: :mod:`gpuwm.spark.project` steps, as JSON ("": as they are)
+    #: the last stage's rows as the query's columns: :mod:`gpuwm.spark.io.project` steps, as JSON ("": as they are)
     project: str = ""
 
     def __post_init__(self) -> None:
@@ -208,54 +208,6 @@ def is_timestamp(plan: Plan) -> bool:
     return pa.types.is_timestamp(plan.input_schema.field(plan.watermark.column).type)
 
 
-#: which input a row of several inputs' union comes from (its index)
-INPUT = "__input"
-
-
-def union_column(i: int, name: str) -> str:
-    """Input ``i``'s column ``name`` in the inputs' union."""
-    return f"__in{i}_{name}"
-
-
-def union_schema(plan: Plan) -> pa.Schema:
-    """The rows Spark hands the tasks for several inputs: the input's index,
-    then every input's columns (nulls where the row is another input's)."""
-    fields = [pa.field(INPUT, pa.int8())]
-    for i, s in enumerate(input_schemas(plan.input_schema).values()):
-        fields += [pa.field(union_column(i, f.name), f.type) for f in s]
-    return pa.schema(fields)
-
-
-def to_union(plan: Plan, tables: dict[str, pa.Table]) -> pa.Table:
-    """Several inputs' rows as one :func:`union_schema` table (the inverse of :func:`split_union`)."""
-    schema = union_schema(plan)
-    parts = []
-    for i, (name, s) in enumerate(input_schemas(plan.input_schema).items()):
-        t = tables.get(name)
-        if t is None or not t.num_rows:
-            continue
-        own = {union_column(i, f.name): t.column(f.name) for f in s}
-        cols = [pa.array([i] * t.num_rows, pa.int8())] + \
-            [own[f.name] if f.name in own else pa.nulls(t.num_rows, f.type) for f in schema][1:]
-        parts.append(pa.Table.from_arrays(cols, schema=schema))
-    if not parts:
-        return schema.empty_table()
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-
-
-def split_union(plan: Plan, table: pa.Table) -> dict[str, pa.Table]:
-    """Each input's rows of a :func:`union_schema` table, in its own schema."""
-    import pyarrow.compute as pc
-
-    tag = table.column(INPUT)
-    out = {}
-    for i, (name, s) in enumerate(input_schemas(plan.input_schema).items()):
-        rows = table.filter(pc.equal(tag, i)) if table.num_rows else table
-        cols = [rows.column(union_column(i, f.name)) for f in s]
-        out[name] = pa.Table.from_arrays(cols, names=s.names).cast(s)
-    return out
-
-
 def partial_schema(plan: Plan) -> pa.Schema:
     """The partials the first stage pre-aggregates (``plan.pre_aggregates``)."""
     return plan.build(0).partial_schema()
@@ -268,7 +220,7 @@ SEQ = "__seq"
 def shuffled_schema(plan: Plan) -> pa.Schema:
     """The data rows the filter tasks send to the vnodes."""
     if plan.multi:
-        return union_schema(plan)
+        return union_schema(plan.input_schema)
     if plan.pre_aggregates:
         return partial_schema(plan)
     if plan.arrival_order:

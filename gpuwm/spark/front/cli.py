@@ -7,11 +7,11 @@ count per auction, and the event-time-sorted bid stream. It writes Parquet,
 prints a line per micro-batch and a summary, and exits by itself.
 
 ``gpuwm run SPEC.json`` runs a pipeline described in a file (see
-``gpuwm.spark.spec``) in Spark local mode; on a cluster use
+``gpuwm.spark.front.spec``) in Spark local mode; on a cluster use
 ``spark-submit --properties-file spark_conf/rapids.conf gpuwm/spark/app.py SPEC.json``.
 
 ``gpuwm jars`` fetches the JVM parts from Maven Central (see
-:mod:`gpuwm.spark.jars`).
+:mod:`gpuwm.spark.jvm.jars`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from .. import Hop, StreamSort, Tumble, WatermarkFilter, WindowAggregate, get_backend
-from ..errors import ConfigError, GpuwmError
-from ..nexmark import NexmarkConfig, bids
+from ... import Hop, StreamSort, Tumble, WatermarkFilter, WindowAggregate, get_backend
+from ...errors import ConfigError, GpuwmError
+from ...nexmark import NexmarkConfig, bids
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -99,7 +99,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _demo_spark(args: argparse.Namespace) -> int:
     import shutil
 
-    from . import Pipeline, local_session, read_nexmark
+    from .pipeline import Pipeline
+    from .session import local_session, read_nexmark
 
     out = Path(args.out)
     if out.exists():
@@ -150,7 +151,7 @@ def _demo_spark(args: argparse.Namespace) -> int:
 
 
 def _run_spec(args: argparse.Namespace) -> int:
-    from . import local_session
+    from .session import local_session
     from .spec import explain, explain_without_spark, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
@@ -176,7 +177,7 @@ def _run_spec(args: argparse.Namespace) -> int:
         if p.history:
             print("\n".join(summary(p.history[-1])), flush=True)
         if p.interrupted:
-            from .jvmstart import hush
+            from ..jvm.jvmstart import hush
 
             hush()  # the stopped query's threads can print a Java trace after the line below
             spark.stop()
@@ -230,13 +231,13 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
     if isinstance(e, GpuwmError):
         return " ".join(str(e).split()), _status(type(e))
     try:
+        from py4j.protocol import Py4JJavaError
         from pyspark.errors import AnalysisException, IllegalArgumentException, ParseException
         from pyspark.errors.exceptions.base import PySparkException
-        from py4j.protocol import Py4JJavaError
     except ImportError:
         return None
     text = str(e)
-    from .jvmstart import start_failure
+    from ..jvm.jvmstart import start_failure
 
     why = start_failure(e)
     if why is not None:  # Spark's JVM did not start (a package that does not resolve, ...)
@@ -245,7 +246,7 @@ def one_line(e: BaseException) -> tuple[str, int] | None:
         return text.strip().splitlines()[0], 2
     if not isinstance(e, (PySparkException, Py4JJavaError)):
         return None
-    from . import sources  # noqa: F401  (its errors are raised in tasks)
+    from ..io import sources  # noqa: F401  (its errors are raised in tasks)
 
     names = {c.__name__: c for c in _subclasses(GpuwmError)}
     # a gpuwm error raised in a task or in foreachBatch reaches the driver as a line of a Python traceback
@@ -301,7 +302,7 @@ def _main(argv: list[str]) -> int:
     if args.cmd == "run":
         return _run_spec(args)
     if args.cmd == "jars":
-        from .jars import fetch, rapids_jar
+        from ..jvm.jars import fetch, rapids_jar
 
         if args.rapids_path:
             print(rapids_jar())
@@ -318,7 +319,7 @@ def summary(m: dict) -> list[str]:
     """What a query did, from its last batch's metrics (the totals every
     commit carries): batches, rows in and out, the rows dropped and why,
     what stays in state and the watermark it waits behind."""
-    from .driver import show_time
+    from ..driver.loop import show_time
 
     t = m.get("totals")
     if t is None:  # a commit written before gpuwm kept totals
@@ -344,7 +345,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpuwm", description="gpuwm: event-time stream operators (watermarks, "
                                  "stream sort, windows) on Spark micro-batches, on GPU or CPU.",
                                  epilog="--debug (anywhere): show the traceback of an error")
-    from .. import __version__
+    from ... import __version__
 
     ap.add_argument("--version", action="version", version=f"gpuwm {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -375,7 +376,7 @@ def parser() -> argparse.ArgumentParser:
                        '...], "sink": {"parquet": path}}; or Spark SQL: {"sources": {"bids": {"format": ..., '
                        '"watermark": {"column": ..., "delay": ...}}}, "sql": "SELECT ... FROM bids GROUP BY window(...), '
                        '...", "checkpoint": path, "sink": {...}}. The whole format, with every stage kind: the docstring of '
-                       'gpuwm/spark/spec.py (python -m pydoc gpuwm.spark.spec) and the README, "Command line and '
+                       'gpuwm/spark/front/spec.py (python -m pydoc gpuwm.spark.front.spec) and the README, "Command line and '
                        'spark-submit".')
     r.add_argument("spec", help="the pipeline spec, a JSON file")
     r.add_argument("--dry-run", action="store_true",
@@ -398,7 +399,7 @@ def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:
     state the last one names — no Spark needed; any location Spark's
     checkpoint may be on, with Spark's settings for it given as ``--conf
     spark.hadoop.fs.s3a.endpoint=...`` (as to spark-submit)."""
-    from .checkpoint import Checkpoint, Location
+    from ..storage.checkpoint import Checkpoint, Location
 
     opts = []
     for kv in conf:
@@ -417,7 +418,7 @@ def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:
     ms = [c["metrics"] for c in commits]
     if any(m.get("held_rows") or m.get("rows_released") for m in ms):  # alignment held rows back
         cols = cols[:-1] + ("held_back_splits", "held_rows", "rows_released", "wall_s")
-    from .driver import show_time
+    from ..driver.loop import show_time
 
     for m in ms:  # the watermark the batch's operators released up to, as `gpuwm run` printed it
         m = {**m, "watermark": show_time(m.get("output_watermark"), m.get("time_kind"))} \

@@ -13,7 +13,7 @@ next data. gpuwm asks for such batches itself, through Spark:
   this before; Spark starts a Python worker for one when the query starts,
   ~1.2 s a query on a 2-core machine. The file source costs ~0.1 s.)
 * After committing batch N, the driver writes a **request**
-  (``<checkpoint>/gpuwm/drain.json``, :class:`~gpuwm.spark.checkpoint.Checkpoint`):
+  (``<checkpoint>/gpuwm/drain.json``, :class:`~gpuwm.spark.storage.checkpoint.Checkpoint`):
   ``{"next": {"drain": N, "end": e}, "due": t}``, a drain after N, at
   processing time ``t`` — now when the watermark the next batch drains with
   is newer than the one this batch drained with (Spark's lagged profile: its
@@ -22,7 +22,7 @@ next data. gpuwm asks for such batches itself, through Spark:
   When it is due the driver (:class:`Drains`, a timer for a later one)
   writes the empty file ``after-N`` (``after-N-end``) into the directory —
   unless batch N+1 is sure to come with data
-  (:func:`gpuwm.spark.driver.next_batch_certain`: Kafka under
+  (:func:`gpuwm.spark.driver.loop.next_batch_certain`: Kafka under
   ``maxOffsetsPerTrigger`` with more messages than batch N took), which
   drains as a drain batch would, as Spark's own query runs no no-data
   batch there either.
@@ -52,7 +52,7 @@ import threading
 import time
 from typing import Any
 
-from .checkpoint import Checkpoint
+from ..storage.checkpoint import Checkpoint
 
 #: the drain source's directory under the checkpoint
 DIR = "gpuwm/drains"
@@ -167,7 +167,7 @@ class Drains:
     def ask(self, batch_id: int, *, due: float | None, end: bool = False, write: bool = True) -> None:
         """After committing ``batch_id``: a drain at wall time ``due`` (None:
         none). ``write=False``: the next batch is sure to come anyway
-        (:func:`gpuwm.spark.driver.next_batch_certain`), so no file is
+        (:func:`gpuwm.spark.driver.loop.next_batch_certain`), so no file is
         written; the request is still recorded, for a restart before it
         (:meth:`resume`)."""
         req = {"next": None if due is None else {"drain": batch_id, "end": int(end)}, "due": due or 0.0}

@@ -16,7 +16,7 @@ Used only when it gives the same rows as Spark's reader would:
 * the pipeline's DataFrame is the source itself (``readStream...parquet(p)``,
   no projection, filter or new column in between), a ``parquet`` source
   whose options only choose files (see ``_LISTING_OPTIONS``);
-* every file of the batch is on a file system :class:`~gpuwm.spark.checkpoint.Location`
+* every file of the batch is on a file system :class:`~gpuwm.spark.storage.checkpoint.Location`
   serves (local, ``s3a://`` ... with Spark's ``spark.hadoop.fs.*`` settings) and holds
   every input column with a type that casts exactly (same kind: integer to a
   wider integer, timestamp to timestamp, float to double, string/binary);
@@ -27,7 +27,7 @@ The embedded Nexmark source (:func:`gpuwm.spark.read_nexmark`, the
 DataFrame itself) works the same way: Spark plans each micro-batch's offset
 range and logs it (``<checkpoint>/offsets/<batch_id>``); the task generates
 those events with the generator the source would have run
-(:func:`gpuwm.spark.nexmark.nexmark_range`, :func:`gpuwm.spark.sources.generate_nexmark`), split by split.
+(:func:`gpuwm.spark.io.nexmark.nexmark_range`, :func:`gpuwm.spark.io.sources.generate_nexmark`), split by split.
 
 Otherwise the batch goes through Spark's reader as before, decided per batch
 and logged once. Spark's scan of a batch read directly does not run, so its
@@ -39,14 +39,14 @@ events report.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .checkpoint import Checkpoint, Location
-from .sources import file_of
+from ..io.sources import file_of
+from ..jvm.objects import scala_iter, scan_rdds
+from ..storage.checkpoint import Checkpoint, Location
 
 # file-source options that only decide which files make a micro-batch
 _LISTING_OPTIONS = {
@@ -82,7 +82,7 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
     """Why gpuwm's tasks cannot make the query's input themselves (None:
     they can); with several named ``inputs``, each one's directory (a file
     goes to the input whose directory holds it); for a Kafka source, what
-    :func:`gpuwm.spark.kafka.kafka_source` found (the projection on it)."""
+    :func:`gpuwm.spark.driver.kafka.kafka_source` found (the projection on it)."""
     if inputs is not None:
         dirs = []
         for name, d in inputs.items():
@@ -95,7 +95,7 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
         if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
             return "one input's directory holds another's", [], None
         return None, dirs, None
-    from .nexmark import nexmark_source
+    from ..io.nexmark import nexmark_source
 
     nex = nexmark_source(df)
     if nex is not None:  # offsets come from this query's own offset log
@@ -114,22 +114,6 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
     return parquet_source(df), [], None
 
 
-def scala_iter(it) -> Iterator[Any]:
-    it = it.iterator() if hasattr(it, "iterator") else it
-    while it.hasNext():
-        yield it.next()
-
-
-def java_map(m) -> dict[str, str]:
-    """A ``java.util.Map`` as a dict of strings. (py4j's own iteration ends
-    in a Java exception that PySpark converts, ~17 ms a map.)"""
-    it, out = m.entrySet().iterator(), {}
-    while it.hasNext():
-        e = it.next()
-        out[str(e.getKey())] = str(e.getValue())
-    return out
-
-
 def source_path(df) -> str | None:
     """The directory a plain file-stream DataFrame reads (its ``path`` option), or None."""
     try:
@@ -141,24 +125,9 @@ def source_path(df) -> str | None:
         return None
 
 
-def scan_rdds(batch_df, kind: str) -> list:
-    """The RDDs of class ``kind`` (``FileScanRDD``, ``DataSourceRDD``: a
-    source's scan) under a micro-batch's DataFrame, left to right."""
-    stack, found = [batch_df._jdf.queryExecution().optimizedPlan().rdd()], []
-    while stack:
-        r = stack.pop()
-        if r.getClass().getSimpleName() == kind:
-            found.append(r)
-            continue
-        deps = r.dependencies()
-        for i in range(deps.length() - 1, -1, -1):
-            stack.append(deps.apply(i).rdd())
-    return found
-
-
 def batch_files(df, scans_allowed: int = 1) -> list[str] | None:
     """A micro-batch's files — local paths, or URIs (``s3a://...``) as
-    :class:`~gpuwm.spark.checkpoint.Location` names them — in the order
+    :class:`~gpuwm.spark.storage.checkpoint.Location` names them — in the order
     Spark's scan would read them, or None when they cannot be found.
     ``scans_allowed``: how many file scans the batch may hold (one per
     input of a union of file streams)."""
@@ -231,7 +200,7 @@ def report_input_rows(query, checkpoint: Checkpoint, rows: int | dict[str, int],
     progress reporter counts a source's input rows after the batch.
     ``rows``: the count, or ``{input: count}`` with ``dirs`` (``{input:
     directory}``) saying which file scan is whose. The drain source's scan
-    (:mod:`gpuwm.spark.drain`) is left alone. False (nothing added) when
+    (:mod:`gpuwm.spark.driver.drain`) is left alone. False (nothing added) when
     the query or its scan cannot be found — the progress then shows 0, as
     before; gpuwm's own metrics are unaffected."""
     try:

@@ -8,7 +8,7 @@ gpuwm's operators, unchanged.
 below ``withWatermark`` (the source, its projections and filters) stays
 Spark's; the watermark and the stateful operator above it become gpuwm's;
 the projections after it become the sink's output columns
-(:mod:`gpuwm.spark.project`), so the rows written have Spark's columns —
+(:mod:`gpuwm.spark.io.project`), so the rows written have Spark's columns —
 ``window`` a ``struct<start, end>``, the query's names and types::
 
     q = (accelerate(df)                      # df: withWatermark + groupBy(window(...), k).agg(...)
@@ -27,7 +27,7 @@ window (``window(ts, ...)`` selected on each side; inner, left, right, full
 outer),
 then projections (columns, struct fields, renames, casts) and filters
 (``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
-evaluated as the sink writes (:mod:`gpuwm.spark.project`). The window's
+evaluated as the sink writes (:mod:`gpuwm.spark.io.project`). The window's
 parameters are read from the plan Spark's analyzer made of them and
 checked: the same call on the same input must give the same plan, or the
 query is not translated. Anything else — another operator, an aggregate
@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ..errors import ConfigError, SchemaError
-from .direct import scala_iter
+from ...errors import ConfigError, SchemaError
+from ..jvm.objects import scala_iter
 
 FALLBACKS = ("spark", "error")
 _AGGS = {"Count": "count", "Sum": "sum", "Min": "min", "Max": "max", "Average": "mean", "First": "first",
@@ -157,7 +157,8 @@ def translate(df) -> Translation:
     else:
         raise Refused(kind, "gpuwm translates one withWatermark, then groupBy(window | session_window, "
                             "keys).agg(...) or dropDuplicatesWithinWatermark (chained), then projections")
-    from .kafka import Untranslatable, translate as expr
+    from ..driver.kafka import Untranslatable
+    from ..driver.kafka import translate as expr
 
     ids = t.output_ids
     for p in reversed(tops):
@@ -195,7 +196,7 @@ def _input(spark, node) -> Translation:
     or another stateful operator's output — the stages that make it, with
     Spark's ``window_time(window)`` of a window stage as gpuwm's
     ``window_time`` column (a chain, as Spark runs one since SPARK-40925)."""
-    from ..aggregates import WINDOW_TIME
+    from ...aggregates import WINDOW_TIME
 
     while True:
         kind = _kind(node)
@@ -272,8 +273,8 @@ def _window(spark, upper, made, out, below, ts: str, keys: list[str] | None, on:
     operator = "Aggregate" if keys is not None else "Join"
     from pyspark.sql import functions as F
 
-    from ..session import Session
-    from ..window import Hop, Tumble
+    from ...session import Session
+    from ...window import Hop, Tumble
 
     text = str(made.toString())
     col = F.col(_quoted(ts))
@@ -315,7 +316,7 @@ def _positional(e, fn, win) -> None:
     """Refuse Spark's ``first`` / ``last`` where gpuwm's differ: ignoring
     nulls, over a session (Spark sorts a session's rows by time), of a type
     gpuwm's accumulators do not hold."""
-    from ..session import Session
+    from ...session import Session
 
     why = None
     if fn.ignoreNulls():
@@ -444,7 +445,7 @@ def _join_side(spark, node) -> tuple[Translation, Any, str, set[int], list[tuple
     its keys): (its translation, the gpuwm window or None, its text for
     explain, Spark's ids of the window column as the side outputs it, its
     columns' names there for :func:`_rename`)."""
-    from ..session import Session
+    from ...session import Session
 
     renamed: dict[int, int] = {}  # Spark's id of a renamed column -> the id it renames
 
@@ -599,7 +600,7 @@ def _join(spark, node) -> Translation:
                                   f"same window of the other side ({rshown or lshown})")
         if bounds or "time" in equal:
             raise Refused("Join", "a join in the same window with a time condition as well")
-        from ..window import Tumble
+        from ...window import Tumble
 
         window = {"tumble": lwin.size} if isinstance(lwin, Tumble) else {"hop": lwin.size, "slide": lwin.slide}
         shown = f"join       {how} on {on} in the same {lshown}"
@@ -749,7 +750,7 @@ class Accelerated:
         they would differ)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from .kafka import same_columns
+        from ..driver.kafka import same_columns
         from .pipeline import Pipeline
 
         t = self.translation
@@ -803,7 +804,7 @@ class Accelerated:
             p = self.pipeline(checkpoint or f"{tempfile.gettempdir()}/gpuwm-explain")
         except Refused as r:
             return f"Spark runs the whole query: {r.operator}: {r.reason}"
-        from .direct import direct_reason
+        from ..driver.direct import direct_reason
 
         ins = t.inputs or {None: t}
         why = direct_reason(t.source, {n: i.source for n, i in t.inputs.items()} if t.inputs else None,
@@ -826,7 +827,7 @@ class SparkRun:
     none) and ``checkpoint``."""
 
     def __init__(self, df, checkpoint: str, sink: tuple):
-        from .checkpoint import Checkpoint, Location, spark_fs_options
+        from ..storage.checkpoint import Checkpoint, Location, spark_fs_options
 
         self.df, self.sink = df, sink
         self.checkpoint = Checkpoint(Location.of(checkpoint, spark_fs_options(df.sparkSession), "checkpoint"))

@@ -1,7 +1,7 @@
 """A partition's offset range fetched and decoded without a Python object
 per message: Kafka's Fetch request (v4) on a socket to the partition's
 leader, and its record batches (magic 2) decoded to Arrow columns with
-NumPy. The task side of :func:`gpuwm.spark.sources.read_kafka`, which keeps
+NumPy. The task side of :func:`gpuwm.spark.io.sources.read_kafka`, which keeps
 ``confluent-kafka`` for the partition's leader and watermarks and for what
 this path does not take (:class:`Unsupported`: TLS or SASL, a compressed
 batch but gzip, an old message format, any broker error but a deleted

@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..drained import decode_instant, encode_instant
-from .checkpoint import Checkpoint
+from ...drained import decode_instant, encode_instant
+from ..storage.checkpoint import Checkpoint
 
 #: what every task after the filter returns: exchange rows (``__dest``,
 #: ``__piece`` — "" when no row goes there —, ``__wm`` the watermark the
@@ -99,8 +99,8 @@ def merge_task(plan: Any, batch_id: int, batches: Iterator[pa.RecordBatch]) -> I
     range exchange: results pass through; each range hashed here merges its
     pieces (each ordered) with a sort flushed at once and writes them as
     output part ``<range>``, with a result row (its row count and time)."""
+    from ..io.sinks import write_output
     from .device import use_task_gpu
-    from .sinks import write_output
 
     batches = list(batches)
     if not batches:

@@ -13,14 +13,14 @@
    segment's stages on its rows (:func:`run_segment`).
 3. ``segment_task`` (``repartition(tasks, "__dest").mapInArrow``), once per
    later segment: the stages after an exchange, on the rows the previous
-   segment's tasks sent (:mod:`gpuwm.spark.exchange`), with the watermark
+   segment's tasks sent (:mod:`gpuwm.spark.executor.exchange`), with the watermark
    they sent beside them; and ``exchange.merge_task`` for a stream sort's
    event-time ranges.
 
 With one vnode, ``single_task`` does all of it in one task over the
 coalesced input: one narrow stage, no shuffle, and the kept rows go from the
 filter to the first operator as they are (on the GPU, a device Frame). When
-that task also makes its input itself (:mod:`gpuwm.spark.direct`), the
+that task also makes its input itself (:mod:`gpuwm.spark.driver.direct`), the
 driver plans its job once and runs it again every batch
 (:func:`planned_single_task`: the batch's arguments travel as a local
 property of the job, not in the pickled function), which saves Spark's
@@ -43,11 +43,13 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from ..errors import ConfigError, StateError
-from ..watermark import split_key
-from . import exchange, store
-from .plan import SEQ, Plan, shuffled_schema, split_union, to_union, union_schema
-from .sinks import write_late, write_output
+from ...errors import ConfigError, StateError
+from ...inputs import split_union, to_union, union_schema
+from ...watermark import split_key
+from ..io.sinks import write_late, write_output
+from ..storage import store
+from . import exchange
+from .plan import SEQ, Plan, shuffled_schema
 
 KIND_DATA, KIND_STATS, KIND_TICK = 0, 1, 2
 #: the local property of a planned job (:func:`planned_single_task`) that holds its batch's arguments
@@ -67,7 +69,7 @@ def _write_held(plan: Plan, batch_id: int, part: int, held: list | dict) -> str 
     for vnode 0, which saves the filter's state; its name (None: none held)."""
     if plan.multi:
         tables = {n: pa.concat_tables(ts) for n, ts in held.items() if ts}
-        t = to_union(plan, tables) if any(x.num_rows for x in tables.values()) else None
+        t = to_union(plan.input_schema, tables) if any(x.num_rows for x in tables.values()) else None
     else:
         ts = [t for t in held if t.num_rows]
         t = None if not ts else pa.concat_tables(ts)
@@ -82,7 +84,7 @@ def _held_parts(plan: Plan, names: list[str]) -> list | dict:
         return tables
     out: dict = {}
     for t in tables:
-        for n, x in split_union(plan, t).items():
+        for n, x in split_union(plan.input_schema, t).items():
             out.setdefault(n, []).append(x)
     return out
 
@@ -125,7 +127,7 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     t_start = time.perf_counter()
     batches = list(batches)
     t_read = time.perf_counter()
-    schema = union_schema(plan) if plan.multi else plan.input_schema
+    schema = union_schema(plan.input_schema) if plan.multi else plan.input_schema
     table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
     table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
     backend = gpuwm.get_backend(plan.backend)
@@ -134,7 +136,7 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
              "now": None if now_iso is None else datetime.fromisoformat(now_iso)} if plan.aligned else {}
     if plan.multi:  # several inputs' rows: each input's, in its own schema, to its own filter
         data = {n: Frame.from_arrow(t, backend) if backend.is_gpu else t
-                for n, t in split_union(plan, table).items()}
+                for n, t in split_union(plan.input_schema, table).items()}
         late_by: dict | None = None if plan.late is None else {}
         kept, stats = filt.f.filter_local(data, late_out=late_by, **align)
         write_late(plan, batch_id, None, part, {n: got[0] for n, got in (late_by or {}).items() if got}, "filter")
@@ -156,12 +158,12 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
 def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None,
            counts: dict) -> Iterator[pa.RecordBatch]:
     """The task's input rows: from Spark, or — ``direct`` given — made here
-    (:mod:`gpuwm.spark.sources`): read from the files or Kafka ranges, or
+    (:mod:`gpuwm.spark.io.sources`): read from the files or Kafka ranges, or
     generated for the Nexmark splits, whose numbers Spark sent. ``counts``
     gets what the source counts (malformed Kafka messages, lost offsets)."""
     if direct is None:
         return batches
-    from .sources import generate_nexmark, read_files, read_kafka, read_union_files
+    from ..io.sources import generate_nexmark, read_files, read_kafka, read_union_files
 
     options = plan.checkpoint.loc.options  # Spark's spark.hadoop.fs.* settings: the input's file system's too
     if plan.multi:
@@ -191,7 +193,7 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
     filt = _Filter(plan, filter_state)
     if direct is not None and direct.get("held"):
         got = filt.f.held_table()
-        got = None if not filt.f.held_rows else to_union(plan, got) if plan.multi else got
+        got = None if not filt.f.held_rows else to_union(plan.input_schema, got) if plan.multi else got
         kept, stats, held = _filter_partition(plan, filt, iter([] if got is None else got.to_batches()), batch_id,
                                               partition, now_iso, "only", end)
     else:
@@ -206,7 +208,7 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         import numpy as np
 
         vn = np.concatenate(vns) if vns else np.zeros(0, dtype=np.int32)
-        kept = to_union(plan, kept)
+        kept = to_union(plan.input_schema, kept)
     elif plan.pre_aggregates:  # partial aggregates per (window, key) of this partition
         kept = plan.build(0).partials(kept)
     elif not isinstance(kept, pa.Table):  # device rows go back to the host for the shuffle
@@ -266,7 +268,7 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
         if plan.arrival_order:  # the shuffle mixed the input partitions: back in input order
             rows = rows.sort_by(SEQ).drop_columns([SEQ])
         if plan.multi:
-            rows = split_union(plan, rows)
+            rows = split_union(plan.input_schema, rows)
         yield from run_segment(plan, 0, v, rows, wm, batch_id, prev, stats=stats, filt=filt,
                                t_start=t_start).to_batches()
         t_start = time.perf_counter()

@@ -36,7 +36,7 @@ def choose_device(count: int, cuda_visible: str | None, task_gpus: Sequence[str]
 
 def use_task_gpu(backend: str) -> None:
     """Select this task's GPU (no-op for the CPU backend or without a GPU)."""
-    from ..backend import gpu_available
+    from ...backend import gpu_available
 
     if backend == "cpu" or not gpu_available():
         return

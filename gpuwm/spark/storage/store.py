@@ -1,5 +1,5 @@
 """gpuwm's versioned operator state, kept through the storage seam
-(:mod:`gpuwm.spark.checkpoint`) on any file system Spark's checkpoint is on.
+(:mod:`gpuwm.spark.storage.checkpoint`) on any file system Spark's checkpoint is on.
 
 Every stage of every vnode saves its operator as version ``batch_id``: one
 object, written under a name unique to the task attempt, holding the
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import StateError
-from ..frame import bytes_to_table, table_to_bytes  # noqa: F401  (the store's byte form of a table)
+from ...errors import StateError
+from ...frame import bytes_to_table, table_to_bytes  # noqa: F401  (the store's byte form of a table)
 from .checkpoint import Checkpoint
 
 # executor-side cache: (checkpoint, stage, vnode, vnodes of the stage) -> (batch_id, version, operator, places)

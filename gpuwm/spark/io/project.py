@@ -1,12 +1,12 @@
 """A Spark projection evaluated in a gpuwm task over Arrow columns, with
 Spark's results: the ``select`` a query applies to its source (Kafka's
 ``from_json(CAST(value AS STRING), schema)``, then naming the fields), so
-that a task that reads its input itself (:mod:`gpuwm.spark.sources`) hands
+that a task that reads its input itself (:mod:`gpuwm.spark.io.sources`) hands
 the operators the rows Spark's plan would have.
 
 A projection is a list of steps; a step a list of ``[name, expr]``; an
 expression a small JSON tree (the driver builds it from Spark's analyzed
-plan, :func:`gpuwm.spark.kafka.translate`):
+plan, :func:`gpuwm.spark.driver.kafka.translate`):
 
 - ``{"col": name}`` — a column of the step's input;
 - ``{"field": [expr, name]}`` — a struct's field (``e.ts``);
@@ -169,7 +169,7 @@ def _timestamp(a: pa.Array, unit: str) -> pa.Array:
 
 
 def _cast(a: pa.Array, to: str) -> pa.Array:
-    """The casts :func:`gpuwm.spark.kafka.translate` lets through."""
+    """The casts :func:`gpuwm.spark.driver.kafka.translate` lets through."""
     if to == "string":  # from binary: Spark's cast keeps the bytes, valid UTF-8 or not
         return a.view(pa.string())
     if to == "timestamp":  # from an integer: seconds

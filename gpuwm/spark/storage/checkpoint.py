@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ..errors import ConfigError, StateError
+from ...errors import ConfigError, StateError
 
 #: URI schemes served by pyarrow's S3 file system, as Hadoop names them
 _S3 = ("s3a", "s3", "s3n")
@@ -355,7 +355,7 @@ class Checkpoint:
         gpuwm/FORMAT                       {"format": 3}
         gpuwm/pipeline.json                the pipeline that writes the state
         gpuwm/owner.json                   the running query's lease
-        gpuwm/drain.json                   the drain request (gpuwm.spark.drain)
+        gpuwm/drain.json                   the drain request (gpuwm.spark.driver.drain)
         gpuwm/drains/after-<N>[-end]       a drain asked for after batch N: the drain source's files
         gpuwm/now/<N>                      batch N's processing time
         gpuwm/commits/<N>.json             batch N committed: its state versions, filter state, metrics

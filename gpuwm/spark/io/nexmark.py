@@ -27,14 +27,13 @@ streams over the same event numbers: ``bid`` (default: ``auction``,
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from ..errors import ConfigError
-from ..nexmark import GENERATORS, NexmarkConfig
-from .checkpoint import Checkpoint
+from ...errors import ConfigError
+from ...nexmark import GENERATORS, NexmarkConfig
+from ..storage.checkpoint import Checkpoint
 
 SCHEMA = "auction bigint, bidder bigint, price bigint, date_time timestamp, split int, event_id bigint"
 
@@ -86,10 +85,10 @@ def config_from_options(options: dict) -> tuple[NexmarkConfig, int, int]:
 def _resume_offset(checkpoint: str | None, fs_options: str | None = None) -> int:
     """The end offset of the newest batch in the query's offset log (0 if
     none); ``fs_options``: the checkpoint's file-system settings as JSON
-    pairs (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)."""
+    pairs (:func:`~gpuwm.spark.storage.checkpoint.spark_fs_options`)."""
     if not checkpoint:
         return 0
-    from .checkpoint import Location
+    from ..storage.checkpoint import Location
 
     opts = [tuple(p) for p in json.loads(fs_options)] if fs_options else ()
     ck = Checkpoint(Location.of(checkpoint, opts))

@@ -31,10 +31,10 @@ lists applied in turn (e.g. to parse Kafka values, then name the fields)::
 
 With ``read`` ``auto`` (the default) gpuwm's tasks fetch each batch's
 Kafka offset ranges, as Spark planned them, and evaluate such a ``select``
-themselves (:mod:`gpuwm.spark.kafka`); a ``select`` they cannot evaluate
+themselves (:mod:`gpuwm.spark.driver.kafka`); a ``select`` they cannot evaluate
 keeps Spark's reader, and ``--dry-run`` says why. Brokers that do not
 answer and a ``subscribe``/``assign`` topic that does not exist are
-refused in one line before the query starts (:func:`gpuwm.spark.kafka.probe`).
+refused in one line before the query starts (:func:`gpuwm.spark.driver.kafka.probe`).
 
 ``watermark``: ``column``, ``delay`` and the filter's options (``split``,
 ``profile``, ``emit``, ``idle_timeout``, ``max_drift``, knobs), and a
@@ -81,7 +81,7 @@ parses its own options); for one stage, its kind at the top level
 Or the operators as Spark SQL: ``"sql"`` over ``"sources"``, each a
 ``source`` object as above named as the query's table, with Spark's
 ``withWatermark(column, delay)`` as its ``"watermark"``; Spark parses and
-analyzes the query, :func:`gpuwm.spark.accelerate` translates its plan
+analyzes the query, :func:`gpuwm.spark.front.translate` translates its plan
 (what it cannot run, Spark runs as written with one warning line, or with
 ``"fallback": "error"`` it is refused in one line; ``--dry-run`` prints the
 split); ``"profile"`` defaults to ``spark``. ``stages``, ``source``,
@@ -111,10 +111,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
-from ..errors import ConfigError, SchemaError, unknown_keys
-from ..operator import stage_class, stage_kinds
+from ...errors import ConfigError, SchemaError, unknown_keys
+from ...operator import stage_class, stage_kinds
 
 _TOP = {"source", "checkpoint", "watermark", "stages", "sink", "trigger", "vnodes", "backend", "read", "late",
         "inputs", "conf", "sql", "sources", "profile", "fallback"}
@@ -202,7 +201,7 @@ def problems(spec: dict) -> list[str]:
     sizes), a hop whose rows would each fall into more than
     :data:`MAX_WINDOWS_PER_ROW` windows —, each ``$.json.path: what``.
     Column names are checked once Spark gives the source's schema."""
-    from ..errors import near_miss
+    from ...errors import near_miss
 
     out: list[str] = []
 
@@ -262,9 +261,9 @@ def _sql_problems(bad, keys, spec: dict) -> None:
     """A ``sql`` spec's query text, settings and ``sources`` (each a
     source with an optional ``watermark``: Spark's ``withWatermark(column,
     delay)``); Spark's parser and analyzer check the query itself."""
-    from ..errors import near_miss
-    from ..profiles import PROFILES
-    from .accelerate import FALLBACKS
+    from ...errors import near_miss
+    from ...profiles import PROFILES
+    from .translate import FALLBACKS
 
     if not (isinstance(spec["sql"], str) and spec["sql"].strip()):
         bad("$.sql", f"a Spark SQL query over the sources' names, got {spec['sql']!r}")
@@ -294,7 +293,7 @@ def _sql_problems(bad, keys, spec: dict) -> None:
 
 
 def _source_problems(bad, keys, path: str, src, also: tuple = ()) -> None:
-    from ..errors import near_miss
+    from ...errors import near_miss
 
     if not isinstance(src, dict):
         bad(path, f"{{\"format\": ..., \"options\": {{...}}, ...}}, got {src!r}")
@@ -306,8 +305,8 @@ def _source_problems(bad, keys, path: str, src, also: tuple = ()) -> None:
     if not isinstance(opts, dict):
         bad(f"{path}.options", f"an object of the source's options, got {opts!r}")
     elif fmt == "nexmark":
-        from ..nexmark import GENERATORS
-        from .nexmark import OPTIONS
+        from ...nexmark import GENERATORS
+        from ..io.nexmark import OPTIONS
 
         lower = {k.lower(): k for k in OPTIONS}
         for k, val in opts.items():
@@ -339,7 +338,7 @@ def _source_problems(bad, keys, path: str, src, also: tuple = ()) -> None:
 
 def _watermark_spec(bad, path: str, w):
     """The watermark's spec, made as ``Pipeline.watermark`` makes it
-    (:func:`~gpuwm.spark.pipeline.watermark_spec`: delay, profile, knobs,
+    (:func:`~gpuwm.spark.front.pipeline.watermark_spec`: delay, profile, knobs,
     idle timeout checked), or None."""
     from .pipeline import watermark_spec
 
@@ -360,9 +359,9 @@ def _watermark_spec(bad, path: str, w):
 def _stage_problems(bad, spec: dict, wm) -> None:
     """Each stage parsed as ``gpuwm run`` will parse it (its spec class's
     ``from_json``), on the event-time column the stage before gives it."""
-    from ..operator import StageContext, stage_from_json
-    from ..watermark import WatermarkSpec
-    from ..window import Hop
+    from ...operator import StageContext, stage_from_json
+    from ...watermark import WatermarkSpec
+    from ...window import Hop
 
     try:
         stages = stages_of(spec)
@@ -432,9 +431,9 @@ def _without_watermark(src: dict) -> dict:
 def accelerated(spark, spec: dict, verbose: bool = True):
     """A ``sql`` spec's query: each source read, watermarked
     (``withWatermark``) and named as a temp view, the query given to
-    ``spark.sql`` and to :func:`~gpuwm.spark.accelerate` with the spec's
-    settings; returns its :class:`~gpuwm.spark.accelerate.Accelerated`."""
-    from .accelerate import accelerate
+    ``spark.sql`` and to :func:`~gpuwm.spark.front.translate` with the spec's
+    settings; returns its :class:`~gpuwm.spark.front.translate.Accelerated`."""
+    from .translate import accelerate
 
     for name, src in spec["sources"].items():
         df = _read_source(spark, _without_watermark(src), spec["checkpoint"])
@@ -456,9 +455,9 @@ def _sink_tuple(sink: dict) -> tuple:
 def build(spark, spec: dict, verbose: bool = True):
     """The :class:`~gpuwm.spark.Pipeline` a spec describes (not started);
     for a ``sql`` spec that gpuwm does not translate (and ``fallback``
-    ``spark``), the :class:`~gpuwm.spark.accelerate.SparkRun` of Spark's
+    ``spark``), the :class:`~gpuwm.spark.front.translate.SparkRun` of Spark's
     own query."""
-    from . import Pipeline
+    from .pipeline import Pipeline
 
     if "sql" in spec:
         return accelerated(spark, spec, verbose).runner(spec["checkpoint"], _sink_tuple(spec["sink"]))
@@ -476,7 +475,7 @@ def build(spark, spec: dict, verbose: bool = True):
 def _single(df, spec: dict, verbose: bool):
     """The pipeline of a one-source spec over ``df``, its source's DataFrame
     (or a :class:`Declared` stand-in)."""
-    from . import Pipeline
+    from .pipeline import Pipeline
 
     p = Pipeline(df, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
                  read=spec.get("read"))
@@ -502,7 +501,7 @@ def _stages_and_sinks(p, spec: dict):
 
 def _read_source(spark, src: dict, checkpoint: str):
     """A ``source`` object's streaming DataFrame."""
-    from . import read_nexmark
+    from .session import read_nexmark
 
     if not isinstance(src, dict):
         raise ConfigError(f"'source' must be {{\"format\": ..., ...}}, got {src!r}")
@@ -542,7 +541,7 @@ def spec_conf(spec: dict) -> dict:
     ``conf`` (e.g. ``spark.hadoop.fs.s3a.*``), the Kafka connector for
     ``kafka`` sources and Hadoop's S3A where a location is on S3
     (``spark.jars.packages``)."""
-    from .jars import hadoop_aws, spec_packages
+    from ..jvm.jars import hadoop_aws, spec_packages
 
     conf = spec.get("conf") or {}
     if not isinstance(conf, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in conf):
@@ -587,35 +586,15 @@ def declared_schema(ddl: str):
     return T.StructType(fields) if fields else None
 
 
-class Declared:
-    """A spec's source whose schema gpuwm knows without Spark — the Nexmark
-    source, or a Parquet stream with a declared schema of plain types and
-    no ``select`` — standing in for its DataFrame where nothing runs:
-    ``gpuwm run --dry-run`` checks such a spec's whole pipeline (column
-    names and types included) and prints its plan without starting Spark."""
-
-    isStreaming = True
-
-    class _Conf:
-        @staticmethod
-        def get(key: str, default: Any = None) -> Any:
-            return default
-
-    def __init__(self, schema):
-        self.schema = schema
-        self.columns = list(schema.names)
-        self.sparkSession = self
-        self.conf = self._Conf()
-
-
 def explain_without_spark(spec: dict) -> str | None:
     """``gpuwm run --dry-run`` of a spec whose one source's schema is known
-    without Spark (:class:`Declared`): the plan, checked as it would run;
+    without Spark (:class:`~gpuwm.spark.front.pipeline.Declared`): the plan, checked as it would run;
     None where Spark must read the schema (a ``sql`` spec, several inputs,
     a ``select`` or a watermark ``expr``, another format)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from .nexmark import GENERATORS, _kind
+    from ..io.nexmark import GENERATORS, _kind
+    from .pipeline import Declared
 
     src = spec.get("source")
     if "sql" in spec or "inputs" in spec or not isinstance(src, dict) or src.get("select") \

@@ -8,11 +8,11 @@ planning), logging them in the offset log and replaying them after a crash.
 gpuwm takes the ranges of each batch from the batch's own scan (its
 ``KafkaBatchInputPartition`` objects: topic, partition, from and until
 offset, ``failOnDataLoss``, ``includeHeaders``, the executor's consumer
-settings) and its tasks fetch them (:func:`gpuwm.spark.sources.read_kafka`:
-Kafka's Fetch request decoded with NumPy, :mod:`gpuwm.spark.kafkawire`,
+settings) and its tasks fetch them (:func:`gpuwm.spark.io.sources.read_kafka`:
+Kafka's Fetch request decoded with NumPy, :mod:`gpuwm.spark.io.kafkawire`,
 and ``confluent-kafka`` for what that does not take), one task per Kafka partition
 (``partition`` is the natural split), building Spark's Kafka columns in
-Arrow and then the query's ``select`` (:mod:`gpuwm.spark.project`).
+Arrow and then the query's ``select`` (:mod:`gpuwm.spark.io.project`).
 
 Used when the pipeline's DataFrame is the Kafka source followed only by
 projections the task can evaluate (:func:`translate`) and every ``kafka.*``
@@ -26,9 +26,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import ConfigError, GpuwmError
-from .direct import java_map, scala_iter, scan_rdds
-from .project import JSON_TYPES, LITERAL_TYPES
+from ...errors import ConfigError, GpuwmError
+from ..io.project import JSON_TYPES, LITERAL_TYPES
+from ..jvm.objects import java_map, scala_iter, scan_rdds
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
 # under another name, or without effect on what a read of fixed offsets returns
@@ -43,7 +43,7 @@ _IGNORED = {"key.deserializer", "value.deserializer", "enable.auto.commit", "aut
             "request.timeout.ms", "default.api.timeout.ms", "auto.commit.interval.ms", "client.dns.lookup",
             "allow.auto.create.topics", "exclude.internal.topics", "interceptor.classes", "metric.reporters",
             "metrics.num.samples", "metrics.sample.window.ms", "metrics.recording.level", "partition.assignment.strategy"}
-# how tasks fetch: Kafka's protocol decoded with NumPy (gpuwm.spark.kafkawire; what it does not take goes
+# how tasks fetch: Kafka's protocol decoded with NumPy (gpuwm.spark.io.kafkawire; what it does not take goes
 # to confluent-kafka), or confluent-kafka for every range
 FETCH_ENV = "GPUWM_KAFKA_FETCH"
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
@@ -142,7 +142,7 @@ def probe(options: dict[str, str]) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from ..errors import ConfigError, near_miss
+    from ...errors import ConfigError, near_miss
 
     opts = {k.lower(): v for k, v in options.items()}
     servers = opts.get("kafka.bootstrap.servers")
@@ -198,8 +198,8 @@ def _same_schema(steps: list, headers: bool, spark_schema) -> str | None:
     """Why the projection's columns would differ from the DataFrame's, or None."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from .project import evaluate
-    from .sources import kafka_schema
+    from ..io.project import evaluate
+    from ..io.sources import kafka_schema
 
     want = to_arrow_schema(spark_schema)
     got = evaluate(steps, kafka_schema(headers).empty_table()).schema
@@ -225,7 +225,7 @@ def _same_type(a, b) -> bool:
 
 
 class Untranslatable(Exception):
-    """An expression :mod:`gpuwm.spark.project` does not evaluate."""
+    """An expression :mod:`gpuwm.spark.io.project` does not evaluate."""
 
 
 _TS = {"MillisToTimestamp": "millis", "SecondsToTimestamp": "seconds", "MicrosToTimestamp": "micros"}
@@ -235,7 +235,7 @@ _CMP = {"EqualTo": "=", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan":
 
 
 def translate(e, ids: dict[int, str]) -> dict:
-    """A Catalyst expression as a :mod:`gpuwm.spark.project` expression."""
+    """A Catalyst expression as a :mod:`gpuwm.spark.io.project` expression."""
     kind = e.getClass().getSimpleName()
     if kind == "AttributeReference":
         got = ids.get(int(e.exprId().id()))

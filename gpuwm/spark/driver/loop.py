@@ -1,10 +1,10 @@
 """The driver's side of a running query: the checkpoint made ready before
 Spark starts, then each micro-batch (Spark's ``foreachBatch``) — its
 processing time, the watermark filter's state it starts from, the job of
-:mod:`gpuwm.spark.tasks`, the commit of what the tasks wrote, its metrics,
-and the drain batches it asks for (:mod:`gpuwm.spark.drain`).
+:mod:`gpuwm.spark.executor.tasks`, the commit of what the tasks wrote, its metrics,
+and the drain batches it asks for (:mod:`gpuwm.spark.driver.drain`).
 
-Operator kinds do not appear here: the :class:`~gpuwm.spark.plan.Plan`'s
+Operator kinds do not appear here: the :class:`~gpuwm.spark.executor.plan.Plan`'s
 stages, segments and capabilities say what runs where.
 """
 
@@ -19,16 +19,17 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from ..backend import log
-from ..errors import ConfigError, StateError
-from ..frame import bytes_to_table
-from ..inputs import input_schemas
-from . import store, tasks
-from .checkpoint import FORMAT, Checkpoint, Owner
-from .direct import scala_iter
-from .exchange import FLOW_SCHEMA, merge_task
-from .plan import Plan, is_timestamp
-from .sinks import clear_batch
+from ...backend import log
+from ...errors import ConfigError, StateError
+from ...frame import bytes_to_table
+from ...inputs import input_schemas
+from ..executor import tasks
+from ..executor.exchange import FLOW_SCHEMA, merge_task
+from ..executor.plan import Plan, is_timestamp
+from ..io.sinks import clear_batch
+from ..jvm.objects import scala_iter
+from ..storage import store
+from ..storage.checkpoint import FORMAT, Checkpoint, Owner
 
 
 def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
@@ -139,7 +140,7 @@ def tell_spark_watermark(query, watermark_us: int | None) -> None:
     ``query``: the query's ``StreamExecution`` (JVM; None: not found).
 
     The query's stream carries a ``withWatermark(time, delay)``
-    (:func:`gpuwm.spark.pipeline.spark_watermark`) that no Spark operator
+    (:func:`gpuwm.spark.front.pipeline.spark_watermark`) that no Spark operator
     uses; Spark sets its next watermark from the largest event time that
     node's accumulator saw, minus its delay. Here, on the driver after
     gpuwm's job, that accumulator is reset (rows Spark read for gpuwm went
@@ -174,7 +175,7 @@ def next_batch_certain(query) -> bool:
     Kafka source under ``maxOffsetsPerTrigger``: ``latestOffset`` in the
     progress). Offsets only grow, so the next trigger plans a batch with
     that source's data — which drains like a drain batch would
-    (:mod:`gpuwm.spark.drain`). ``query``: the query's ``StreamExecution``
+    (:mod:`gpuwm.spark.driver.drain`). ``query``: the query's ``StreamExecution``
     (JVM). False when it cannot tell: no such source (Spark's file source
     reports none), or the query not found."""
     if query is None:
@@ -223,15 +224,15 @@ class Driver:
         self.plan = plan
         self.spark = spark
         self.df = df
-        from .nexmark import nexmark_source
+        from ..io.nexmark import nexmark_source
 
         self._nexmark = nexmark_source(df)  # a Nexmark stream's options: its tasks generate each batch
         self.checkpoint = plan.checkpoint
         self.inputs = inputs
         self.read = read
-        self._direct = direct  # the input qualifies for gpuwm.spark.direct
+        self._direct = direct  # the input qualifies for gpuwm.spark.driver.direct
         self._input_dirs = input_dirs
-        self._kafka = kafka  # the Kafka source's projection (gpuwm.spark.kafka.kafka_source)
+        self._kafka = kafka  # the Kafka source's projection (gpuwm.spark.driver.kafka.kafka_source)
         self._warned_direct = False
         self._owner = owner
         self._last_filter: tuple[str | None, bytes | None] = (None, None)  # (name, bytes) of the last commit's
@@ -243,7 +244,7 @@ class Driver:
         self._sq = None  # its StreamExecution (JVM): its watermark is told gpuwm's, its offsets read
         from .drain import Drains
 
-        self.drains = Drains(self.checkpoint)  # the drain requests (gpuwm.spark.drain)
+        self.drains = Drains(self.checkpoint)  # the drain requests (gpuwm.spark.driver.drain)
         from .kafka import source_options
 
         # a source that may hold available data back: its latest offset does not promise a next batch
@@ -437,14 +438,13 @@ class Driver:
         nex = self._nexmark
         if nex is None:
             return False
-        from .nexmark import nexmark_end
-        from .nexmark import config_from_options
+        from ..io.nexmark import config_from_options, nexmark_end
 
         total = config_from_options(nex["options"])[1]
         return total > 0 and nexmark_end(self.checkpoint, batch_id) == total
 
     def ask_end(self) -> bool:
-        """(:class:`~gpuwm.spark.drain.Finisher`, the query idle) Ask for the
+        """(:class:`~gpuwm.spark.driver.drain.Finisher`, the query idle) Ask for the
         end-of-input drain when the profile's end releases more than the
         final watermark and it has not run; True when asked."""
         plan = self.plan
@@ -507,8 +507,8 @@ class Driver:
         if not self._direct:
             return None, 0
         plan = self.plan
+        from ..io.nexmark import nexmark_range
         from .direct import batch_files, check_files
-        from .nexmark import nexmark_range
 
         nex = self._nexmark
         if plan.multi:  # each file to the input whose directory holds it
@@ -540,7 +540,7 @@ class Driver:
             if rng is not None and rng[0] == rng[1]:
                 return None, 0
             if rng is not None:
-                from .nexmark import config_from_options
+                from ..io.nexmark import config_from_options
 
                 splits = config_from_options(nex["options"])[0].splits
                 return {"nexmark": {"options": nex["options"], "start": rng[0], "end": rng[1]}}, splits

@@ -15,7 +15,7 @@ registry (:func:`gpuwm.operator.stage_from_json`; :meth:`Pipeline.add`,
 :meth:`Pipeline.stage`), checked against what it joins
 (:class:`~gpuwm.operator.StageContext`) and the stages before it, before
 the query starts. Each micro-batch runs through ``foreachBatch`` as one
-Spark job (:mod:`gpuwm.spark.driver` on the driver, :mod:`gpuwm.spark.tasks`
+Spark job (:mod:`gpuwm.spark.driver.loop` on the driver, :mod:`gpuwm.spark.executor.tasks`
 in the tasks).
 """
 
@@ -28,13 +28,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from ..errors import ConfigError, SchemaError
-from ..inputs import InputsSpec, input_schemas, inputs_schema
-from ..operator import OperatorSpec, StageContext
-from ..watermark import EXPR_COLUMN, WatermarkSpec
-from .checkpoint import Checkpoint, Location, spark_fs_options
-from .driver import driver_filter
-from .plan import INPUT, Plan, Sink, check_stages, union_column
+from ...errors import ConfigError, SchemaError
+from ...inputs import INPUT, InputsSpec, input_schemas, inputs_schema, union_column
+from ...operator import OperatorSpec, StageContext
+from ...watermark import EXPR_COLUMN, WatermarkSpec
+from ..driver.loop import driver_filter
+from ..executor.plan import Plan, Sink, check_stages
+from ..storage.checkpoint import Checkpoint, Location, spark_fs_options
 
 _INT_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
 
@@ -63,7 +63,7 @@ class Pipeline:
     checkpoint : the query's checkpoint location, a path or a URI as Spark
         takes it (``s3a://bucket/ck``, ``hdfs://...``, ``gs://...``); gpuwm
         keeps its state under ``<checkpoint>/gpuwm/``, versioned by batch id
-        (:mod:`gpuwm.spark.checkpoint`), with the file-system settings
+        (:mod:`gpuwm.spark.storage.checkpoint`), with the file-system settings
         Spark has (``spark.hadoop.fs.s3a.*``).
     vnodes : state partitions (default 1). With 1, each micro-batch is one
         narrow Spark stage — input partitions coalesced into one task, no
@@ -95,7 +95,7 @@ class Pipeline:
         itself where it can — reads the files of a plain Parquet file stream
         with PyArrow, or generates the splits of ``read_nexmark(spark, ck)``
         over the offsets Spark logged — instead of receiving Spark's rows
-        through the JVM (several times faster; :mod:`gpuwm.spark.direct`
+        through the JVM (several times faster; :mod:`gpuwm.spark.driver.direct`
         says when it applies — a batch it cannot make exactly goes through
         Spark). ``"direct"``: the same, but an input that does not qualify
         is an error. ``"spark"``: always Spark's rows. Default: Spark conf
@@ -257,7 +257,7 @@ class Pipeline:
         window's column is the event-time column of its input: the
         watermark's column for the first stage, ``window_time`` after a
         window."""
-        from ..window import WindowSpec  # the one builder method whose argument is an object, not JSON
+        from ...window import WindowSpec  # the one builder method whose argument is an object, not JSON
 
         return self.stage(WindowSpec(window, by, aggs, emit))  # a SessionSpec for a Session
 
@@ -287,7 +287,7 @@ class Pipeline:
         """Append a stage of any registered kind from its JSON options
         (``p.add("sort", key=["id"])`` is ``{"sort": {"key": ["id"]}}``;
         :func:`gpuwm.operator.stage_from_json`)."""
-        from ..operator import stage_class
+        from ...operator import stage_class
 
         cls = stage_class(kind)
         self._need_watermark(kind, cls.takes_inputs)
@@ -297,7 +297,7 @@ class Pipeline:
         """Append any operator spec as the next stage (what :meth:`add` and
         the builder methods do): checked against what it joins
         (:meth:`~gpuwm.operator.OperatorSpec.check`, the stage order of
-        :func:`~gpuwm.spark.plan.check_stages`, every stage's columns)."""
+        :func:`~gpuwm.spark.executor.plan.check_stages`, every stage's columns)."""
         self._need_watermark(spec.kind or "stage", spec.takes_inputs)
         ctx = self._context()
         for name in spec.inputs():
@@ -370,8 +370,8 @@ class Pipeline:
 
     def output(self, steps: Sequence[Sequence[Any]]) -> "Pipeline":
         """Write the last stage's rows as other columns: ``steps`` of
-        :mod:`gpuwm.spark.project` (``[[[name, expr], ...], ...]``), each
-        over the one before (what :func:`gpuwm.spark.accelerate` gives, to
+        :mod:`gpuwm.spark.io.project` (``[[[name, expr], ...], ...]``), each
+        over the one before (what :func:`gpuwm.spark.front.translate` gives, to
         write Spark's columns: a ``window`` struct, the query's names);
         :meth:`output_schema` shows the result."""
         self._output = json.loads(json.dumps(steps))
@@ -379,7 +379,7 @@ class Pipeline:
 
     def output_schema(self) -> pa.Schema:
         """The columns the sink writes: the last stage's, through :meth:`output`."""
-        from .project import evaluate
+        from ..io.project import evaluate
 
         plan = self._plan()
         out = plan.schemas[-1].empty_table()
@@ -432,8 +432,8 @@ class Pipeline:
         """The plan :meth:`start` would run, checked as it would be, as text
         (``gpuwm run --dry-run``): the watermark, each stage with its keys and
         segment, the sinks, the read mode and the trigger gpuwm gives Spark."""
-        from .direct import direct_reason
-        from .drain import trigger_for
+        from ..driver.direct import direct_reason
+        from ..driver.drain import trigger_for
 
         plan = self._plan()
         lines = [f"checkpoint   {plan.checkpoint}"]
@@ -457,8 +457,6 @@ class Pipeline:
         lines.append(f"sink         {plan.sink.kind} {plan.sink.path or ''}".rstrip())
         if plan.late is not None:
             lines.append(f"late rows    parquet {plan.late.path}")
-        from .spec import Declared
-
         if isinstance(self.df, Declared):  # a dry run without Spark: the source's plan is not known yet
             lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
                                                           "the task makes the input itself where Spark's plan of the "
@@ -481,7 +479,7 @@ class Pipeline:
         seconds"}``, ...), except ``{"availableNow": True}`` and ``{"once":
         True}``: gpuwm runs those as ``processingTime="0 seconds"`` and stops
         the query itself once the input is exhausted, the last drains ran and
-        the end of input was flushed (:mod:`gpuwm.spark.drain`: Spark would
+        the end of input was flushed (:mod:`gpuwm.spark.driver.drain`: Spark would
         freeze gpuwm's drain source at the start). Data that arrives while it
         runs is processed too.
 
@@ -492,9 +490,9 @@ class Pipeline:
         under ``idle_timeout``, and at the end of a bounded input (a bounded
         Nexmark source, ``availableNow``) when the profile's
         ``end_of_input`` is ``all``."""
-        from . import drain
-        from .direct import direct_reason
-        from .driver import Driver, prepare_checkpoint
+        from ..driver import drain
+        from ..driver.direct import direct_reason
+        from ..driver.loop import Driver, prepare_checkpoint
 
         plan = self._plan()
         trigger, finish = drain.trigger_for(dict(trigger) if trigger else None)
@@ -502,14 +500,14 @@ class Pipeline:
             direct_reason(self.df, self.inputs, self.checkpoint)
         if why is not None and self.read == "direct":
             raise ConfigError(f"read='direct' cannot read this input itself: {why}")
-        from .kafka import probe, source_options
+        from ..driver.kafka import probe, source_options
 
         for options in source_options(self.df):  # brokers and topics answer, or one line before anything is written
             probe(options)
         for what, sink in (("Parquet sink", plan.sink), ("late-row sink", plan.late)):
             if sink is not None and sink.path:
                 sink.location.probe(what)
-        from ..backend import SAID_BY, get_backend
+        from ...backend import SAID_BY, get_backend
 
         if os.environ.get(SAID_BY) == str(os.getpid()) and plan.backend in (None, "auto"):
             get_backend(plan.backend)  # local mode: whether the workers find a GPU, said once, by the driver
@@ -551,12 +549,12 @@ def spark_watermark(df, plan: Plan):
     timestamp; the first input's, of several) and gpuwm's delay (whole ms):
     no Spark operator uses it, but Spark then keeps a watermark for the
     query and reports it in its progress, and the driver makes it gpuwm's
-    (:func:`gpuwm.spark.driver.tell_spark_watermark`)."""
+    (:func:`gpuwm.spark.driver.loop.tell_spark_watermark`)."""
     from datetime import timedelta
 
     from pyspark.sql.types import TimestampType
 
-    from ..timecol import parse_interval
+    from ...timecol import parse_interval
 
     wm = plan.watermark.inputs[0][1] if plan.multi else plan.watermark
     col = union_column(0, wm.column) if plan.multi else wm.column
@@ -568,7 +566,7 @@ def spark_watermark(df, plan: Plan):
 
 
 def _union_inputs(inputs: Mapping[str, Any]):
-    """Several streaming DataFrames as one stream of :func:`~gpuwm.spark.plan.union_schema`
+    """Several streaming DataFrames as one stream of :func:`~gpuwm.inputs.union_schema`
     rows: each row tagged with its input's index, its columns renamed apart."""
     from pyspark.sql import functions as F
 
@@ -615,3 +613,22 @@ def _describe_wm(wm: WatermarkSpec) -> str:
             + ("" if wm.max_drift is None else f"; splits more than {wm.max_drift} ahead held back") + ")")
 
 
+class Declared:
+    """A spec's source whose schema gpuwm knows without Spark — the Nexmark
+    source, or a Parquet stream with a declared schema of plain types and
+    no ``select`` — standing in for its DataFrame where nothing runs:
+    ``gpuwm run --dry-run`` checks such a spec's whole pipeline (column
+    names and types included) and prints its plan without starting Spark."""
+
+    isStreaming = True
+
+    class _Conf:
+        @staticmethod
+        def get(key: str, default: Any = None) -> Any:
+            return default
+
+    def __init__(self, schema):
+        self.schema = schema
+        self.columns = list(schema.names)
+        self.sparkSession = self
+        self.conf = self._Conf()

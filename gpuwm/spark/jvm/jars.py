@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import time
 
-from ..errors import ConfigError, GpuwmError
+from ...errors import ConfigError, GpuwmError
 
 KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 RAPIDS = "com.nvidia:rapids-4-spark_2.13:26.08.1"

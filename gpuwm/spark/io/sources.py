@@ -1,5 +1,5 @@
 """The inputs gpuwm's tasks make themselves (the task side of
-:mod:`gpuwm.spark.direct` and :mod:`gpuwm.spark.kafka`, which decide on the
+:mod:`gpuwm.spark.driver.direct` and :mod:`gpuwm.spark.driver.kafka`, which decide on the
 driver what each batch's tasks read): a micro-batch's Parquet files, its
 Nexmark events, its Kafka offset ranges. No Spark here: the task gets what
 to read as plain values, and hands back Arrow record batches.
@@ -15,13 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import GpuwmError
-from .checkpoint import Location
+from ...errors import GpuwmError
+from ..storage.checkpoint import Location
 
 
 def file_of(uri: str, options: tuple = ()) -> tuple[Any, str]:
-    """(file system, path in it) of a file :func:`~gpuwm.spark.direct.batch_files` named; ``options``:
-    Spark's ``spark.hadoop.fs.*`` settings (:func:`~gpuwm.spark.checkpoint.spark_fs_options`)."""
+    """(file system, path in it) of a file :func:`~gpuwm.spark.driver.direct.batch_files` named; ``options``:
+    Spark's ``spark.hadoop.fs.*`` settings (:func:`~gpuwm.spark.storage.checkpoint.spark_fs_options`)."""
     loc = Location.of(uri, options)
     return loc.fs, loc.root
 
@@ -43,10 +43,8 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
                      options: tuple = ()) -> Iterator[pa.RecordBatch]:
     """:func:`read_files` for several inputs: ``files`` as ``[input index,
     path]``; each file's rows as the inputs' union rows
-    (:func:`gpuwm.spark.plan.to_union`)."""
-    from gpuwm.inputs import input_schemas
-
-    from .plan import to_union
+    (:func:`gpuwm.inputs.to_union`)."""
+    from gpuwm.inputs import input_schemas, to_union
 
     named = list(input_schemas(plan.input_schema).items())
     for b in ids:
@@ -55,14 +53,14 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
             name, schema = named[k]
             fs, path = file_of(uri, options)
             t = pq.read_table(path, columns=schema.names, filesystem=fs).cast(schema)
-            yield from to_union(plan, {name: t}).to_batches()
+            yield from to_union(plan.input_schema, {name: t}).to_batches()
 
 
 
 
 def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """In a task: the events of the splits whose numbers the task's input
-    carries, exactly as :class:`~gpuwm.spark.nexmark.NexmarkStreamReader`
+    carries, exactly as :class:`~gpuwm.spark.io.nexmark.NexmarkStreamReader`
     would read them."""
     from gpuwm.nexmark import GENERATORS
 
@@ -96,11 +94,11 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
     """In a task: the records of the Kafka partitions whose indexes (into
     ``source["parts"]``) the task's input carries, each partition's ranges in
     offset order, as Spark's Kafka columns, then through the query's
-    projection (:func:`gpuwm.spark.project.evaluate`). ``counts`` gets
+    projection (:func:`gpuwm.spark.io.project.evaluate`). ``counts`` gets
     ``malformed`` (messages ``from_json`` did not parse whole) and
     ``offsets_lost`` (offsets deleted before they were read, with
     ``failOnDataLoss`` false) and ``kafka_client_ranges`` (ranges read by
-    ``confluent-kafka``: where :mod:`gpuwm.spark.kafkawire` does not take
+    ``confluent-kafka``: where :mod:`gpuwm.spark.io.kafkawire` does not take
     them, or ``GPUWM_KAFKA_FETCH=client``)."""
     from confluent_kafka import Consumer
 
@@ -151,10 +149,10 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
 
 
 class _Wire:
-    """A task's ranges through :mod:`gpuwm.spark.kafkawire`, read and
+    """A task's ranges through :mod:`gpuwm.spark.io.kafkawire`, read and
     evaluated on threads (sockets and the NumPy and Arrow calls release the
     GIL), a connection each; a range it does not take
-    (:class:`~gpuwm.spark.kafkawire.Unsupported`) comes back as None, for
+    (:class:`~gpuwm.spark.io.kafkawire.Unsupported`) comes back as None, for
     ``confluent-kafka`` to read from its start."""
 
     def __init__(self, consumer, source: dict, need: set):
@@ -173,7 +171,8 @@ class _Wire:
         import os
         from concurrent.futures import ThreadPoolExecutor
 
-        from .kafkawire import Unsupported, leaders as find
+        from .kafkawire import Unsupported
+        from .kafkawire import leaders as find
 
         try:
             leaders = find(self.source["conf"].get("bootstrap.servers", ""), sorted({r[0] for r in ranges}),
