@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -627,3 +628,35 @@ def test_generated_queries_give_spark_s_rows_batch_for_batch(spark, tmp_path):
         assert _batches(f"{tmp_path}/out-{n}") == want
 
     check()
+
+
+def test_the_readmes_accelerate_block_runs_as_printed_and_equals_spark(spark, tmp_path):
+    """The README's "Your Spark query, plus one call" block, run as printed
+    (on this module's session: ``local_session()`` gets it) over files in
+    ``in/`` — its relative paths made this test's directory's, which the
+    JVM does not share —: its output is Spark's own run of the same query,
+    batch for batch."""
+    import re
+
+    import pyarrow as pa
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text.split("## Your Spark query, plus one call", 1)[1], re.S).group(1)
+    for rel in ("in/", "out/q7", "ck/q7"):
+        assert f'"{rel}"' in code
+        code = code.replace(f'"{rel}"', repr(str(tmp_path / rel)))
+    os.makedirs(tmp_path / "in")
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    secs = [1, 2, 5, 15, 12, 40, 3, 27]
+    pq.write_table(pa.table({"ts": pa.array([t0 + timedelta(seconds=s) for s in secs], pa.timestamp("us", "UTC")),
+                             "auction": pa.array([1, 1, 2, 1, 3, 3, 2, 1], pa.int64()),
+                             "price": pa.array([10, 30, 20, 40, 50, 60, 70, 80], pa.int64())}),
+                   tmp_path / "in" / "part-0.parquet")
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    _native(ns["q7"], str(tmp_path / "native"), str(tmp_path / "ck-native"))
+    got, want = _batches(str(tmp_path / "out/q7")), _batches(str(tmp_path / "native"))
+    assert got == want
+    # W = 40 s - 10 s closes [0, 10), [10, 20) and [20, 30); [40, 50) stays open
+    assert sorted(r[1:] for rows in got.values() for r in rows) == [(1, 1, 40), (1, 1, 80), (1, 2, 30), (2, 2, 70),
+                                                                        (3, 1, 50)]

@@ -146,9 +146,11 @@ def test_one_rapids_version_everywhere():
     the one RAPIDS release gpuwm is tested with, and no other."""
     version = RAPIDS.rsplit(":", 1)[1]
     named = {}
-    for f in [ROOT / "README.md", ROOT / "gpuwm" / "DESIGN.md", *sorted((ROOT / "spark_conf").glob("*.conf"))]:
+    docs = [ROOT / "README.md", *sorted((ROOT / "gpuwm").glob("**/*.md"))]
+    for f in [*docs, *sorted((ROOT / "spark_conf").glob("*.conf"))]:
         for m in re.finditer(r"rapids-4-spark_2\.13[:-](\d+\.\d+(?:\.\d+)?)|RAPIDS(?: Accelerator)? (\d+\.\d+(?:\.\d+)?)",
                              f.read_text()):
             named.setdefault(m.group(1) or m.group(2), []).append(f.name)
     assert set(named) == {version}, named
     assert "rapids" in " ".join(named[version]) and "README.md" in named[version]
+    assert RAPIDS in (ROOT / "README.md").read_text() and RAPIDS in (ROOT / "gpuwm/spark/jvm/README.md").read_text()

@@ -16,7 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: spark-submit gpuwm/spark/app.py SPEC.json [SPEC.json ...]", file=sys.stderr)
         return 2
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    here = os.path.dirname(os.path.abspath(__file__))
+    # run as a script, Python put this file's directory first on the path: its rooms
+    # (io/, jvm/, ...) are gpuwm.spark's subpackages, not top-level packages
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    sys.path.insert(0, os.path.dirname(os.path.dirname(here)))
     from pyspark.sql import SparkSession
 
     from gpuwm.spark.front.session import register_sources
