@@ -660,3 +660,75 @@ def test_the_readmes_accelerate_block_runs_as_printed_and_equals_spark(spark, tm
     # W = 40 s - 10 s closes [0, 10), [10, 20) and [20, 30); [40, 50) stays open
     assert sorted(r[1:] for rows in got.values() for r in rows) == [(1, 1, 40), (1, 1, 80), (1, 2, 30), (2, 2, 70),
                                                                         (3, 1, 50)]
+
+
+def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spark, tmp_path, capsys):
+    """Every public method of PySpark's ``DataStreamWriter`` exists on
+    ``accelerate(df).writeStream`` with its parameters; the calls gpuwm
+    runs give Spark's output, and every other — ``foreachBatch``,
+    ``foreach``, ``toTable``, ``partitionBy``, ``clusterBy`` — runs in Spark
+    as written, after one line saying why: the rows Spark's own query gives."""
+    import inspect
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming import DataStreamWriter
+
+    from gpuwm.spark.front.translate import AcceleratedWriter
+
+    public = [n for n, f in inspect.getmembers(DataStreamWriter, inspect.isfunction) if not n.startswith("_")]
+    assert {"foreachBatch", "foreach", "toTable", "start", "partitionBy", "trigger"} <= set(public)
+    for name in public:
+        ours = getattr(AcceleratedWriter, name, None)
+        assert ours is not None, name
+        assert list(inspect.signature(ours).parameters) == list(inspect.signature(getattr(DataStreamWriter,
+                                                                                           name)).parameters), name
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(11), 3, 20, step=12, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _source(spark, src).withWatermark("ts", "10 seconds").groupBy(F.window("ts", "5 seconds"), "k").count()
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    flat = sorted((r for rows in want.values() for r in rows), key=repr)
+    assert len(flat) > 5
+
+    # what gpuwm runs: format, options, outputMode, queryName, trigger, an empty partitionBy, start
+    capsys.readouterr()
+    accelerate(df).writeStream.format("parquet").options(checkpointLocation=f"{tmp_path}/ck-g").outputMode(
+        "append").queryName("gpuwm_q").partitionBy().trigger(availableNow=True).start(
+        f"{tmp_path}/g").awaitTermination()
+    assert "warning" not in capsys.readouterr().err and _batches(f"{tmp_path}/g") == want
+
+    def fell_back(why: str, writer_calls):
+        capsys.readouterr()
+        q = writer_calls(accelerate(df).writeStream.option("checkpointLocation", f"{tmp_path}/ck-{len(why)}")
+                         .trigger(availableNow=True))
+        q.awaitTermination()
+        err = capsys.readouterr().err
+        assert err == f"gpuwm: warning: the query runs in Spark, not gpuwm: writeStream: {why}\n", err
+
+    got: dict[int, list] = {}
+
+    def each(batch, batch_id):
+        got.setdefault(batch_id, []).extend(tuple(_norm(v) for v in r.asDict().values()) for r in batch.collect())
+
+    fell_back("foreachBatch: gpuwm's sinks are parquet and console", lambda w: w.foreachBatch(each).start())
+    assert {b: sorted(rows, key=repr) for b, rows in got.items() if rows} == want
+    fell_back("foreach: gpuwm's sinks are parquet and console", lambda w: w.foreach(lambda row: None).start())
+    fell_back("partitionBy('k'): gpuwm's parquet sink writes batch_id=<N>/part-<P>.parquet",
+              lambda w: w.partitionBy("k").format("parquet").start(f"{tmp_path}/p"))
+    rows = sorted((tuple(_norm(v) for v in r.asDict().values()) for r in spark.read.parquet(f"{tmp_path}/p")
+                   .select("window", "k", "count").collect()), key=repr)
+    assert rows == flat
+    warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+    made = not warehouse.exists()  # the catalog's default database: made in the JVM's directory on first use
+    try:
+        fell_back("toTable('gpuwm_t'): gpuwm writes parquet and console to a path, not a catalog table",
+                  lambda w: w.format("parquet").option("path", f"{tmp_path}/t").toTable("gpuwm_t"))
+        rows = sorted((tuple(_norm(v) for v in r.asDict().values()) for r in spark.table("gpuwm_t").collect()),
+                      key=repr)
+        assert rows == flat
+    finally:
+        spark.sql("DROP TABLE IF EXISTS gpuwm_t")
+        if made and warehouse.exists():
+            warehouse.rmdir()

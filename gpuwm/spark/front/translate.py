@@ -870,46 +870,80 @@ def _schema_text(schema) -> str:
 
 
 class AcceleratedWriter:
-    """``DataStreamWriter``'s calls a gpuwm query takes: ``format``
-    (``parquet``, ``console``), ``option``/``options`` (``path``,
-    ``checkpointLocation``; ``numRows`` for the console), ``outputMode``
-    (``append``), ``trigger``, ``queryName``, ``start``. What gpuwm cannot
-    honour makes Spark run the query (``spark.gpuwm.fallback``)."""
+    """Every call of PySpark's ``DataStreamWriter``, on a gpuwm query.
+    gpuwm runs ``format`` ``parquet`` or ``console`` with ``option``/
+    ``options`` ``path``, ``checkpointLocation`` (``numRows`` for the
+    console), ``outputMode`` ``append``, any ``trigger`` but a continuous
+    one, ``queryName``, and ``start``. Any other call — ``foreachBatch``,
+    ``foreach``, ``toTable``, ``partitionBy`` or ``clusterBy`` with
+    columns, another format, mode or option — makes Spark run the query
+    (``spark.gpuwm.fallback``: one warning line saying why, or the error),
+    its writer given every call as it was written."""
 
     def __init__(self, acc: Accelerated):
         self._acc = acc
+        self._calls: list[tuple[str, tuple, dict]] = []  # as written: replayed on Spark's writer by a fallback
         self._format = "parquet"
         self._options: dict[str, str] = {}
         self._mode = "append"
         self._trigger: dict[str, Any] = {}
         self._name: str | None = None
+        self._other: list[str] = []  # calls gpuwm does not run, as the user wrote them
+
+    def _called(self, name: str, *args: Any, **kwargs: Any) -> "AcceleratedWriter":
+        self._calls.append((name, args, kwargs))
+        return self
 
     def format(self, source: str) -> "AcceleratedWriter":
         self._format = source
-        return self
+        return self._called("format", source)
 
     def option(self, key: str, value: Any) -> "AcceleratedWriter":
         self._options[key] = str(value) if not isinstance(value, bool) else str(value).lower()
-        return self
+        return self._called("option", key, value)
 
     def options(self, **options: Any) -> "AcceleratedWriter":
         for k, v in options.items():
-            self.option(k, v)
-        return self
+            self._options[k] = str(v) if not isinstance(v, bool) else str(v).lower()
+        return self._called("options", **options)
 
-    def outputMode(self, mode: str) -> "AcceleratedWriter":
-        self._mode = mode
-        return self
+    def outputMode(self, outputMode: str) -> "AcceleratedWriter":
+        self._mode = outputMode
+        return self._called("outputMode", outputMode)
 
-    def trigger(self, **trigger: Any) -> "AcceleratedWriter":
-        self._trigger = {k: v for k, v in trigger.items() if v is not None}
-        return self
+    def trigger(self, *, processingTime: str | None = None, once: bool | None = None,
+                continuous: str | None = None, availableNow: bool | None = None) -> "AcceleratedWriter":
+        given = {"processingTime": processingTime, "once": once, "continuous": continuous,
+                 "availableNow": availableNow}
+        self._trigger = {k: v for k, v in given.items() if v is not None}
+        return self._called("trigger", **self._trigger)
 
-    def queryName(self, name: str) -> "AcceleratedWriter":
-        self._name = name
-        return self
+    def queryName(self, queryName: str) -> "AcceleratedWriter":
+        self._name = queryName
+        return self._called("queryName", queryName)
+
+    def partitionBy(self, *cols: Any) -> "AcceleratedWriter":
+        if cols and cols != ([],):
+            self._other.append(f"partitionBy({', '.join(map(repr, cols))}): gpuwm's parquet sink writes "
+                               "batch_id=<N>/part-<P>.parquet")
+        return self._called("partitionBy", *cols)
+
+    def clusterBy(self, *cols: Any) -> "AcceleratedWriter":
+        if cols and cols != ([],):
+            self._other.append(f"clusterBy({', '.join(map(repr, cols))}): gpuwm's sinks do not cluster")
+        return self._called("clusterBy", *cols)
+
+    def foreachBatch(self, func: Any) -> "AcceleratedWriter":
+        self._other.append("foreachBatch: gpuwm's sinks are parquet and console")
+        return self._called("foreachBatch", func)
+
+    def foreach(self, f: Any) -> "AcceleratedWriter":
+        self._other.append("foreach: gpuwm's sinks are parquet and console")
+        return self._called("foreach", f)
 
     def _why_not(self) -> Refused | None:
+        if self._other:
+            return Refused("writeStream", self._other[0])
         if self._mode.lower() != "append":
             return Refused("writeStream", f"output mode {self._mode!r}: gpuwm's operators emit append only")
         if self._format not in ("parquet", "console"):
@@ -922,10 +956,26 @@ class AcceleratedWriter:
             return Refused("writeStream", "a continuous trigger: gpuwm runs micro-batches")
         return None
 
-    def start(self, path: str | None = None):
-        """Start the query (gpuwm's, or Spark's as written); returns Spark's ``StreamingQuery``."""
+    def _start_args(self, path: str | None, format: str | None, outputMode: str | None, partitionBy: Any,
+                    queryName: str | None, options: dict) -> None:
+        """``start``'s and ``toTable``'s own arguments, as the calls they stand for."""
+        if format is not None:
+            self.format(format)
+        if outputMode is not None:
+            self.outputMode(outputMode)
+        if partitionBy is not None:
+            self.partitionBy(*([partitionBy] if isinstance(partitionBy, str) else partitionBy))
+        if queryName is not None:
+            self.queryName(queryName)
+        if options:
+            self.options(**options)
         if path is not None:
-            self._options["path"] = path
+            self.option("path", path)
+
+    def start(self, path: str | None = None, format: str | None = None, outputMode: str | None = None,
+              partitionBy: Any = None, queryName: str | None = None, **options: Any):
+        """Start the query (gpuwm's, or Spark's as written); returns Spark's ``StreamingQuery``."""
+        self._start_args(path, format, outputMode, partitionBy, queryName, options)
         acc = self._acc
         if acc.translation is not None:
             why = self._why_not()
@@ -942,14 +992,27 @@ class AcceleratedWriter:
                 return acc.runner(ck, sink, name=self._name).start(trigger=self._trigger or None,
                                                                    query_name=self._name)
             acc._refuse(why)
-        w = acc.df.writeStream.format(self._format).outputMode(self._mode)
-        for k, v in self._options.items():
-            w = w.option(k, v)
-        if self._trigger:
-            w = w.trigger(**self._trigger)
-        if self._name:
-            w = w.queryName(self._name)
-        return w.start()
+        return self._spark_writer().start()
+
+    def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,
+                partitionBy: Any = None, queryName: str | None = None, **options: Any):
+        """Spark writes the query into the catalog table ``tableName``
+        (gpuwm's sinks write paths): the fallback's one line, then Spark's
+        ``toTable`` with every call as written."""
+        self._other.insert(0, f"toTable({tableName!r}): gpuwm writes parquet and console to a path, "
+                              "not a catalog table")
+        self._start_args(None, format, outputMode, partitionBy, queryName, options)
+        acc = self._acc
+        if acc.translation is not None:
+            acc._refuse(self._why_not())
+        return self._spark_writer().toTable(tableName)
+
+    def _spark_writer(self):
+        """Spark's own writer of the query, given every call as the user wrote it."""
+        w = self._acc.df.writeStream
+        for name, args, kwargs in self._calls:
+            w = getattr(w, name)(*args, **kwargs)
+        return w
 
 
 def accelerate(df, **settings: Any) -> Accelerated:
