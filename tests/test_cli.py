@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -488,3 +489,25 @@ def test_status_shows_the_rows_alignment_holds(tmp_path):
     assert b0.split()[-3:] == ["145", "0", "0.500"] and b1.split()[-3:] == ["0", "145", "0.500"]
     plain.write_commit(0, {}, [], "", {**base, "batch_id": 0})
     assert "held_rows" not in gpuwm("status", str(tmp_path / "plain")).stdout
+
+
+def test_no_error_message_repeats_the_prefix_the_line_adds():
+    """gpuwm's errors end as ``gpuwm: error: <message>``: no message raised
+    anywhere in gpuwm starts with ``gpuwm:`` itself (a damaged checkpoint
+    read ``gpuwm: error: gpuwm: checkpoint ...``)."""
+    import ast
+
+    from gpuwm.errors import StateError
+    from gpuwm.spark.front.cli import one_line
+
+    root = Path(__file__).resolve().parents[1] / "gpuwm"
+    found = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+                first = node.exc.args[0]
+                head = first.values[0] if isinstance(first, ast.JoinedStr) and first.values else first
+                if isinstance(head, ast.Constant) and str(head.value).startswith("gpuwm:"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
+    assert one_line(StateError("checkpoint ck is damaged: ...")) == ("checkpoint ck is damaged: ...", 1)

@@ -235,7 +235,8 @@ def test_damaged_or_shared_s3_checkpoints_are_refused_in_one_line(spark, s3, tmp
         _query(spark, "tumble", src, ck, out, s3.uri("damage/late"), 1).start()
     # all of gpuwm's state gone, Spark's offsets and commits left: refused, not restarted from empty state
     loc.delete_dir("gpuwm")
-    with pytest.raises(gpuwm.StateError, match=r"Spark has committed batch \d+ but there is no gpuwm state"):
+    with pytest.raises(gpuwm.StateError, match=r"^checkpoint s3a://gpuwm/damage/ck is damaged: Spark has committed "
+                                                r"batch \d+ but there is no gpuwm state"):
         _query(spark, "tumble", src, ck, out, s3.uri("damage/late"), 1).start()
 
 

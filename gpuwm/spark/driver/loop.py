@@ -67,10 +67,8 @@ def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
     if old is not None and old != desc and not _rescales(ck, plan, old, desc):
         changed = json_changes(json.loads(old), json.loads(desc))
         raise ConfigError(
-            f"the pipeline differs from the one that wrote checkpoint {ck} in {len(changed)} field"
-            f"{'s' if len(changed) > 1 else ''} (checkpoint → now): {'; '.join(changed)}. Its state cannot be "
-            "reused: use a new checkpoint location (the query starts over), or restore those fields (only "
-            "'vnodes' may change on a checkpoint: a rescale)")
+            f"checkpoint {ck} was written by another pipeline (checkpoint → now): {'; '.join(changed)}. Use a "
+            "new checkpoint location, or restore these (only vnodes may change: a rescale)")
     owner = Owner.take(ck)
     if fmt is None:
         ck.loc.publish_json(Checkpoint.FORMAT_FILE, {"format": FORMAT})
@@ -87,21 +85,24 @@ def check_state(ck: Checkpoint) -> None:
     if spark_done and (not ours or ours[-1] < spark_done[-1]):
         have = f"gpuwm's last commit is batch {ours[-1]}" if ours else \
             f"there is no gpuwm state ({ck}/gpuwm/commits is empty or missing)"
-        raise StateError(f"gpuwm: checkpoint {ck} is damaged: Spark has committed batch {spark_done[-1]} but "
+        raise StateError(f"checkpoint {ck} is damaged: Spark has committed batch {spark_done[-1]} but "
                          f"{have}; restore {ck}/gpuwm from a backup, or start from a new checkpoint location")
     if ours:
         c = ck.commit(ours[-1])
         missing = ck.loc.missing(list(c.get("files", ())) + [c["filter"]])
         if missing:
-            raise StateError(f"gpuwm: checkpoint {ck} is damaged: batch {ours[-1]}'s state is missing "
+            raise StateError(f"checkpoint {ck} is damaged: batch {ours[-1]}'s state is missing "
                              f"{len(missing)} file(s), e.g. {ck}/{missing[0]}; restore it from a backup, or start "
                              "from a new checkpoint location")
 
 def json_changes(a: Any, b: Any, path: str = "$") -> list[str]:
-    """Where two JSON values differ, each ``path: old → new``.
+    """Where two JSON values differ, each ``path: old → new``, the values
+    short (:func:`_short`).
 
     >>> json_changes({"w": {"delay": 2, "split": "s"}, "st": [1, 2]}, {"w": {"delay": 3, "split": "s"}, "st": [1]})
     ['$.w.delay: 2 → 3', '$.st[1]: 2 → (none)']
+    >>> json_changes({"d": "datetime.timedelta(seconds=2)"}, {"d": "datetime.timedelta(seconds=3, microseconds=500000)"})
+    ['$.d: 2 s → 3.5 s']
     """
     if isinstance(a, dict) and isinstance(b, dict):
         return [c for k in list(a) + [k for k in b if k not in a]
@@ -111,10 +112,27 @@ def json_changes(a: Any, b: Any, path: str = "$") -> list[str]:
                 for c in json_changes(a[i] if i < len(a) else _NONE, b[i] if i < len(b) else _NONE, f"{path}[{i}]")]
     if a == b:
         return []
-    return [f"{path}: {'(none)' if a is _NONE else json.dumps(a)} → {'(none)' if b is _NONE else json.dumps(b)}"]
+    return [f"{path}: {_short(a)} → {_short(b)}"]
 
 
 _NONE = object()  # a key or item one side lacks
+
+
+def _short(v: Any) -> str:
+    """A pipeline description's value as a person reads it: strings
+    unquoted, ``datetime.timedelta(seconds=10)`` as ``10 s``."""
+    if v is _NONE:
+        return "(none)"
+    if not isinstance(v, str):
+        return json.dumps(v)
+    import re
+    from datetime import timedelta
+
+    def seconds(m: re.Match) -> str:
+        kw = {k.strip(): float(x) for k, x in (a.split("=") for a in m.group(1).split(",") if "=" in a)}
+        return f"{timedelta(**kw).total_seconds():g} s"
+
+    return re.sub(r"datetime\.timedelta\(([^)]*)\)", seconds, v)
 
 
 def _rescales(ck: Checkpoint, plan: Plan, old: str, new: str) -> bool:
@@ -270,7 +288,7 @@ class Driver:
             return self._recommit(batch_id)
         prev_commit = ck.commit(batch_id - 1) if (batch_id - 1) in committed else None
         if prev_commit is None and committed and min(committed) < batch_id:
-            raise StateError(f"gpuwm: state for batch {batch_id - 1} is missing under {ck}/gpuwm "
+            raise StateError(f"state for batch {batch_id - 1} is missing under {ck}/gpuwm "
                              f"(have {committed}); the checkpoint was damaged")
         prev = None if prev_commit is None else store.Prev.of(prev_commit)
         fstate = None
@@ -470,7 +488,7 @@ class Driver:
         last = [p for p in tasks_ if p["segment"] == len(plan.segments) - 1]
         emitted = sum(p["rows_emitted"] for p in last)
         if merged and sum(x["rows"] for x in merged) != emitted:
-            raise StateError(f"gpuwm: batch {batch_id}: the sort's vnodes released {emitted} rows but its ranges "
+            raise StateError(f"batch {batch_id}: the sort's vnodes released {emitted} rows but its ranges "
                              f"wrote {sum(x['rows'] for x in merged)}; the batch is not committed")
         stages: dict[str, dict] = {}
         for p in tasks_:

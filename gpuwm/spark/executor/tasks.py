@@ -313,7 +313,7 @@ def planned_single_task(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterat
     ctx = TaskContext.get()
     got = ctx.getLocalProperty(ARGS_PROPERTY) if ctx is not None else None
     if not got:
-        raise StateError(f"gpuwm: the task found no batch arguments in local property {ARGS_PROPERTY!r}; the batch is "
+        raise StateError(f"the task found no batch arguments in local property {ARGS_PROPERTY!r}; the batch is "
                          "not committed")
     fstate, now_iso, batch_id, prev, direct, end = pickle.loads(base64.b64decode(got))
     yield from single_task(plan, fstate, now_iso, batch_id, prev, batches, direct=direct, end=end)

@@ -223,11 +223,11 @@ class Location:
     def read_table(self, rel: str) -> pa.Table:
         data = self.read(rel)
         if data is None:
-            raise StateError(f"gpuwm: state file {self.uri}/{rel} is missing")
+            raise StateError(f"state file {self.uri}/{rel} is missing")
         try:
             return pa.ipc.open_stream(data).read_all()
         except pa.ArrowInvalid as e:
-            raise StateError(f"gpuwm: state file {self.uri}/{rel} is damaged: {e}") from None
+            raise StateError(f"state file {self.uri}/{rel} is damaged: {e}") from None
 
     def missing(self, rels: Iterable[str]) -> list[str]:
         """Those of ``rels`` that do not exist (one call)."""
@@ -447,7 +447,7 @@ class Checkpoint:
         once), and the parts' places."""
         own = self._read_object(name)
         if len(own) < 16 or own[-8:] != _VERSION_MAGIC:
-            raise StateError(f"gpuwm: state version {self.loc.uri}/{name} is damaged (no footer)")
+            raise StateError(f"state version {self.loc.uri}/{name} is damaged (no footer)")
         n = int.from_bytes(own[-16:-8], "little")
         places = json.loads(own[-16 - n:-16])
         objects = {name: own}
@@ -463,7 +463,7 @@ class Checkpoint:
             try:
                 return pa.ipc.open_stream(pa.py_buffer(objects[obj])[at:at + length]).read_all()
             except pa.ArrowInvalid as e:
-                raise StateError(f"gpuwm: state object {self.loc.uri}/{obj} is damaged: {e}") from None
+                raise StateError(f"state object {self.loc.uri}/{obj} is damaged: {e}") from None
 
         tables = {k: table(p) for k, p in places["tables"].items()}
         parts = {k: table(p) for k, p in places["parts"].items()}
@@ -472,7 +472,7 @@ class Checkpoint:
     def _read_object(self, name: str) -> bytes:
         data = self.loc.read(name)
         if data is None:
-            raise StateError(f"gpuwm: state object {self.loc.uri}/{name} is missing")
+            raise StateError(f"state object {self.loc.uri}/{name} is missing")
         return data
 
     # -- commits -------------------------------------------------------------------------
@@ -495,7 +495,7 @@ class Checkpoint:
     def read_filter(self, name: str) -> bytes:
         data = self.loc.read(name)
         if data is None:
-            raise StateError(f"gpuwm: the watermark filter's state {self.loc.uri}/{name} is missing")
+            raise StateError(f"the watermark filter's state {self.loc.uri}/{name} is missing")
         return data
 
     def write_commit(self, batch_id: int, versions: dict[str, str], files: list[str], filter_name: str,
@@ -512,7 +512,7 @@ class Checkpoint:
     def filter_state(self, batch_id: int) -> bytes:
         c = self.commit(batch_id)
         if c is None:
-            raise StateError(f"gpuwm: batch {batch_id} has no commit under {self.loc.uri}/gpuwm")
+            raise StateError(f"batch {batch_id} has no commit under {self.loc.uri}/gpuwm")
         return self.read_filter(c["filter"])
 
     def _collect(self, batch_id: int, keep: int) -> None:
@@ -706,7 +706,7 @@ class Owner:
 
     def check(self) -> None:
         if self.lost is not None:
-            raise StateError(f"gpuwm: checkpoint {self.ck} was taken over by {self._describe(self.lost)}; "
+            raise StateError(f"checkpoint {self.ck} was taken over by {self._describe(self.lost)}; "
                              "this query stops without committing")
 
     def release(self) -> None:

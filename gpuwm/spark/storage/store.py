@@ -97,9 +97,9 @@ def load_operator(plan: Any, stage: int, prev: Prev | None, vnode: int) -> tuple
         from gpuwm.partition import rescale
 
         if not saved:
-            raise StateError(f"gpuwm: batch {prev.batch_id}'s commit has no state of stage {stage}")
+            raise StateError(f"batch {prev.batch_id}'s commit has no state of stage {stage}")
         if not plan.stages[stage].capabilities.rescale:
-            raise StateError(f"gpuwm: stage {stage} ({plan.stages[stage].kind}) was saved over {len(saved)} vnode(s) "
+            raise StateError(f"stage {stage} ({plan.stages[stage].kind}) was saved over {len(saved)} vnode(s) "
                              f"and cannot be re-partitioned over {seg.tasks}")
         olds = [_read_operator(plan, stage, prev, u)[0] for u in saved]
         return rescale(olds, plan.build(stage), seg.keys, seg.tasks, vnode), {}
@@ -109,7 +109,7 @@ def load_operator(plan: Any, stage: int, prev: Prev | None, vnode: int) -> tuple
 def _read_operator(plan: Any, stage: int, prev: Prev, vnode: int) -> tuple[Any, dict[str, list]]:
     name = prev.versions.get(f"{stage}/{vnode}")
     if name is None:
-        raise StateError(f"gpuwm: state of stage {stage}, vnode {vnode} for batch {prev.batch_id} is missing "
+        raise StateError(f"state of stage {stage}, vnode {vnode} for batch {prev.batch_id} is missing "
                          f"from its commit under {plan.checkpoint}")
     tables, parts, places = plan.checkpoint.read_version(name)
     op = plan.stages[stage].build(plan.profile, plan.backend)
@@ -137,5 +137,5 @@ def committed_versions(results: list[dict]) -> tuple[dict[str, str], list[str], 
         if "filter" in m:
             filters.append(m["filter"])
     if len(filters) != 1:
-        raise StateError(f"gpuwm: a batch's tasks wrote {len(filters)} watermark filter states, not one")
+        raise StateError(f"a batch's tasks wrote {len(filters)} watermark filter states, not one")
     return versions, sorted(files), filters[0]
