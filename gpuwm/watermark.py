@@ -183,7 +183,7 @@ class WatermarkFilter:
     column : name of the event-time column (timestamp or integer type).
     delay : bounded out-of-orderness: a ``timedelta`` or ``"5 minutes"`` for
         timestamp columns, an ``int`` in the column's unit for integer columns.
-    profile : ``"risingwave"``, ``"spark"`` or ``"flink"`` (see README).
+    profile : ``"risingwave"``, ``"spark"`` or ``"flink"`` (see gpuwm/README.md, "Profiles").
     emit : ``"on-batch"`` (one watermark per chunk) or ``"on-event"`` (row by
         row in arrival order within a split); default from the profile.
     split : name of a split column (e.g. Kafka ``partition``); None for one split.

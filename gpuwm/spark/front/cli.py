@@ -375,9 +375,9 @@ def parser() -> argparse.ArgumentParser:
                        '"profile": ...}, "stages": [{"window": {"tumble": "10 seconds", "by": [...], "aggs": {...}}}, '
                        '...], "sink": {"parquet": path}}; or Spark SQL: {"sources": {"bids": {"format": ..., '
                        '"watermark": {"column": ..., "delay": ...}}}, "sql": "SELECT ... FROM bids GROUP BY window(...), '
-                       '...", "checkpoint": path, "sink": {...}}. The whole format, with every stage kind: the docstring of '
-                       'gpuwm/spark/front/spec.py (python -m pydoc gpuwm.spark.front.spec) and the README, "Command line and '
-                       'spark-submit".')
+                       '...", "checkpoint": path, "sink": {...}}. The whole format, with every stage kind: the '
+                       'docstring of gpuwm/spark/front/spec.py (python -m pydoc gpuwm.spark.front.spec) and '
+                       'gpuwm/spark/front/README.md, "Command line and spark-submit".')
     r.add_argument("spec", help="the pipeline spec, a JSON file")
     r.add_argument("--dry-run", action="store_true",
                    help="check the spec and print the plan; run nothing (Spark is not started where the source's "
