@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 COMMANDS = ["python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/gpuwm demo",
@@ -78,3 +80,19 @@ def test_operators_page_example_runs_and_its_comments_hold():
     u = ns["u"]  # the two sessions of the comment were emitted; auction 1's [12000, 17000) is open
     assert (u.rows_out, u.state_rows) == (2, 1)
     assert ns["m"].update("a", 43) == 43
+
+
+def test_readme_spec_is_a_valid_spec(tmp_path):
+    """The README's one spec passes the checks ``gpuwm run`` makes before
+    Spark starts, and a misspelt key in it is named with its near miss."""
+    from gpuwm.errors import ConfigError
+    from gpuwm.spark.front.spec import load_spec
+
+    (block,) = code_blocks(README, "json")
+    (tmp_path / "q7.json").write_text(block)
+    spec = load_spec(str(tmp_path / "q7.json"))
+    assert spec["sources"]["bids"]["watermark"] == {"column": "date_time", "delay": "4 seconds"}
+    assert spec["sink"] == {"parquet": "out/q7sql"}
+    (tmp_path / "bad.json").write_text(block.replace('"sink"', '"snik"'))
+    with pytest.raises(ConfigError, match=r"'snik'.*'sink'"):
+        load_spec(str(tmp_path / "bad.json"))
