@@ -511,3 +511,35 @@ def test_no_error_message_repeats_the_prefix_the_line_adds():
                     found.append(f"{path.relative_to(root)}:{node.lineno}")
     assert found == []
     assert one_line(StateError("checkpoint ck is damaged: ...")) == ("checkpoint ck is damaged: ...", 1)
+
+
+def test_spark_submit_as_the_readme_says_from_another_directory(tmp_path):
+    """``spark-submit --properties-file spark_conf/local.conf gpuwm/spark/app.py
+    q7.json``, as the README writes it, run from another directory (the
+    files named by absolute path): the query runs to its summary, Spark's
+    INFO lines stay off (``spark.log.level``), and the application ends
+    cleanly — exit 0, no ERROR line."""
+    import os
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    spec = {"sources": {"bids": {"format": "nexmark", "options": {"totalEvents": 20000, "eventsPerSecond": 10000},
+                                 "watermark": {"column": "date_time", "delay": "4 seconds"}}},
+            "sql": "SELECT window(date_time, '10 seconds') AS window, auction, count(*) AS bids FROM bids "
+                   "GROUP BY window(date_time, '10 seconds'), auction",
+            "checkpoint": "ck/q7", "sink": {"parquet": "out/q7"}, "trigger": {"availableNow": True}}
+    (tmp_path / "q7.json").write_text(json.dumps(spec))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    r = subprocess.run(["spark-submit", "--properties-file", str(root / "spark_conf" / "local.conf"),
+                        str(root / "gpuwm" / "spark" / "app.py"), "q7.json"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert re.search(r"(?m)^gpuwm: 2 batches to batch 1: 18,400 rows in \(0 late, .*\), \d+ rows out -> "
+                     rf"{re.escape(str(tmp_path))}/out/q7$", r.stdout), out[-3000:]
+    assert not re.search(r"(?m)^\S+ \S+ ERROR ", out), out[-3000:]
+    # Spark's INFO lines: only SparkContext's first three, logged before it applies spark.log.level
+    before, _, after = r.stderr.partition('Setting Spark log level to "WARN".')
+    assert after and not re.search(r"(?m)^\S+ \S+ INFO ", after), out[-3000:]
+    assert len(re.findall(r"(?m)^\S+ \S+ INFO SparkContext: ", before)) == len(re.findall(r" INFO ", before)) <= 3
+    assert (tmp_path / "out" / "q7").is_dir()

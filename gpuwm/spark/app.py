@@ -28,13 +28,16 @@ def main(argv: list[str] | None = None) -> int:
 
     specs = [load_spec(a) for a in argv]
     spark = SparkSession.builder.appName("gpuwm").getOrCreate()
-    register_sources(spark)
-    from gpuwm.spark.front.cli import summary
+    try:
+        register_sources(spark)
+        from gpuwm.spark.front.cli import summary
 
-    for spec in specs:
-        p = run(spark, spec)
-        if p.history:
-            print("\n".join(summary(p.history[-1])), flush=True)
+        for spec in specs:
+            p = run(spark, spec)
+            if p.history:
+                print("\n".join(summary(p.history[-1])), flush=True)
+    finally:  # a cluster manager sees the application end, not its driver vanish
+        spark.stop()
     return 0
 
 
