@@ -898,13 +898,16 @@ class AcceleratedWriter:
         self._format = source
         return self._called("format", source)
 
+    def _set(self, options: dict[str, Any]) -> None:
+        """Options as Spark's writer reads them: text, booleans as ``true``/``false``."""
+        self._options.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()})
+
     def option(self, key: str, value: Any) -> "AcceleratedWriter":
-        self._options[key] = str(value) if not isinstance(value, bool) else str(value).lower()
+        self._set({key: value})
         return self._called("option", key, value)
 
     def options(self, **options: Any) -> "AcceleratedWriter":
-        for k, v in options.items():
-            self._options[k] = str(v) if not isinstance(v, bool) else str(v).lower()
+        self._set(options)
         return self._called("options", **options)
 
     def outputMode(self, outputMode: str) -> "AcceleratedWriter":
