@@ -19,7 +19,8 @@ out, and can be driven from a plain Python loop:
 - state as named Arrow parts: ``state_tables()`` (small tables: counters,
   dictionaries), ``state_parts()`` (``{name: must_write}``: parts the store
   writes again only when changed, e.g. one per open window or sort run),
-  ``snapshot_part(name)``, ``mark_saved(written)``, and
+  ``snapshot_part(name)`` (``snapshot_parts(names)``: several at once),
+  ``mark_saved(written)``, and
   ``load_state(tables, parts)`` on a fresh operator;
 - ``keep_late()`` / ``take_late()``: on request, the rows ``push`` drops
   as late (behind a window or session that closed, behind a sort's last
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
@@ -325,6 +326,12 @@ class Operator:
         if not got:
             return {}
         return {None: got[0] if len(got) == 1 else pa.concat_tables(got)}
+
+    def snapshot_parts(self, names: Sequence[str]) -> dict[str, pa.Table]:
+        """Several of :meth:`state_parts`' parts at once, as
+        ``snapshot_part`` gives each; an operator whose state lives on a
+        device overrides it to fetch them all in one copy."""
+        return {n: self.snapshot_part(n) for n in names}
 
     def _set_aside(self, frame: Any, rows: Any, into: list | None = None) -> None:
         """Keep ``frame``'s rows at ``rows`` (a bool mask or indexes on the

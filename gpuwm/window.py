@@ -28,6 +28,7 @@ import pyarrow as pa
 from kernels import assign_windows, derive_watermarks, group_reduce, group_starts
 from kernels.xp import mask_index
 
+from . import staging
 from .aggregates import _I64, AGG_FUNCS, EMIT_MODES, WINDOW_TIME, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
@@ -450,7 +451,17 @@ class WindowAggregate(AggregateOperator):
 
     def snapshot_part(self, name: str) -> pa.Table:
         """The state rows of one open window (:meth:`state_parts`), as in :meth:`snapshot`."""
-        return pa.table(self._state_columns([int(name.removeprefix("win."))]))
+        return self.snapshot_parts([name])[name]
+
+    def snapshot_parts(self, names: Sequence[str]) -> dict[str, pa.Table]:
+        """Several open windows' state rows, fetched from the device in one copy."""
+        starts = [int(n.removeprefix("win.")) for n in names]
+        cols, out, lo = self._state_columns(starts), {}, 0
+        for name, s in zip(names, starts):
+            hi = lo + self._blocks[s][1][0].shape[0]
+            out[name] = pa.table({k: v[lo:hi] for k, v in cols.items()})
+            lo = hi
+        return out
 
     def mark_saved(self, written: Sequence[str] = ()) -> None:
         """The store saved every part (writing ``written``, linking the rest)."""
@@ -476,13 +487,13 @@ class WindowAggregate(AggregateOperator):
         blocks = [self._blocks[s] for s in starts]
         n = [blk[1][0].shape[0] for blk in blocks]
         cols: dict[str, Any] = {"window_start": np.repeat(np.asarray(starts, dtype=np.int64), n)}
-        for i, k in enumerate(self.by):
-            cols[f"key.{k}"] = b.to_numpy(xp.concatenate([blk[0][i] for blk in blocks])) if blocks else \
-                np.zeros(0, np.int64)
-        for j, acc in enumerate(self._accs):
-            cols[f"acc.{acc.agg}.{acc.role}"] = b.to_numpy(xp.concatenate([blk[1][j] for blk in blocks])) \
-                if blocks else np.zeros(0, acc.dtype)
-        return cols
+        names = [f"key.{k}" for k in self.by] + [f"acc.{acc.agg}.{acc.role}" for acc in self._accs]
+        if not blocks:
+            return {**cols, **{c: np.zeros(0, np.int64 if i < len(self.by) else self._accs[i - len(self.by)].dtype)
+                               for i, c in enumerate(names)}}
+        dev = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
+        dev += [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
+        return {**cols, **dict(zip(names, staging.download_arrays(b, dev)))}  # one copy, one synchronisation
 
     def restore(self, snapshot: Mapping[str, pa.Table],
                 parts: Mapping[str, pa.Table] | None = None) -> "WindowAggregate":

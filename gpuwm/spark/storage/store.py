@@ -63,12 +63,9 @@ def save_operator(ck: Checkpoint, batch_id: int, vnode: int, stage: int, op: Any
     run — it changed since ``places`` (the parts of the version it was
     loaded from, or saved as last); the others stay where they are."""
     places = places or {}
-    write, kept = {}, {}
-    for name, must_write in op.state_parts().items():
-        if not must_write and name in places:
-            kept[name] = places[name]
-        else:
-            write[name] = op.snapshot_part(name)
+    parts = op.state_parts()
+    kept = {name: places[name] for name, must_write in parts.items() if not must_write and name in places}
+    write = op.snapshot_parts([name for name in parts if name not in kept])  # one device -> host copy
     obj, parts = ck.write_version(batch_id, stage, vnode, op.state_tables(), write, kept)
     op.mark_saved(list(write))
     return Saved(obj, parts)
