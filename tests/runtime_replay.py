@@ -7,6 +7,7 @@ the same batches to compare with. Used by ``test_runtime.py`` and by
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
@@ -14,12 +15,15 @@ import pyarrow.parquet as pq
 
 import gpuwm
 from gpuwm.nexmark import NexmarkConfig, bids
+from gpuwm.session import SessionAggregate
 from gpuwm.spark.executor import tasks
 from gpuwm.spark.executor.exchange import FLOW_SCHEMA, merge_task
 from gpuwm.spark.storage import store
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc).isoformat()
 SORT_KEY = ("auction", "bidder")  # the test sort's ties on event time
+TUMBLE_AGGS = {"n": ("*", "count"), "hi": ("price", "max"), "tot": ("price", "sum")}
+SESSION_AGGS = {"n": ("*", "count"), "tot": ("price", "sum")}
 CFG = NexmarkConfig(events_per_second=2_000, splits=3, out_of_order_fraction=0.2, max_delay_ms=9_000, seed=3)
 
 
@@ -47,6 +51,10 @@ def pipeline(tmp, op, backend, vnodes):
     if op == "window":
         p = p.window(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
                      aggs={"n": ("*", "count"), "hi": ("price", "max")})
+    elif op == "tumble":
+        p = p.window(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"], aggs=TUMBLE_AGGS)
+    elif op == "session":  # bids per auction in bursts
+        p = p.window(gpuwm.Session("date_time", "500 milliseconds"), by=["auction"], aggs=SESSION_AGGS)
     elif op == "dedup":  # the first bid of each (auction, bidder) while it is held
         p = p.dedup(["auction", "bidder"])
     elif op == "chain":  # bids per auction per 2 s, then the busiest auction's count per 4 s (global)
@@ -64,9 +72,16 @@ def _shuffle(t: pa.Table, col: str, n: int, task) -> pa.Table:
     several destinations as Spark's hash often gives it; partitions run last
     first and their batches in reverse (arrival order must not matter); the
     tasks' output rows."""
-    key = t.column(col).fill_null(0).to_numpy(zero_copy_only=False) % max(n - 1, 1)
-    out = [b for p in range(n - 1, -1, -1) for b in task(iter(t.filter(pa.array(key == p)).to_batches()[::-1]))]
+    with span("exchange"):
+        key = t.column(col).fill_null(0).to_numpy(zero_copy_only=False) % max(n - 1, 1)
+        parts = [t.filter(pa.array(key == p)).to_batches()[::-1] for p in range(n - 1, -1, -1)]
+    out = [b for part in parts for b in task(iter(part))]
     return pa.Table.from_batches(out, schema=FLOW_SCHEMA)
+
+
+def span(step: str):
+    """A timed step of the replay (``gpu_spark_tasks.py --time`` sets its timer here): none by default."""
+    return nullcontext()
 
 
 def run_tasks(plan, batches) -> tuple[list[pa.Table], list[int]]:
@@ -122,13 +137,19 @@ def batch_output(plan: dict, batch_id: int) -> tuple[pa.Table | None, int]:
 def run_operators(op, batches) -> list[pa.Table]:
     """The same query on the engine-independent operators, on the CPU."""
     # spark's window_lateness: before a first window stage the filter keeps rows up to a window size behind
-    lateness = {"window": 4, "chain": 2}.get(op, 0)
+    lateness = {"window": 4, "chain": 2, "tumble": 2, "session": 0.5}.get(op, 0)
     f = gpuwm.WatermarkFilter("date_time", delay=timedelta(seconds=2), split="split", profile="spark",
                               allowed_lateness=timedelta(seconds=lateness), backend="cpu")
     if op == "window":
         ops = [gpuwm.WindowAggregate(gpuwm.Hop("date_time", size="4 seconds", slide="2 seconds"), by=["auction"],
                                      aggs={"n": ("*", "count"), "hi": ("price", "max")}, profile="spark",
                                      backend="cpu")]
+    elif op == "tumble":
+        ops = [gpuwm.WindowAggregate(gpuwm.Tumble("date_time", "2 seconds"), by=["auction"], aggs=TUMBLE_AGGS,
+                                     profile="spark", backend="cpu")]
+    elif op == "session":
+        ops = [SessionAggregate(gpuwm.Session("date_time", "500 milliseconds"), by=["auction"], aggs=SESSION_AGGS,
+                                      profile="spark", backend="cpu")]
     elif op == "dedup":
         ops = [gpuwm.Dedup(["auction", "bidder"], "date_time", delay=timedelta(seconds=2), backend="cpu")]
     elif op == "chain":

@@ -26,9 +26,10 @@ def test_floors_benchmark_runs_on_cpu(tmp_path):
     assert "fraction of floor" in (tmp_path / "results.md").read_text()
 
 
-def test_spark_task_timing_runs_on_gpu_sim(monkeypatch, capsys):
+def test_spark_task_timing_runs_on_gpu_sim(monkeypatch, capsys, tmp_path):
     """``gpu_spark_tasks.py --time`` (GPU vs CPU per batch, Parquet read in
-    the timing) on the simulated GPU backend, small: it runs and checks."""
+    the timing, time per step) on the simulated GPU backend, small: it runs,
+    checks, and charges each step where it happens."""
     import pytest
 
     pytest.importorskip("pyspark")
@@ -44,6 +45,17 @@ def test_spark_task_timing_runs_on_gpu_sim(monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import gpu_spark_tasks
 
-    assert gpu_spark_tasks.time_tasks(gpu_spark_tasks.build_plans(), per=4_000, nbatches=5) == 0
+    out_json = tmp_path / "steps.json"
+    assert gpu_spark_tasks.time_tasks(gpu_spark_tasks.build_plans(), per=4_000, nbatches=5, out=str(out_json)) == 0
     out = capsys.readouterr().out
-    assert out.count("(target >= 5x)") == len(gpu_spark_tasks.CASES) and "MISMATCH" not in out
+    assert out.count("(target >= 3x)") == len(gpu_spark_tasks.CASES) and "MISMATCH" not in out
+    cases = json.loads(out_json.read_text())["cases"]
+    assert len(cases) == len(gpu_spark_tasks.CASES)
+    for case, r in cases.items():  # each step was seen where it happens, on both backends
+        for backend in ("gpu", "cpu"):
+            steps = r["steps_ms"][backend]
+            assert steps["read (Parquet decode)"] > 0 and steps["state save"] > 0, (case, steps)
+            assert r["task_ms_per_batch"][backend] < r["ms_per_batch"][backend]
+            if case.startswith("sort"):
+                assert steps["sink write (Parquet)"] > 0, (case, steps)
+        assert r["steps_ms"]["gpu"]["host -> device copy"] > 0 and "host -> device copy" not in r["steps_ms"]["cpu"]

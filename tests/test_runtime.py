@@ -37,7 +37,7 @@ def _plan(tmp_path, spec, schema: pa.Schema) -> Plan:
 
 
 @pytest.mark.parametrize("vnodes", [1, 3])
-@pytest.mark.parametrize("op", ["window", "sort", "chain", "dedup"])
+@pytest.mark.parametrize("op", ["window", "tumble", "session", "sort", "chain", "dedup"])
 def test_tasks_equal_operators(backend, op, vnodes, tmp_path, monkeypatch):
     import gpuwm.spark.executor.device as device
 
