@@ -5,7 +5,7 @@
 ['flink', 'risingwave', 'spark']
 """
 
-from .errors import BackendError, ConfigError, GpuwmError, SchemaError, StateError, WatermarkError
+from .errors import BackendError, ConfigError, GpuwmError, SchemaError, SinkError, StateError, WatermarkError
 
 #: the names this package exports, each imported from its module on first
 #: use (PEP 562): ``import gpuwm`` stays cheap where only a little of it
@@ -53,6 +53,7 @@ __all__ = [
     "PROFILES",
     "Profile",
     "SchemaError",
+    "SinkError",
     "StateError",
     "Session",
     "StreamSort",

@@ -51,3 +51,10 @@ def unknown_keys(where: str, unknown: set, allowed) -> str:
     """
     said = [repr(k) + near_miss(k, allowed) for k in sorted(map(str, unknown))]
     return f"{where}: unknown key{'s' if len(said) > 1 else ''} {', '.join(said)}; expected one of {sorted(allowed)}"
+
+
+class SinkError(GpuwmError, RuntimeError):
+    """A sink did not take a micro-batch's rows (a ``foreachBatch`` function raised): nothing of the batch was
+    committed, and a restart runs it again."""
+
+    runtime = True

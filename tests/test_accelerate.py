@@ -51,13 +51,16 @@ def _batches(path: str) -> dict[int, list]:
     return out
 
 
-def _native(df, path: str, ck: str) -> None:
-    """Spark runs ``df`` to the end (availableNow), each micro-batch's rows to ``<path>/batch_id=<N>/``."""
+def _native(df, path: str, ck: str, mode: str = "append"):
+    """Spark runs ``df`` to the end (availableNow), each micro-batch's rows to
+    ``<path>/batch_id=<N>/``; its ``StreamingQuery``, ended."""
     def each(batch, batch_id):
         batch.write.mode("overwrite").parquet(f"{path}/batch_id={batch_id}")
 
-    df.writeStream.foreachBatch(each).option("checkpointLocation", ck).outputMode("append").trigger(
-        availableNow=True).start().awaitTermination()
+    q = df.writeStream.foreachBatch(each).option("checkpointLocation", ck).outputMode(mode).trigger(
+        availableNow=True).start()
+    q.awaitTermination()
+    return q
 
 
 def _source(spark, src):
@@ -665,8 +668,8 @@ def test_the_readmes_accelerate_block_runs_as_printed_and_equals_spark(spark, tm
 def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spark, tmp_path, capsys):
     """Every public method of PySpark's ``DataStreamWriter`` exists on
     ``accelerate(df).writeStream`` with its parameters; the calls gpuwm
-    runs give Spark's output, and every other — ``foreachBatch``,
-    ``foreach``, ``toTable``, ``partitionBy``, ``clusterBy`` — runs in Spark
+    runs give Spark's output (foreachBatch: its own test below), and every
+    other — ``foreach``, ``toTable``, ``partitionBy``, ``clusterBy`` — runs in Spark
     as written, after one line saying why: the rows Spark's own query gives."""
     import inspect
 
@@ -707,14 +710,8 @@ def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spar
         err = capsys.readouterr().err
         assert err == f"gpuwm: warning: the query runs in Spark, not gpuwm: writeStream: {why}\n", err
 
-    got: dict[int, list] = {}
-
-    def each(batch, batch_id):
-        got.setdefault(batch_id, []).extend(tuple(_norm(v) for v in r.asDict().values()) for r in batch.collect())
-
-    fell_back("foreachBatch: gpuwm's sinks are parquet and console", lambda w: w.foreachBatch(each).start())
-    assert {b: sorted(rows, key=repr) for b, rows in got.items() if rows} == want
-    fell_back("foreach: gpuwm's sinks are parquet and console", lambda w: w.foreach(lambda row: None).start())
+    fell_back("foreach: gpuwm's sinks are parquet, console and foreachBatch",
+              lambda w: w.foreach(lambda row: None).start())
     fell_back("partitionBy('k'): gpuwm's parquet sink writes batch_id=<N>/part-<P>.parquet",
               lambda w: w.partitionBy("k").format("parquet").start(f"{tmp_path}/p"))
     rows = sorted((tuple(_norm(v) for v in r.asDict().values()) for r in spark.read.parquet(f"{tmp_path}/p")
@@ -732,3 +729,120 @@ def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spar
         spark.sql("DROP TABLE IF EXISTS gpuwm_t")
         if made and warehouse.exists():
             warehouse.rmdir()
+
+
+def test_foreach_batch_runs_in_gpuwm_once_per_batch_and_again_on_a_replay(spark, tmp_path, capsys):
+    """``accelerate(df).writeStream.foreachBatch(fn)`` runs in gpuwm (no
+    fallback line, gpuwm's batch metrics): ``fn`` gets every micro-batch id
+    Spark's own query gives it, each batch's rows equal to Spark's, as a
+    DataFrame with the query's columns and types (over 2 vnodes: several
+    staged parts). A function that raises on a batch stops the query with
+    a line naming the batch; nothing of it is committed; the restarted
+    query hands that batch over again with the same id and rows, and the
+    staged rows are removed once each batch is committed."""
+    from pyspark.sql import functions as F
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(12), 5, 25, step=8, behind=14, keys=4))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _source(spark, src).withWatermark("ts", "10 seconds").groupBy(F.window("ts", "5 seconds"), "k").agg(
+        F.count("*").alias("n"), F.max("price").alias("mx"))
+    native: dict[int, list] = {}
+
+    def keep(into: dict, fail_on: int | None = None):
+        def each(batch, batch_id):
+            assert batch.schema.simpleString() == df.schema.simpleString(), batch.schema  # nullability aside
+            rows = sorted((tuple(_norm(v) for v in r.asDict().values()) for r in batch.collect()), key=repr)
+            into.setdefault(batch_id, []).append(rows)
+            if batch_id == fail_on:
+                raise RuntimeError("the sink is down")
+        return each
+
+    df.writeStream.foreachBatch(keep(native)).option("checkpointLocation", f"{tmp_path}/nck").trigger(
+        availableNow=True).start().awaitTermination()
+    assert sum(len(r[0]) for r in native.values()) > 5
+    fail_on = sorted(b for b, r in native.items() if r[0])[1]  # a batch with rows, not the first
+
+    got: dict[int, list] = {}
+    history: list = []
+    ck = f"{tmp_path}/ck"
+
+    def run(fail: int | None):
+        capsys.readouterr()
+        q = (accelerate(df, vnodes=2, on_batch=history.append).writeStream.foreachBatch(keep(got, fail))
+             .option("checkpointLocation", ck).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+        finally:
+            assert "warning" not in capsys.readouterr().err
+        return q
+
+    from pyspark.errors import StreamingQueryException
+
+    with pytest.raises(StreamingQueryException, match=f"foreachBatch's function failed on batch {fail_on}: "
+                                                      "RuntimeError: the sink is down"):
+        run(fail_on)
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
+
+    assert max(Checkpoint(Location.of(ck)).committed_batches()) == fail_on - 1
+    run(None)
+    assert [len(got[b]) for b in sorted(got)] == [2 if b == fail_on else 1 for b in sorted(got)]
+    assert got[fail_on][0] == got[fail_on][1]  # the replay: the same rows
+    assert {b: r[-1] for b, r in got.items()} == {b: r[0] for b, r in native.items()}
+    assert history and all("foreach_batch_s" in m for m in history)
+    assert not glob.glob(f"{ck}/gpuwm/batches/batch_id=*/*.parquet")  # removed once committed
+
+
+@pytest.mark.parametrize("shape,vnodes", [("tumble", 2), ("hop", 1)])
+def test_update_mode_equals_spark_batch_for_batch(spark, tmp_path, shape, vnodes):
+    """``outputMode("update")`` on one window runs in gpuwm: each
+    micro-batch's changed (window, key) rows with their values so far —
+    Spark's update mode, batch for batch, late rows dropped as Spark drops
+    them — and the state cleaned as Spark cleans it (the windows still held
+    after the last batch are as many as Spark's state rows)."""
+    rng = np.random.default_rng({"tumble": 21, "hop": 22}[shape])
+    _write_batches(f"{tmp_path}/in", _random_batches(rng, 6, 30, step=6, behind=26, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _query(spark, f"{tmp_path}/in", shape)
+    native = _native(df, f"{tmp_path}/native", f"{tmp_path}/nck", mode="update")
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) >= 4 and sum(map(len, want.values())) > 10
+    history: list = []
+    q = (accelerate(df, vnodes=vnodes, on_batch=history.append, fallback="error").writeStream
+         .outputMode("update").format("parquet").option("path", f"{tmp_path}/out")
+         .option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert _batches(f"{tmp_path}/out") == want
+    # the input has rows behind the watermark: dropped by the filter or the window (behind a closed window)
+    assert sum(m["late_rows"] + sum(st["late_rows"] for st in m["stages"]) for m in history) > 0
+    import json
+
+    last = sorted(Path(f"{tmp_path}/nck/offsets").glob("[0-9]*"), key=lambda f: int(f.name))[-1]
+    meta = json.loads(last.read_text().splitlines()[1])  # Spark's offset log: version, metadata, offsets
+    assert meta["batchWatermarkMs"] == history[-1]["output_watermark"] // 1000  # the same watermark at the end
+    # the state cleaned as Spark's: the windows left open at the end are Spark's, fewer than were ever held
+    assert history[-1]["state_rows"] == native.lastProgress["stateOperators"][0]["numRowsTotal"]
+    assert history[-1]["state_rows"] < max(m["state_rows"] for m in history)
+
+
+def test_output_modes_gpuwm_does_not_run_fall_back_with_their_reason(spark, tmp_path, capsys):
+    """Update mode over a session window or a chain, and complete mode, run
+    in Spark as written after one line saying why (Spark's rows)."""
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(23), 3, 20, step=6, behind=14, keys=3))
+    for shape, mode, why in [
+            ("session", "update", "output mode 'update' with a session window: gpuwm emits a session once, "
+                                  "when it closes"),
+            ("chain", "update", "output mode 'update' with window then window: gpuwm runs one window or one dedup "
+                                "in update mode"),
+            ("tumble", "complete", "output mode 'complete': gpuwm runs append, and update for one window")]:
+        df = _query(spark, src, shape)
+        capsys.readouterr()
+        try:
+            q = (accelerate(df).writeStream.outputMode(mode).format("console")
+                 .option("checkpointLocation", f"{tmp_path}/ck-{shape}-{mode}").trigger(availableNow=True).start())
+            q.awaitTermination()
+        except Exception as e:  # Spark's own refusal of the query in that mode is Spark's to give
+            assert "gpuwm" not in str(e).split("\n")[0], e
+        err = capsys.readouterr().err
+        assert f"gpuwm: warning: the query runs in Spark, not gpuwm: writeStream: {why}\n" in err, err

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from ...backend import log
-from ...errors import ConfigError, StateError
+from ...errors import ConfigError, SinkError, StateError
 from ...frame import bytes_to_table
 from ...inputs import input_schemas
 from ..executor import tasks
@@ -238,8 +238,10 @@ class Driver:
 
     def __init__(self, plan: Plan, spark, df, *, inputs: tuple[str, ...], read: str, direct: bool,
                  input_dirs: list[str], kafka: dict | None, owner: Owner, history: list[dict],
-                 on_batch: Callable[[dict], None] | None, verbose: bool, name: str | None):
+                 on_batch: Callable[[dict], None] | None, verbose: bool, name: str | None,
+                 foreach_batch: tuple | None = None):
         self.plan = plan
+        self.foreach_batch = foreach_batch  # a foreachBatch sink's (function, Spark schema)
         self.spark = spark
         self.df = df
         from ..io.nexmark import nexmark_source
@@ -368,9 +370,15 @@ class Driver:
         m.update(time_kind="timestamp" if is_timestamp(plan) else "int", output=plan.sink.path,
                  totals=add_totals((prev_commit or {}).get("metrics", {}).get("totals"), m))
         outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
+        if plan.sink.kind == "foreachBatch":  # the user's sink takes the batch before it is committed
+            t_fb = time.perf_counter()
+            self._hand_over(batch_id)
+            m["foreach_batch_s"] = time.perf_counter() - t_fb
         t_commit = time.perf_counter()
         self._owner.check()
         ck.write_commit(batch_id, versions, files, filter_name, m)
+        if plan.sink.kind == "foreachBatch":  # handed over and committed: the staged rows are done with
+            plan.sink.location.delete_dir(f"batch_id={batch_id}")
         self._last_filter = (filter_name, new_filter)  # an attempt-unique name: the same name, the same bytes
         m["commit_s"] = time.perf_counter() - t_commit
         due, ending = self._next_drain(batch_id, filt, t_now)
@@ -399,6 +407,22 @@ class Driver:
                 f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})")
         if self.on_batch:
             self.on_batch(m)
+
+    def _hand_over(self, batch_id: int) -> None:
+        """Call the foreachBatch function with the batch's rows as a Spark
+        DataFrame (read from the Parquet the tasks staged; empty, with the
+        schema, when they wrote none)."""
+        fn, schema = self.foreach_batch
+        loc, where = self.plan.sink.location, f"batch_id={batch_id}"
+        staged = any(n.endswith(".parquet") for n in loc.list(where))
+        df = self.spark.read.schema(schema).parquet(f"{loc.uri}/{where}") if staged else \
+            self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(), schema)  # no rows, no Python task
+        try:
+            fn(df, batch_id)
+        except Exception as e:
+            raise SinkError(f"foreachBatch's function failed on batch {batch_id}: {type(e).__name__}: "
+                            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''} (nothing of batch "
+                            f"{batch_id} was committed: a restart runs it again)") from e
 
     def _stream(self):
         """Spark's ``StreamExecution`` of this query (JVM), found once, or None."""

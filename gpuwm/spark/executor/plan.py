@@ -28,8 +28,11 @@ from ..storage.checkpoint import Checkpoint, Location
 
 @dataclass(frozen=True)
 class Sink:
-    """``parquet`` (``path``: ``<path>/batch_id=<N>/part-<P>.parquet``) or
-    ``console`` (the first ``rows`` rows of each batch, printed by the driver)."""
+    """``parquet`` (``path``: ``<path>/batch_id=<N>/part-<P>.parquet``),
+    ``console`` (the first ``rows`` rows of each batch, printed by the
+    driver) or ``foreachBatch`` (Parquet as ``parquet``, under the
+    checkpoint, handed to the user's function as a DataFrame by the driver
+    before the batch is committed, removed after)."""
 
     kind: str
     path: str | None = None
@@ -40,10 +43,15 @@ class Sink:
     project: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("parquet", "console"):
-            raise ConfigError(f"sink must be 'parquet' or 'console', got {self.kind!r}")
-        if self.kind == "parquet" and not self.path:
-            raise ConfigError("a Parquet sink needs a path")
+        if self.kind not in ("parquet", "console", "foreachBatch"):
+            raise ConfigError(f"sink must be 'parquet', 'console' or 'foreachBatch', got {self.kind!r}")
+        if self.writes_files and not self.path:
+            raise ConfigError(f"a {self.kind} sink needs a path")
+
+    @property
+    def writes_files(self) -> bool:
+        """Tasks write the rows as ``<path>/batch_id=<N>/part-<P>.parquet``."""
+        return self.kind in ("parquet", "foreachBatch")
 
     @property
     def location(self) -> Location:

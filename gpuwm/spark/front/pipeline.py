@@ -136,6 +136,7 @@ class Pipeline:
         self._wms: dict[str, WatermarkSpec] = {}  # several inputs: each one's
         self._stages: list[OperatorSpec] = []
         self._sink: Sink | None = None
+        self._foreach: tuple | None = None  # a foreachBatch sink's (function, Spark schema or None): driver side
         self._late: Sink | None = None
         self._output: list | None = None
         self._arrow_schema: pa.Schema | None = None
@@ -368,6 +369,24 @@ class Pipeline:
         self._sink = Sink("console", rows=rows)
         return self
 
+    def foreach_batch(self, fn: Callable[[Any, int], Any], schema: Any = None) -> "Pipeline":
+        """Spark's ``foreachBatch``: ``fn(batch_df, batch_id)`` in the driver,
+        once per micro-batch, with a Spark DataFrame of the batch's output
+        rows (columns and types ``schema``, a Spark ``StructType``; default:
+        :meth:`output_schema`'s; every column nullable, as Spark's file
+        sources read them), before gpuwm commits the batch — so a batch
+        Spark replays (a crash before its commit) is handed over again, with
+        the same id and rows, as Spark does. The tasks stage the rows as
+        Parquet under ``<checkpoint>/gpuwm/batches/``, removed once the batch
+        is committed. If ``fn`` raises, nothing of the batch is committed,
+        the query stops with one line naming the batch and the cause, and a
+        restart runs the batch again."""
+        if not callable(fn):
+            raise ConfigError(f"foreach_batch takes a function (batch_df, batch_id), got {fn!r}")
+        self._sink = Sink("foreachBatch", f"{self.checkpoint.loc.uri}/gpuwm/batches", options=self._fs_options)
+        self._foreach = (fn, schema)
+        return self
+
     def output(self, steps: Sequence[Sequence[Any]]) -> "Pipeline":
         """Write the last stage's rows as other columns: ``steps`` of
         :mod:`gpuwm.spark.io.project` (``[[[name, expr], ...], ...]``), each
@@ -421,11 +440,21 @@ class Pipeline:
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
                     tuple(self._stages), self._sink_or_raise(), self._input_arrow_schema(), late=self._late)
 
+    def _foreach_batch(self, plan: Plan) -> tuple | None:
+        """A foreachBatch sink's function and the Spark schema of the DataFrames it gets."""
+        if plan.sink.kind != "foreachBatch" or self._foreach is None:
+            return None
+        from ..driver.loop import spark_schema
+
+        fn, schema = self._foreach
+        return fn, schema if schema is not None else spark_schema(self.output_schema())
+
     def _sink_or_raise(self) -> Sink:
         from dataclasses import replace
 
         if self._sink is None:
-            raise ConfigError("the pipeline has no sink: call .write_parquet(path) or .write_console()")
+            raise ConfigError("the pipeline has no sink: call .write_parquet(path), .write_console() or "
+                              ".foreach_batch(fn)")
         return replace(self._sink, project=json.dumps(self._output)) if self._output else self._sink
 
     def explain(self, trigger: Mapping[str, Any] | None = None) -> str:
@@ -514,7 +543,8 @@ class Pipeline:
         owner = prepare_checkpoint(self.checkpoint, plan)
         driver = Driver(plan, self.spark, self.df, inputs=tuple(self.inputs or ()), read=self.read,
                         direct=why is None, input_dirs=dirs, kafka=kafka, owner=owner, history=self.history,
-                        on_batch=self.on_batch, verbose=self.verbose, name=self.name)
+                        on_batch=self.on_batch, verbose=self.verbose, name=self.name,
+                        foreach_batch=self._foreach_batch(plan))
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         df = spark_watermark(drain.with_drains(self.df, self.checkpoint), plan)
         writer = df.writeStream.foreachBatch(driver.run_batch).option("checkpointLocation", self.checkpoint.loc.uri)

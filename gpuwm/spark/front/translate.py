@@ -51,7 +51,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Sequence
 
 from ...errors import ConfigError, SchemaError
 from ..jvm.objects import scala_iter
@@ -744,16 +744,18 @@ class Accelerated:
     def writeStream(self) -> "AcceleratedWriter":
         return AcceleratedWriter(self)
 
-    def pipeline(self, checkpoint: str, sink: tuple = ("console",), name: str | None = None):
+    def pipeline(self, checkpoint: str, sink: tuple = ("console",), name: str | None = None, mode: str = "append"):
         """The gpuwm :class:`~gpuwm.spark.Pipeline` of the translated query
-        (its output columns checked against Spark's: :class:`Refused` if
-        they would differ)."""
+        in output ``mode`` (its output columns checked against Spark's:
+        :class:`Refused` if they would differ, or if gpuwm does not run the
+        query in that mode)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from ..driver.kafka import same_columns
         from .pipeline import Pipeline
 
         t = self.translation
+        _check_mode(mode, t.stages)
         src = {n: i.source for n, i in t.inputs.items()} if t.inputs else t.source
         p = Pipeline(src, checkpoint, vnodes=self.vnodes, backend=self.backend, read=self.read,
                      on_batch=self.on_batch, verbose=self.verbose, name=name)
@@ -761,8 +763,8 @@ class Accelerated:
             p.watermark(i.column, delay=i.delay, profile=self.profile, input=n)
         try:
             for st in t.stages:
-                if st[0] == "window":
-                    p.window(st[1], by=st[2], aggs=st[3])
+                if st[0] == "window":  # update mode: each batch's changed (window, key) rows, as Spark's
+                    p.window(st[1], by=st[2], aggs=st[3], emit="on-update" if mode == "update" else "on-window-close")
                 elif st[0] == "join":
                     p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6])
                 else:
@@ -771,6 +773,8 @@ class Accelerated:
             raise Refused("query", str(e)) from None
         if sink[0] == "parquet":
             p.write_parquet(sink[1])
+        elif sink[0] == "foreachBatch":  # the function gets the query's own columns and types
+            p.foreach_batch(sink[1], self.df.schema)
         else:
             p.write_console(*sink[1:])
         p.output(t.output)
@@ -820,6 +824,26 @@ class Accelerated:
         return "\n".join(lines)
 
 
+def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
+    """Refuse an output mode gpuwm does not run the query in: append; update
+    for one tumbling or hopping window alone (each batch's changed rows, as
+    Spark's update mode gives them; Spark allows no other stateful operator
+    beside an aggregation in update mode) or a dedup alone (its rows are
+    final: update is append)."""
+    from ...session import Session
+
+    if mode == "append":
+        return
+    if mode == "update":
+        kinds = [st[0] for st in stages]
+        if kinds == ["window"] and not isinstance(stages[0][1], Session) or kinds == ["dedup"]:
+            return
+        why = "a session window: gpuwm emits a session once, when it closes" \
+            if kinds == ["window"] else f"{' then '.join(kinds)}: gpuwm runs one window or one dedup in update mode"
+        raise Refused("writeStream", f"output mode 'update' with {why}")
+    raise Refused("writeStream", f"output mode {mode!r}: gpuwm runs append, and update for one window")
+
+
 class SparkRun:
     """A query Spark runs as written (what :func:`accelerate` did not
     translate), with the calls ``gpuwm run`` makes on a Pipeline:
@@ -839,6 +863,8 @@ class SparkRun:
         w = self.df.writeStream.outputMode("append").option("checkpointLocation", self.checkpoint.loc.uri)
         if self.sink[0] == "parquet":
             w = w.format("parquet").option("path", self.sink[1])
+        elif self.sink[0] == "foreachBatch":
+            w = w.foreachBatch(self.sink[1])
         else:
             w = w.format("console").option("numRows", str(self.sink[1] if len(self.sink) > 1 else 20))
         if trigger:
@@ -871,10 +897,12 @@ def _schema_text(schema) -> str:
 
 class AcceleratedWriter:
     """Every call of PySpark's ``DataStreamWriter``, on a gpuwm query.
-    gpuwm runs ``format`` ``parquet`` or ``console`` with ``option``/
-    ``options`` ``path``, ``checkpointLocation`` (``numRows`` for the
-    console), ``outputMode`` ``append``, any ``trigger`` but a continuous
-    one, ``queryName``, and ``start``. Any other call — ``foreachBatch``,
+    gpuwm runs ``format`` ``parquet`` or ``console`` and ``foreachBatch``
+    (:meth:`gpuwm.spark.Pipeline.foreach_batch`), with ``option``/
+    ``options`` ``checkpointLocation`` (``path`` for Parquet, ``numRows``
+    for the console), ``outputMode`` ``append`` (``update`` for one window
+    or dedup alone), any ``trigger`` but a
+    continuous one, ``queryName``, and ``start``. Any other call —
     ``foreach``, ``toTable``, ``partitionBy`` or ``clusterBy`` with
     columns, another format, mode or option — makes Spark run the query
     (``spark.gpuwm.fallback``: one warning line saying why, or the error),
@@ -889,6 +917,7 @@ class AcceleratedWriter:
         self._trigger: dict[str, Any] = {}
         self._name: str | None = None
         self._other: list[str] = []  # calls gpuwm does not run, as the user wrote them
+        self._func: Any = None  # foreachBatch's function
 
     def _called(self, name: str, *args: Any, **kwargs: Any) -> "AcceleratedWriter":
         self._calls.append((name, args, kwargs))
@@ -937,21 +966,20 @@ class AcceleratedWriter:
         return self._called("clusterBy", *cols)
 
     def foreachBatch(self, func: Any) -> "AcceleratedWriter":
-        self._other.append("foreachBatch: gpuwm's sinks are parquet and console")
+        self._format, self._func = "foreachBatch", func  # as Spark: the sink until another format()
         return self._called("foreachBatch", func)
 
     def foreach(self, f: Any) -> "AcceleratedWriter":
-        self._other.append("foreach: gpuwm's sinks are parquet and console")
+        self._other.append("foreach: gpuwm's sinks are parquet, console and foreachBatch")
         return self._called("foreach", f)
 
     def _why_not(self) -> Refused | None:
         if self._other:
             return Refused("writeStream", self._other[0])
-        if self._mode.lower() != "append":
-            return Refused("writeStream", f"output mode {self._mode!r}: gpuwm's operators emit append only")
-        if self._format not in ("parquet", "console"):
-            return Refused("writeStream", f"format {self._format!r}: gpuwm writes parquet and console")
-        allowed = {"path", "checkpointlocation"} | ({"numrows"} if self._format == "console" else set())
+        if self._format not in ("parquet", "console", "foreachBatch"):
+            return Refused("writeStream", f"format {self._format!r}: gpuwm writes parquet, console and "
+                                          "foreachBatch")
+        allowed = {"checkpointlocation"} | {"parquet": {"path"}, "console": {"numrows"}}.get(self._format, set())
         other = sorted(k for k in self._options if k.lower() not in allowed)
         if other:
             return Refused("writeStream", f"option(s) {other}: gpuwm's {self._format} sink does not apply them")
@@ -985,16 +1013,23 @@ class AcceleratedWriter:
             if why is None:
                 opts = {k.lower(): v for k, v in self._options.items()}
                 ck = opts.get("checkpointlocation")
-                if ck is None and self._format == "parquet":
-                    raise ConfigError("a streaming query's parquet sink needs option('checkpointLocation', ...)")
+                if ck is None and self._format != "console":
+                    raise ConfigError(f"a streaming query's {self._format} sink needs "
+                                      "option('checkpointLocation', ...)")
                 ck = ck or tempfile.mkdtemp(prefix="gpuwm-console-")
                 if self._format == "parquet" and not opts.get("path"):
                     raise ConfigError("the parquet sink needs a path: option('path', ...) or start(path)")
                 sink = ("parquet", opts["path"]) if self._format == "parquet" else \
+                    ("foreachBatch", self._func) if self._format == "foreachBatch" else \
                     ("console", int(opts.get("numrows", 20)))
-                return acc.runner(ck, sink, name=self._name).start(trigger=self._trigger or None,
-                                                                   query_name=self._name)
-            acc._refuse(why)
+                try:
+                    p = acc.pipeline(ck, sink, name=self._name, mode=self._mode.lower())
+                except Refused as r:  # Spark runs it, with every call as written
+                    acc._refuse(r)
+                else:
+                    return p.start(trigger=self._trigger or None, query_name=self._name)
+            else:
+                acc._refuse(why)
         return self._spark_writer().start()
 
     def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,

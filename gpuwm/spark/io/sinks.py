@@ -11,7 +11,7 @@ import pyarrow as pa
 
 def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
     """The sink's output of one task: ``<path>/batch_id=<N>/part-<part>.parquet``
-    (published whole: a replay rewrites it), or, for the console sink, the
+    (Parquet and foreachBatch sinks; published whole: a replay rewrites it), or, for the console sink, the
     rows as an exchange piece the driver prints. What the task's result
     says of it: ``{"output": piece}`` for the console sink's rows, and
     ``{"rows_emitted": n}`` where the sink's projection filters the rows
@@ -27,7 +27,7 @@ def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
         said["rows_emitted"] = out.num_rows
         if not out.num_rows:
             return said
-    if sink.kind != "parquet":
+    if not sink.writes_files:
         return {**said, "output": plan.checkpoint.write_piece(batch_id, "out", 0, part, out)}
     sink.location.publish_parquet(f"batch_id={batch_id}/part-{part:05d}.parquet", out)
     return said
@@ -38,7 +38,7 @@ def clear_batch(plan, batch_id: int) -> None:
     Parquet sink and the late rows. A replay rewrites every part it writes,
     but one over another number of vnodes (a rescale between the attempts)
     would leave some of the first attempt's parts beside them."""
-    if plan.sink.kind == "parquet":
+    if plan.sink.writes_files:
         plan.sink.location.delete_dir(f"batch_id={batch_id}")
     if plan.late is not None:
         late = plan.late.location
