@@ -13,7 +13,12 @@ stream (``sort``, every row out). Each runs with three sinks:
   handing a batch over alone (the tasks stage Parquet under the checkpoint,
   the driver reads it back as a DataFrame, one more Spark job);
 * ``foreachBatch(write)``: the function writes its DataFrame with Spark's
-  Parquet writer (what a user does with it, JDBC or Delta alike).
+  Parquet writer (what a user does with it, JDBC or Delta alike);
+* with ``--delta``: gpuwm's ``format("delta")`` with each of its writers
+  (one Delta commit a batch, marked with the batch id): delta-rs
+  (``deltalake`` from PyPI) appending the staged Parquet's Arrow from the
+  driver, no Spark job — the default — and Delta's Spark writer, what it
+  uses where delta-rs is not installed.
 
 Per run: median Spark ``triggerExecution`` per batch with input (the first
 left out), and the median time in the function (``foreach_batch_s``).
@@ -44,16 +49,27 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=250_000)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--delta", action="store_true",
+                    help="also Delta sinks: Delta's Spark writer (gpuwm's format('delta')) and delta-rs (deltalake)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sinks"))
     args = ap.parse_args()
     import gpuwm
     from gpuwm.spark import Pipeline, local_session, read_nexmark
 
-    spark = local_session(app="gpuwm-sinks", cores=args.cores)
+    conf = {}
+    sinks = ["parquet", "foreachBatch(count)", "foreachBatch(write)"]
+    if args.delta:
+        from gpuwm.spark.jvm.jars import DELTA, resolve
+
+        conf = {"spark.jars": ",".join(resolve(DELTA)),
+                "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+                "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+        sinks += ["delta (delta-rs)", "delta (Delta's Spark writer)"]
+    spark = local_session(app="gpuwm-sinks", cores=args.cores, conf=conf)
     rows = []
     for query in ("tumble", "sort"):
         per_batch: dict[str, dict[int, int]] = {}
-        for sink in ("parquet", "foreachBatch(count)", "foreachBatch(write)"):
+        for sink in sinks:
             work = tempfile.mkdtemp(prefix="gpuwm-sinks-")
             df = read_nexmark(spark, f"{work}/ck", totalEvents=args.events, eventsPerBatch=args.batch, splits=4,
                               eventsPerSecond=50_000)
@@ -72,6 +88,11 @@ def main() -> int:
 
             if sink == "parquet":
                 p.write_parquet(f"{work}/out")
+            elif sink.startswith("delta"):  # gpuwm's format("delta"), with each writer
+                from gpuwm.spark.front.translate import DeltaAppend
+
+                DeltaAppend.writer = "spark" if "Spark" in sink else "delta-rs"
+                p.foreach_batch(DeltaAppend({"path": f"{work}/delta"}, f"{work}/ck"))
             else:
                 p.foreach_batch(count if sink.endswith("(count)") else write)
             sq = p.start()
@@ -80,6 +101,15 @@ def main() -> int:
             if sink == "parquet":
                 seen = {b: sum(pq.read_metadata(f).num_rows for f in glob.glob(f"{work}/out/batch_id={b}/*.parquet"))
                         for b in (m["batch_id"] for m in p.history)}
+            elif sink.startswith("delta"):  # each batch one Delta commit, marked with its id
+                import json
+
+                seen = {}
+                for f in sorted(glob.glob(f"{work}/delta/_delta_log/*.json")):
+                    acts = [json.loads(line) for line in open(f)]
+                    txn = next(a["txn"]["version"] for a in acts if "txn" in a)
+                    seen[txn] = sum(a["add"]["stats"] and json.loads(a["add"]["stats"])["numRecords"]
+                                    for a in acts if "add" in a)
             per_batch[sink] = {b: n for b, n in seen.items() if n}
             assert per_batch[sink] == per_batch["parquet"], f"{query}, {sink}: not the Parquet sink's rows"
             full = {m["batch_id"]: m for m in p.history}

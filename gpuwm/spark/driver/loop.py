@@ -415,14 +415,26 @@ class Driver:
         fn, schema = self.foreach_batch
         loc, where = self.plan.sink.location, f"batch_id={batch_id}"
         staged = any(n.endswith(".parquet") for n in loc.list(where))
+        if not staged and getattr(fn, "skip_empty", False):  # a sink of gpuwm's own that writes nothing then
+            return
+        if getattr(fn, "write_arrow", None) is not None:  # a sink of gpuwm's own that takes Arrow: no Spark job
+            import pyarrow.parquet as pq
+
+            try:
+                fn.write_arrow(pq.read_table(loc.path(where), filesystem=loc.fs), batch_id, self.spark)
+            except Exception as e:
+                raise SinkError(f"the sink failed on batch {batch_id}: {type(e).__name__}: {_first_line(e)} "
+                                f"(nothing of batch {batch_id} was committed: a restart runs it again)") from e
+            return
         df = self.spark.read.schema(schema).parquet(f"{loc.uri}/{where}") if staged else \
             self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(), schema)  # no rows, no Python task
         try:
             fn(df, batch_id)
         except Exception as e:
-            raise SinkError(f"foreachBatch's function failed on batch {batch_id}: {type(e).__name__}: "
-                            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''} (nothing of batch "
-                            f"{batch_id} was committed: a restart runs it again)") from e
+            what = "the sink" if getattr(fn, "skip_empty", False) else "foreachBatch's function"
+            raise SinkError(f"{what} failed on batch {batch_id}: {type(e).__name__}: "
+                            f"{_first_line(e)} (nothing of batch {batch_id} was committed: a restart runs it "
+                            "again)") from e
 
     def _stream(self):
         """Spark's ``StreamExecution`` of this query (JVM), found once, or None."""
@@ -653,6 +665,11 @@ def add_totals(before: dict | None, m: dict) -> dict:
             "offsets_lost": m.get("offsets_lost", 0)}
     before = before or {}
     return {k: before.get(k, 0) + this[k] for k in TOTALS}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def spark_schema(schema: pa.Schema):

@@ -36,6 +36,8 @@ KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 RAPIDS = "com.nvidia:rapids-4-spark_2.13:26.08.1"
 BROKER = "org.apache.kafka:kafka_2.13:4.1.1"
 S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
+#: Delta Lake for Spark 4.1: what a session needs to read and write ``format("delta")``
+DELTA = "io.delta:delta-spark_2.13:4.1.0"
 CENTRAL = "https://repo1.maven.org/maven2/"
 
 

@@ -1,0 +1,125 @@
+"""``format("delta")`` through ``accelerate``: gpuwm runs the query and
+appends each micro-batch with Delta's own writer as one transaction marked
+(query id, batch id) — against Spark's own Delta sink over the same files,
+with a crash between Delta's commit and gpuwm's. Delta Lake for Spark 4.1
+comes from Maven Central (fetched when not cached: a failure says why)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuwm.spark import accelerate, local_session
+
+from .test_accelerate import _norm, _query
+from .test_spark import _random_batches, _write_batches
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from gpuwm.spark.jvm.jars import DELTA, resolve
+
+    s = local_session(app="gpuwm-delta", cores=2, conf={
+        "spark.jars": ",".join(resolve(DELTA)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"})
+    yield s
+    s.stop()
+
+
+def _rows(spark, path: str) -> list:
+    return sorted((tuple(_norm(v) for v in r.asDict().values()) for r in spark.read.format("delta").load(path)
+                   .collect()), key=repr)
+
+
+def _writes(path: str) -> list[dict]:
+    """Each Delta commit's ``txn`` (application transaction) action, in commit order (None: none)."""
+    out = []
+    for f in sorted(Path(path, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in f.read_text().splitlines()]
+        out.append(next((a["txn"] for a in actions if "txn" in a), None))
+    return out
+
+
+@pytest.mark.parametrize("writer", ["delta-rs", "spark"])
+def test_delta_sink_equals_spark_s_and_a_replayed_batch_lands_once(spark, tmp_path, monkeypatch, capsys, writer):
+    """The table gpuwm writes — with delta-rs from the batch's Arrow, or
+    with Delta's Spark writer where delta-rs is not installed — reads back
+    as Spark's own Delta sink's rows (over 2 vnodes). gpuwm is killed after Delta committed a batch and
+    before gpuwm's commit (the crash Spark's sink guards against): the
+    restarted query replays that batch, Delta sees its (app id, version)
+    and skips it — every row once, one Delta commit per batch with rows,
+    each marked with the query's id and its batch id."""
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(31), 5, 30, step=6, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _query(spark, f"{tmp_path}/in", "tumble")
+    (df.writeStream.format("delta").option("checkpointLocation", f"{tmp_path}/nck").trigger(availableNow=True)
+     .start(f"{tmp_path}/native").awaitTermination())
+    want = _rows(spark, f"{tmp_path}/native")
+    assert len(want) > 5
+
+    from gpuwm.spark.front.translate import DeltaAppend
+    from gpuwm.spark.storage.checkpoint import Checkpoint
+
+    monkeypatch.setattr(DeltaAppend, "writer", writer)
+    real, crashed = Checkpoint.write_commit, []
+
+    def crash_once(self, batch_id, *a, **k):
+        if not crashed and Path(f"{tmp_path}/out/_delta_log").exists() and len(_rows(spark, f"{tmp_path}/out")):
+            crashed.append(batch_id)  # Delta has this batch's rows; gpuwm's commit is lost
+            raise RuntimeError("killed between Delta's commit and gpuwm's")
+        return real(self, batch_id, *a, **k)
+
+    monkeypatch.setattr(Checkpoint, "write_commit", crash_once)
+
+    def run():
+        capsys.readouterr()
+        q = (accelerate(df, vnodes=2, fallback="error").writeStream.format("delta")
+             .option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(f"{tmp_path}/out"))
+        try:
+            q.awaitTermination()
+        finally:
+            assert "warning" not in capsys.readouterr().err
+        return q
+
+    with pytest.raises(Exception, match="killed between Delta's commit and gpuwm's"):
+        run()
+    assert crashed
+    q = run()
+    assert _rows(spark, f"{tmp_path}/out") == want
+    txns = _writes(f"{tmp_path}/out")
+    assert all(t is not None and t["appId"] == q.id for t in txns), txns  # the query's id, across the restart
+    versions = [t["version"] for t in txns]
+    assert versions == sorted(set(versions)) and crashed[0] in versions  # each batch committed once
+
+
+def test_a_delta_table_with_another_schema_stops_the_query_in_one_line(spark, tmp_path, capsys):
+    """A Delta table already at the path with other columns: the query
+    stops on its first batch with rows, in a line naming the batch and
+    Delta's cause; nothing of that batch is committed (gpuwm's checkpoint
+    or the table); the rerun with ``mergeSchema`` completes it."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
+
+    write_deltalake(f"{tmp_path}/out", pa.table({"other": pa.array([1], pa.int32())}))
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(32), 3, 20, step=6, behind=14, keys=3))
+    df = _query(spark, f"{tmp_path}/in", "tumble")
+
+    def run(**options):
+        return (accelerate(df, fallback="error").writeStream.format("delta").options(**options)
+                .option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(f"{tmp_path}/out"))
+
+    with pytest.raises(Exception, match=r"the sink failed on batch (\d+): \w+: .*schema.* \(nothing of batch "
+                                        r"\1 was committed: a restart runs it again\)") as got:
+        run().awaitTermination()
+    failed = int(__import__("re").search(r"failed on batch (\d+)", str(got.value)).group(1))
+    assert max(Checkpoint(Location.of(f"{tmp_path}/ck")).committed_batches(), default=-1) == failed - 1
+    assert _rows(spark, f"{tmp_path}/out") == [(1,)]
+    run(mergeSchema="true").awaitTermination()
+    rows = spark.read.format("delta").load(f"{tmp_path}/out")
+    assert rows.count() > 1 and set(rows.columns) >= {"other", "window", "k", "n", "mx"}
