@@ -514,9 +514,9 @@ def test_no_error_message_repeats_the_prefix_the_line_adds():
 
 
 def test_spark_submit_as_the_readme_says_from_another_directory(tmp_path):
-    """``spark-submit --properties-file spark_conf/local.conf gpuwm/spark/app.py
-    q7.json``, as the README writes it, run from another directory (the
-    files named by absolute path) on a standalone cluster of one worker
+    """``spark-submit --properties-file "$(gpuwm jars --conf-path local)"
+    "$(gpuwm jars --app-path)" q7.json``, as the README writes it, run from
+    another directory on a standalone cluster of one worker
     (``--master local-cluster``): the query runs to its summary, Spark's
     INFO lines stay off (``spark.log.level``), and the application ends
     cleanly — exit 0, no ERROR line (a session left running ended with the
@@ -524,7 +524,6 @@ def test_spark_submit_as_the_readme_says_from_another_directory(tmp_path):
     import os
     import re
 
-    root = Path(__file__).resolve().parents[1]
     spec = {"sources": {"bids": {"format": "nexmark", "options": {"totalEvents": 20000, "eventsPerSecond": 10000},
                                  "watermark": {"column": "date_time", "delay": "4 seconds"}}},
             "sql": "SELECT window(date_time, '10 seconds') AS window, auction, count(*) AS bids FROM bids "
@@ -532,10 +531,9 @@ def test_spark_submit_as_the_readme_says_from_another_directory(tmp_path):
             "checkpoint": "ck/q7", "sink": {"parquet": "out/q7"}, "trigger": {"availableNow": True}}
     (tmp_path / "q7.json").write_text(json.dumps(spec))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    r = subprocess.run(["spark-submit", "--master", "local-cluster[1,2,2048]",
-                        "--properties-file", str(root / "spark_conf" / "local.conf"),
-                        str(root / "gpuwm" / "spark" / "app.py"), "q7.json"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run('spark-submit --master "local-cluster[1,2,2048]" --properties-file '
+                       '"$(gpuwm jars --conf-path local)" "$(gpuwm jars --app-path)" q7.json', shell=True,
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert re.search(r"(?m)^gpuwm: 2 batches to batch 1: 18,400 rows in \(0 late, .*\), \d+ rows out -> "

@@ -304,7 +304,13 @@ def _main(argv: list[str]) -> int:
     if args.cmd == "jars":
         from ..jvm.jars import fetch, rapids_jar
 
-        if args.rapids_path:
+        if args.app_path:  # spark-submit's application file, from any directory
+            from .. import app
+
+            print(Path(app.__file__).resolve())
+        elif args.conf_path:
+            print(conf_path(args.conf_path))
+        elif args.rapids_path:
             print(rapids_jar())
         else:
             fetch(rapids=not args.no_rapids)
@@ -313,6 +319,16 @@ def _main(argv: list[str]) -> int:
         print(status(args.checkpoint, args.conf))
         return 0
     return 2
+
+
+def conf_path(name: str) -> Path:
+    """``spark_conf/<name>.conf`` of gpuwm's source tree (an editable install's)."""
+    import gpuwm
+
+    path = Path(gpuwm.__file__).resolve().parents[1] / "spark_conf" / f"{name}.conf"
+    if not path.is_file():
+        raise ConfigError(f"{path} is not there: spark_conf/ comes with gpuwm's source tree (pip install -e)")
+    return path
 
 
 def summary(m: dict) -> list[str]:
@@ -386,6 +402,10 @@ def parser() -> argparse.ArgumentParser:
     j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
     j.add_argument("--rapids-path", action="store_true",
                    help="print only the RAPIDS jar's local path (fetched when not cached): spark-submit --jars")
+    j.add_argument("--app-path", action="store_true",
+                   help="print only the path of gpuwm/spark/app.py, spark-submit's application file")
+    j.add_argument("--conf-path", metavar="NAME", choices=["local", "rapids"],
+                   help="print only the path of spark_conf/NAME.conf: spark-submit --properties-file")
     st = sub.add_parser("status", help="the last batches' metrics and the state size of a checkpoint")
     st.add_argument("checkpoint", help="the query's checkpoint location (a path, or a URI: s3a://bucket/ck, ...)")
     st.add_argument("--conf", action="append", default=[], metavar="spark.hadoop.fs.KEY=VALUE",
