@@ -18,7 +18,10 @@ stream (``sort``, every row out). Each runs with three sinks:
   (one Delta commit a batch, marked with the batch id): delta-rs
   (``deltalake`` from PyPI) appending the staged Parquet's Arrow from the
   driver, no Spark job — the default — and Delta's Spark writer, what it
-  uses where delta-rs is not installed.
+  uses where delta-rs is not installed;
+* with ``--kafka``: gpuwm's exactly-once Kafka sink (key: the auction as
+  text, value: the row as JSON; a transaction and its marker a batch) on a
+  broker started here.
 
 Per run: median Spark ``triggerExecution`` per batch with input (the first
 left out), and the median time in the function (``foreach_batch_s``).
@@ -51,8 +54,15 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--delta", action="store_true",
                     help="also Delta sinks: Delta's Spark writer (gpuwm's format('delta')) and delta-rs (deltalake)")
+    ap.add_argument("--kafka", action="store_true",
+                    help="also gpuwm's exactly-once Kafka sink (a broker started here: tests/kafka_broker.py)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sinks"))
     args = ap.parse_args()
+    broker = None
+    if args.kafka:
+        from tests.kafka_broker import Broker, create_topic
+
+        broker = Broker(tempfile.mkdtemp(prefix="gpuwm-sinks-broker-"), heap="1g").start()
     import gpuwm
     from gpuwm.spark import Pipeline, local_session, read_nexmark
 
@@ -65,6 +75,8 @@ def main() -> int:
                 "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
                 "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
         sinks += ["delta (delta-rs)", "delta (Delta's Spark writer)"]
+    if args.kafka:
+        sinks += ["kafka (exactly once)"]
     spark = local_session(app="gpuwm-sinks", cores=args.cores, conf=conf)
     rows = []
     for query in ("tumble", "sort"):
@@ -88,6 +100,16 @@ def main() -> int:
 
             if sink == "parquet":
                 p.write_parquet(f"{work}/out")
+            elif sink.startswith("kafka"):  # each row as key (auction) and value (its columns as JSON)
+                from gpuwm.spark.front.translate import KafkaAppend
+
+                topic = f"t{len(rows)}"
+                create_topic(broker.bootstrap, topic, 4)
+                p.foreach_batch(KafkaAppend({"topic": topic, "kafka.bootstrap.servers": broker.bootstrap,
+                                             "kafka.linger.ms": "5"}, f"{work}/ck"))
+                cols = [c.name for c in p.output_schema()]
+                p.output([[["key", {"cast": [{"col": "auction"}, "string"]}],
+                           ["value", {"to_json": [[c, {"col": c}] for c in cols]}]]])
             elif sink.startswith("delta"):  # gpuwm's format("delta"), with each writer
                 from gpuwm.spark.front.translate import DeltaAppend
 
@@ -98,9 +120,13 @@ def main() -> int:
             sq = p.start()
             sq.processAllAvailable()
             sq.stop()
+            if sink.startswith("kafka"):
+                p._foreach[0].close()  # (the query's watcher would, within its beat)
             if sink == "parquet":
                 seen = {b: sum(pq.read_metadata(f).num_rows for f in glob.glob(f"{work}/out/batch_id={b}/*.parquet"))
                         for b in (m["batch_id"] for m in p.history)}
+            elif sink.startswith("kafka"):  # what a read_committed consumer sees, by the marker's batches
+                seen = _committed_rows(broker.bootstrap, topic, p.history)
             elif sink.startswith("delta"):  # each batch one Delta commit, marked with its id
                 import json
 
@@ -125,6 +151,8 @@ def main() -> int:
                   f"{r['rows_out_per_batch']:,.0f} rows out a batch", flush=True)
             shutil.rmtree(work, ignore_errors=True)
     spark.stop()
+    if broker is not None:
+        broker.stop()
     base = {r["query"]: r["median_batch_s"] for r in rows if r["sink"] == "parquet"}
     md = [f"# foreachBatch vs gpuwm's Parquet sink, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')})", "",
           f"{args.events:,} Nexmark events, {args.batch:,} a batch, one vnode.", "",
@@ -136,6 +164,30 @@ def main() -> int:
     write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
                              "batch": args.batch, "results": rows}, md)
     return 0
+
+
+def _committed_rows(bootstrap: str, topic: str, history: list[dict]) -> dict[int, int]:
+    """Rows per batch on ``topic`` as a read_committed consumer sees them:
+    the total must be the batches' rows; they are attributed to the batches
+    that emitted rows, in order (a transaction a batch)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "isolation.level": "read_committed",
+                  "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, i, 0) for i in range(4)])
+    n, ended = 0, set()
+    while len(ended) < 4:
+        msgs = c.consume(100_000, 10)
+        assert msgs, f"no end of {topic} within 10 s"
+        for m in msgs:
+            if m.error():
+                ended.add(m.partition())
+            else:
+                n += 1
+    c.close()
+    emitted = {m["batch_id"]: m["rows_emitted"] for m in history if m["rows_emitted"]}
+    assert n == sum(emitted.values()), f"{n} rows on {topic}, {sum(emitted.values())} emitted"
+    return emitted
 
 
 if __name__ == "__main__":

@@ -252,8 +252,9 @@ def translate(e, ids: dict[int, str]) -> dict:
         return {"lit": [float(str(e.child().value().toString())), "double"]}  # correctly rounded, as Java's
     if kind == "Cast":
         src, to = str(e.child().dataType().simpleString()), str(e.dataType().simpleString())
-        ok = (src == "binary" and to == "string") or (src in ("bigint", "int", "smallint", "tinyint")
-                                                     and to in ("timestamp", "bigint", "double"))
+        ints = ("bigint", "int", "smallint", "tinyint")
+        ok = (src == "binary" and to == "string") or (src in ints and to in ("timestamp", "bigint", "double")) \
+            or (to == "string" and (src in ints or src == "string" or src == "timestamp" and _utc(e)))
         if not ok:
             raise Untranslatable(str(e.sql()))
         return {"cast": [translate(e.child(), ids), to]}
@@ -271,6 +272,13 @@ def translate(e, ids: dict[int, str]) -> dict:
         return {kind.lower(): [translate(e.left(), ids), translate(e.right(), ids)]}
     if kind in ("Not", "IsNull", "IsNotNull"):
         return {{"Not": "not", "IsNull": "is_null", "IsNotNull": "is_not_null"}[kind]: translate(e.child(), ids)}
+    if kind == "StructsToJson" and _kind_of(e.child()) == "CreateNamedStruct" and not e.options().size() \
+            and _utc(e):
+        names = [str(n.eval(None).toString()) for n in scala_iter(e.child().nameExprs())]
+        values = list(scala_iter(e.child().valExprs()))
+        if all(_json_writable(str(v.dataType().simpleString())) for v in values):
+            return {"to_json": [[n, translate(v, ids)] for n, v in zip(names, values)]}
+        raise Untranslatable(f"{e.sql()} (fields of integer, boolean, string, timestamp and struct types)")
     if kind == "JsonToStructs":
         fields = [[str(f.name()), str(f.dataType().simpleString())] for f in e.schema().fields()] \
             if str(e.schema().typeName()) == "struct" else None
@@ -278,6 +286,29 @@ def translate(e, ids: dict[int, str]) -> dict:
             raise Untranslatable(f"{e.sql()} (fields of types {sorted(JSON_TYPES)}, no options)")
         return {"from_json": [translate(e.child(), ids), fields]}
     raise Untranslatable(str(e.sql()))
+
+
+def _kind_of(e) -> str:
+    return e.getClass().getSimpleName()
+
+
+def _utc(e) -> bool:
+    """A time-zone-aware expression evaluated in UTC (the session's time zone)."""
+    tz = e.timeZoneId()
+    return tz.isDefined() and str(tz.get()) in ("UTC", "Etc/UTC", "GMT", "Z", "+00:00")
+
+
+_JSON_SCALARS = ("bigint", "int", "smallint", "tinyint", "boolean", "string", "timestamp")
+
+
+def _json_writable(typ: str) -> bool:
+    """A type :func:`gpuwm.spark.io.project.to_json` writes as Spark does:
+    integers, booleans, strings, timestamps, structs of them."""
+    if typ.startswith("struct<") and typ.endswith(">"):
+        import re
+
+        return all(t in _JSON_SCALARS for t in re.findall(r"[^<,:]+:([a-z]+)", typ[7:-1]))
+    return typ in _JSON_SCALARS
 
 
 def batch_source(source: dict, batch_df) -> tuple[dict | None, str | None]:

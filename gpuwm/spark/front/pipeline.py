@@ -558,7 +558,7 @@ class Pipeline:
         except BaseException:
             owner.release()
             raise
-        owner.watch(q)
+        owner.watch(q, then=getattr((self._foreach or (None,))[0], "close", None))  # a sink's producer, say
         driver.query = q
         driver.drains.alive = lambda: q.isActive
         if finish:

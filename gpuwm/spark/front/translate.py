@@ -895,7 +895,133 @@ def _schema_text(schema) -> str:
     return ", ".join(f"{f.name} {f.type}" for f in schema)
 
 
-class DeltaAppend:
+class _DriverSink:
+    """A sink of gpuwm's own that the driver runs for each batch with rows,
+    before gpuwm commits the batch, marked with the query's id and the
+    batch id so that a batch replayed after a crash lands once."""
+
+    skip_empty = True  # (the driver does not call it for a batch that staged no rows)
+
+    def __init__(self, checkpoint: str):
+        self.checkpoint = checkpoint
+        self._app: str | None = None
+
+    def app_id(self, spark) -> str:
+        """The query's id, as Spark keeps it in ``<checkpoint>/metadata`` across restarts."""
+        if self._app is None:
+            from ..storage.checkpoint import Location, spark_fs_options
+
+            meta = Location.of(self.checkpoint, spark_fs_options(spark), "checkpoint").read_json("metadata") or {}
+            self._app = meta.get("id") or self.checkpoint
+        return self._app
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        """As a ``foreachBatch`` function: the batch's rows through :meth:`write_arrow`."""
+        self.write_arrow(batch_df.toArrow(), batch_id, batch_df.sparkSession)
+
+
+class KafkaAppend(_DriverSink):
+    """``format("kafka")`` as gpuwm runs it, exactly once: each micro-batch's
+    ``key`` and ``value`` columns (strings or bytes; what the query's last
+    select made — ``CAST(k AS STRING)``, ``to_json(struct(*))`` — evaluated
+    by gpuwm) produced to ``topic`` in one Kafka transaction
+    (confluent-kafka's transactional producer, ``transactional.id``
+    ``gpuwm-<query id>``), which also commits, as the consumer group
+    ``gpuwm-<query id>``'s offset of the topic's partition 0, the batch id
+    + 1: the durable marker of the last batch written. A batch replayed
+    after a crash between Kafka's commit and gpuwm's finds its marker and
+    is skipped; one that crashed inside its transaction is aborted when the
+    restarted producer fences it. A ``read_committed`` consumer sees every
+    row once (Spark's own Kafka sink is at least once). The ``kafka.*``
+    options are the producer's and the marker's consumer's settings (TLS
+    and SASL as librdkafka takes them). The marker lives as long as the
+    broker keeps the group's offsets (``offsets.retention.minutes``)."""
+
+    OPTIONS = ("topic", "checkpointlocation")
+
+    def __init__(self, options: Mapping[str, str], checkpoint: str):
+        super().__init__(checkpoint)
+        self.topic = next((v for k, v in options.items() if k.lower() == "topic"), None)
+        self.conf = {k[6:]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+        if not self.topic or "bootstrap.servers" not in self.conf:
+            raise ConfigError("the kafka sink needs option('topic', ...) and option('kafka.bootstrap.servers', ...)")
+        self._producer = None
+
+    def write_arrow(self, table, batch_id: int, spark) -> None:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        group = f"gpuwm-{self.app_id(spark)}"
+        marker = TopicPartition(self.topic, 0)
+        consumer = Consumer({**self.conf, "group.id": group, "enable.auto.commit": False,
+                             "isolation.level": "read_committed"})
+        try:
+            done = _committed(consumer, marker)
+            if done >= batch_id + 1:  # written before a crash that gpuwm's commit did not outlive
+                return
+            if self._producer is None:
+                self._producer = Producer({**self.conf, "transactional.id": group, "enable.idempotence": True})
+                self._producer.init_transactions(60)  # fences (aborts) an earlier attempt's open transaction
+            p = self._producer
+            p.begin_transaction()
+            try:
+                n = table.num_rows
+                keys = _bytes(table.column("key")) if "key" in table.column_names else [None] * n
+                for k, v in zip(keys, _bytes(table.column("value"))):
+                    while True:
+                        try:
+                            p.produce(self.topic, value=v, key=k)
+                            break
+                        except BufferError:  # the local queue is full: let it drain
+                            p.poll(0.05)
+                    p.poll(0)
+                p.send_offsets_to_transaction([TopicPartition(self.topic, 0, batch_id + 1)],
+                                              consumer.consumer_group_metadata(), 60)
+                p.commit_transaction(120)
+            except BaseException:
+                p.abort_transaction(60)
+                raise
+        finally:
+            consumer.close()
+
+
+    def close(self) -> None:
+        """Once the query stopped: send what is queued and let the producer go."""
+        p, self._producer = self._producer, None
+        if p is not None:
+            p.flush(30)
+
+
+def _committed(consumer, tp, timeout: float = 60) -> int:
+    """The group's committed offset of ``tp`` (negative: none), retried
+    while the group's coordinator is still being chosen or loaded (a new
+    group, a broker just started)."""
+    import time
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    choosing = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE)
+    until = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.committed([tp], timeout=30)[0].offset
+        except KafkaException as e:
+            err = e.args[0]
+            if not (err.retriable() or err.code() in choosing) or time.monotonic() > until:
+                raise
+            time.sleep(0.5)
+
+
+def _bytes(col) -> list:
+    """A string or binary column's values as bytes (null: None)."""
+    import pyarrow as pa
+
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = col.cast(pa.binary())
+    return col.to_pylist()
+
+
+class DeltaAppend(_DriverSink):
     """``format("delta")`` as gpuwm runs it: each micro-batch's rows
     appended to the Delta table at ``options['path']`` in the driver, before
     gpuwm commits the batch, as one Delta commit marked with Delta's
@@ -912,17 +1038,15 @@ class DeltaAppend:
     1.8-2.2 s with Delta's Spark writer. ``mergeSchema`` is the one writer
     option taken. Batches without rows write nothing."""
 
-    skip_empty = True  # (the driver then does not call it for a batch that staged no rows)
     OPTIONS = ("path", "checkpointlocation", "mergeschema")
     #: "delta-rs", "spark", or None: delta-rs where ``deltalake`` imports
     writer: str | None = None
 
     def __init__(self, options: Mapping[str, str], checkpoint: str):
+        super().__init__(checkpoint)
         opts = {k.lower(): v for k, v in options.items()}
         self.path = opts["path"]
         self.merge = opts.get("mergeschema", "false").lower() == "true"
-        self.checkpoint = checkpoint
-        self._app: str | None = None
         if self.writer is None:
             try:
                 import deltalake  # noqa: F401
@@ -932,15 +1056,6 @@ class DeltaAppend:
                 self.writer = "delta-rs"
         if self.writer == "delta-rs":
             self.write_arrow = self._write_arrow  # the driver hands the batch over as Arrow
-
-    def app_id(self, spark) -> str:
-        """The query's id, as Spark keeps it in ``<checkpoint>/metadata`` across restarts."""
-        if self._app is None:
-            from ..storage.checkpoint import Location, spark_fs_options
-
-            meta = Location.of(self.checkpoint, spark_fs_options(spark), "checkpoint").read_json("metadata") or {}
-            self._app = meta.get("id") or self.checkpoint
-        return self._app
 
     def __call__(self, batch_df, batch_id: int) -> None:
         """Delta's Spark writer: it skips a batch whose (app id, version) it committed."""
@@ -966,8 +1081,8 @@ class DeltaAppend:
 
 class AcceleratedWriter:
     """Every call of PySpark's ``DataStreamWriter``, on a gpuwm query.
-    gpuwm runs ``format`` ``parquet``, ``console`` or ``delta``
-    (:class:`DeltaAppend`) and ``foreachBatch``
+    gpuwm runs ``format`` ``parquet``, ``console``, ``delta``
+    (:class:`DeltaAppend`) or ``kafka`` (:class:`KafkaAppend`) and ``foreachBatch``
     (:meth:`gpuwm.spark.Pipeline.foreach_batch`), with ``option``/
     ``options`` ``checkpointLocation`` (``path`` for Parquet, ``numRows``
     for the console), ``outputMode`` ``append`` (``update`` for one window
@@ -1046,16 +1161,22 @@ class AcceleratedWriter:
     def _why_not(self) -> Refused | None:
         if self._other:
             return Refused("writeStream", self._other[0])
-        if self._format not in ("parquet", "console", "foreachBatch", "delta"):
-            return Refused("writeStream", f"format {self._format!r}: gpuwm writes parquet, console, delta and "
-                                          "foreachBatch")
+        if self._format not in ("parquet", "console", "foreachBatch", "delta", "kafka"):
+            return Refused("writeStream", f"format {self._format!r}: gpuwm writes parquet, console, delta, kafka "
+                                          "and foreachBatch")
         allowed = {"checkpointlocation"} | {"parquet": {"path"}, "console": {"numrows"},
-                                            "delta": set(DeltaAppend.OPTIONS)}.get(self._format, set())
-        other = sorted(k for k in self._options if k.lower() not in allowed)
+                                            "delta": set(DeltaAppend.OPTIONS),
+                                            "kafka": set(KafkaAppend.OPTIONS)}.get(self._format, set())
+        other = sorted(k for k in self._options if k.lower() not in allowed
+                       and not (self._format == "kafka" and k.lower().startswith("kafka.")))
         if other:
             return Refused("writeStream", f"option(s) {other}: gpuwm's {self._format} sink does not apply them")
         if "continuous" in self._trigger:
             return Refused("writeStream", "a continuous trigger: gpuwm runs micro-batches")
+        if self._format == "kafka" and ("value" not in self._acc.df.columns
+                                        or set(self._acc.df.columns) - {"key", "value"}):
+            return Refused("writeStream", f"format 'kafka' with columns {self._acc.df.columns}: gpuwm writes "
+                                          "a value and a key (no topic, partition or headers columns)")
         return None
 
     def _start_args(self, path: str | None, format: str | None, outputMode: str | None, partitionBy: Any,
@@ -1093,6 +1214,7 @@ class AcceleratedWriter:
                 sink = ("parquet", opts["path"]) if self._format == "parquet" else \
                     ("foreachBatch", self._func) if self._format == "foreachBatch" else \
                     ("foreachBatch", DeltaAppend(self._options, ck)) if self._format == "delta" else \
+                    ("foreachBatch", KafkaAppend(self._options, ck)) if self._format == "kafka" else \
                     ("console", int(opts.get("numrows", 20)))
                 try:
                     p = acc.pipeline(ck, sink, name=self._name, mode=self._mode.lower())

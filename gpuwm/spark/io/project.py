@@ -25,7 +25,11 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
   ``and``/``or``), and for floating point Spark's order (NaN equals NaN and
   is above every other value);
 - ``{"when": [predicate, expr]}`` — ``expr`` where the predicate is true,
-  else null (an outer join's window column: null where its side is absent).
+  else null (an outer join's window column: null where its side is absent);
+- ``{"to_json": [[field, expr], ...]}`` — Spark's ``to_json(struct(...))``
+  of integer, boolean, string, timestamp (UTC) and struct fields (a Kafka
+  sink's ``value``), and ``{"cast": [expr, "string"]}`` of an integer or a
+  timestamp (a Kafka sink's ``key``): Spark's text.
 
 A step may also be ``{"where": expr}``: the rows for which ``expr`` is true
 (Spark's ``filter``/``HAVING``: null drops the row), every column kept.
@@ -125,6 +129,8 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
     if op in ("is_null", "is_not_null"):
         a = _eval(arg, t, counts)
         return pc.is_null(a) if op == "is_null" else pc.is_valid(a)
+    if op == "to_json":
+        return to_json([(n, _eval(x, t, counts)) for n, x in arg], t.num_rows)
     if op == "when":
         v = _eval(arg[1], t, counts)
         return pc.if_else(pc.fill_null(_eval(arg[0], t, counts), False), v, pa.scalar(None, v.type))
@@ -170,11 +176,84 @@ def _timestamp(a: pa.Array, unit: str) -> pa.Array:
 
 def _cast(a: pa.Array, to: str) -> pa.Array:
     """The casts :func:`gpuwm.spark.driver.kafka.translate` lets through."""
-    if to == "string":  # from binary: Spark's cast keeps the bytes, valid UTF-8 or not
-        return a.view(pa.string())
+    if to == "string":
+        if pa.types.is_binary(a.type):  # Spark's cast keeps the bytes, valid UTF-8 or not
+            return a.view(pa.string())
+        if pa.types.is_timestamp(a.type):  # Spark's text of a timestamp (in UTC: the translation checked)
+            return _timestamp_text(a, " ", "")
+        return a.cast(pa.string())  # integers: their decimal digits; strings as they are
     if to == "timestamp":  # from an integer: seconds
         return _timestamp(a, "seconds")
     return a.cast(JSON_TYPES[to])
+
+
+def _timestamp_text(a: pa.Array, sep: str, zone: str, millis: bool = False) -> pa.Array:
+    """UTC timestamps as Spark writes them: ``yyyy-MM-dd<sep>HH:mm:ss``, then
+    the fraction — three digits always with ``millis`` (to_json's
+    ``.SSS``), else as many of six as it needs, none for a whole second (a
+    cast to string) — then ``zone``."""
+    us = a.cast(pa.int64())
+    whole = pc.floor_temporal(a, unit="second").cast(pa.timestamp("s", tz="UTC"))
+    secs = pc.strftime(whole, format=f"%Y-%m-%d{sep}%H:%M:%S", locale="C")
+    frac = pc.subtract(us, pc.multiply(pc.divide(us, 1_000_000), 1_000_000))  # -> [0, 1e6) for t >= 0
+    frac = pc.if_else(pc.less(frac, 0), pc.add(frac, 1_000_000), frac)
+    if millis:
+        digits = pc.utf8_slice_codeunits(pc.utf8_lpad(pc.cast(pc.add(pc.divide(frac, 1000), 1000), pa.string()), 4),
+                                         1, 4)
+        tail = pc.binary_join_element_wise(".", digits, "")
+    else:
+        six = pc.utf8_slice_codeunits(pc.cast(pc.add(frac, 1_000_000), pa.string()), 1, 7)
+        trimmed = pc.utf8_rtrim(six, characters="0")
+        tail = pc.if_else(pc.equal(frac, 0), "", pc.binary_join_element_wise(".", trimmed, ""))
+    return pc.binary_join_element_wise(secs, tail, zone, "")
+
+
+def _json_escape(a: pa.Array) -> pa.Array:
+    """Strings as Jackson writes them, quoted: ``\\``, ``"`` and control
+    characters escaped (``\\n``, ``\\t``, ``\\r``, ``\\b``, ``\\f``, else
+    ``\\u00XX``), everything else as it is."""
+    import json
+
+    out = pc.replace_substring(pc.replace_substring(a, "\\", "\\\\"), '"', '\\"')
+    ctl = pc.fill_null(pc.match_substring_regex(a, "[\\x00-\\x1f]"), False)
+    if pc.any(ctl).as_py():  # rare: those strings one by one, as json.dumps escapes them (as Jackson does)
+        idx = np.flatnonzero(ctl.to_numpy(zero_copy_only=False))
+        fixed = [json.dumps(v, ensure_ascii=False)[1:-1] for v in a.take(pa.array(idx)).to_pylist()]
+        out = pc.replace_with_mask(out, ctl, pa.array(fixed, pa.string()))
+    return pc.binary_join_element_wise('"', out, '"', "")
+
+
+def _json_value(a: pa.Array) -> pa.Array:
+    """Each value's JSON text as Spark's ``to_json`` writes it (null: null)."""
+    t = a.type
+    if pa.types.is_integer(t):
+        return a.cast(pa.string())
+    if pa.types.is_boolean(t):
+        return pc.if_else(a, "true", "false")
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _json_escape(a)
+    if pa.types.is_timestamp(t):  # Spark's default timestampFormat, yyyy-MM-dd'T'HH:mm:ss.SSSXXX, in UTC
+        return pc.binary_join_element_wise('"', _timestamp_text(a, "T", "Z", millis=True), '"', "")
+    if pa.types.is_struct(t):
+        inner = to_json([(t.field(i).name, pc.struct_field(a, [i])) for i in range(t.num_fields)], len(a))
+        return pc.if_else(pc.is_valid(a), inner, pa.scalar(None, pa.string()))
+    raise ValueError(f"to_json of {t}: not one of the types gpuwm writes")
+
+
+def to_json(fields: list[tuple[str, pa.Array]], n: int) -> pa.Array:
+    """Spark's ``to_json(struct(...))`` of the columns, row by row: a JSON
+    object of the fields in order, a null field left out (Spark's
+    ``ignoreNullFields``), no spaces."""
+    import json
+
+    pieces = []
+    for name, col in fields:  # ',"name":value', or "" where the field is null
+        key = "," + json.dumps(name, ensure_ascii=False) + ":"
+        pieces.append(pc.fill_null(pc.binary_join_element_wise(key, _json_value(col), ""), ""))
+    if not pieces:
+        return pa.array(["{}"] * n, pa.string())
+    body = pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, "")
+    return pc.binary_join_element_wise("{", pc.utf8_slice_codeunits(body, 1), "}", "")  # the first comma off
 
 
 def from_json(values: pa.Array, fields: list) -> tuple[pa.Array, int]:

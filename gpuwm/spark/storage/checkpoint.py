@@ -682,8 +682,9 @@ class Owner:
                               f"give this query its own checkpoint location")
         return cls(ck, run)
 
-    def watch(self, query) -> None:
-        """Renew the lease while ``query`` runs; release it when it stops."""
+    def watch(self, query, then: Any = None) -> None:
+        """Renew the lease while ``query`` runs; release it when it stops,
+        then call ``then`` (a sink's ``close``) if given."""
         self._LOCAL[self.run] = query
         def beat() -> None:
             try:
@@ -694,6 +695,8 @@ class Owner:
             except Exception:  # the JVM went away: the process is ending
                 return
             self.release()
+            if then is not None:
+                then()
 
         threading.Thread(target=beat, name="gpuwm-owner", daemon=True).start()
 

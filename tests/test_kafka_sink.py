@@ -1,0 +1,126 @@
+"""``format("kafka")`` through ``accelerate``, exactly once: gpuwm runs the
+query, evaluates its key and value (``CAST(k AS STRING)``,
+``to_json(struct(*))``) and produces each micro-batch in one Kafka
+transaction with its marker, on the KRaft broker of
+``tests/kafka_broker.py`` (jars from Maven Central). Checked against the
+key and value Spark's own query gives over the same files, read back with
+a ``read_committed`` consumer, across a crash between Kafka's commit and
+gpuwm's and one inside a transaction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpuwm.errors import GpuwmError
+from gpuwm.spark import accelerate, local_session
+
+from .kafka_broker import Broker, create_topic
+from .test_spark import _random_batches, _write_batches
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    try:
+        b = Broker(str(tmp_path_factory.mktemp("kafka"))).start()
+    except GpuwmError as e:  # Maven Central out of reach, or the broker did not start: say which
+        pytest.fail(f"the Kafka broker could not be started: {e}")
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = local_session(app="gpuwm-kafka-sink", cores=2)
+    yield s
+    s.stop()
+
+
+def _read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
+    """Every (key, value) a ``read_committed`` consumer sees on ``topic``, to its end."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, ended = [], set()
+    try:
+        while len(ended) < partitions:
+            m = c.poll(10)
+            assert m is not None, f"no end of {topic} within 10 s"
+            if m.error():
+                ended.add(m.partition())
+                continue
+            out.append((m.key().decode() if m.key() is not None else None, m.value().decode()))
+    finally:
+        c.close()
+    return sorted(out)
+
+
+def test_kafka_sink_writes_spark_s_messages_exactly_once_across_crashes(spark, broker, tmp_path, monkeypatch,
+                                                                        capsys):
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.storage.checkpoint import Checkpoint
+
+    from .test_accelerate import _source
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(41), 5, 30, step=6, behind=14, keys=4))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    agg = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds").groupBy(
+        F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+    df = agg.select(F.col("k").cast("string").alias("key"), F.to_json(F.struct("*")).alias("value"))
+    want: list = []
+    (df.writeStream.foreachBatch(lambda b, i: want.extend((r.key, r.value) for r in b.collect()))
+     .option("checkpointLocation", f"{tmp_path}/nck").trigger(availableNow=True).start().awaitTermination())
+    want.sort()
+    assert len(want) > 10
+    topic = "out"
+    create_topic(broker.bootstrap, topic, 2)
+
+    import gpuwm.spark.front.translate as translate
+
+    real_gpuwm, real_bytes, crashed = Checkpoint.write_commit, translate._bytes, []
+
+    def after_kafka(self, batch_id, *a, **k):  # a batch with rows written to Kafka; gpuwm's commit lost
+        if len(crashed) == 1 and batch_id > crashed[0]:
+            crashed.append(batch_id)
+            raise RuntimeError("killed between Kafka's commit and gpuwm's")
+        return real_gpuwm(self, batch_id, *a, **k)
+
+    def inside_kafka(col):  # the first transaction fails half-way through its values
+        values = real_bytes(col)
+        if crashed or col.num_chunks == 0 or b'"window"' not in (values[0] or b""):
+            return values
+
+        def half():
+            yield from values[: len(values) // 2]
+            crashed.append(-1)
+            raise RuntimeError("killed inside the transaction")
+        return half()
+
+    monkeypatch.setattr(Checkpoint, "write_commit", after_kafka)
+    monkeypatch.setattr(translate, "_bytes", inside_kafka)
+
+    def run():
+        capsys.readouterr()
+        q = (accelerate(df, vnodes=2, fallback="error").writeStream.format("kafka")
+             .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+             .option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+        finally:
+            assert "warning" not in capsys.readouterr().err
+        return q
+
+    with pytest.raises(Exception, match="the sink failed on batch .*killed inside the transaction"):
+        run()
+    monkeypatch.setattr(translate, "_bytes", real_bytes)
+    crashed[0] = 0
+    with pytest.raises(Exception, match="killed between Kafka's commit and gpuwm's"):
+        run()
+    assert len(crashed) == 2
+    run()
+    assert _read_committed(broker.bootstrap, topic, 2) == want  # every message once, none of the aborted
