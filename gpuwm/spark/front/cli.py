@@ -304,10 +304,8 @@ def _main(argv: list[str]) -> int:
     if args.cmd == "jars":
         from ..jvm.jars import fetch, rapids_jar
 
-        if args.app_path:  # spark-submit's application file, from any directory
-            from .. import app
-
-            print(Path(app.__file__).resolve())
+        if args.app_path:  # spark-submit's application file, from any directory (not imported: it imports us)
+            print(Path(__file__).resolve().parents[1] / "app.py")
         elif args.conf_path:
             print(conf_path(args.conf_path))
         elif args.rapids_path:
