@@ -87,3 +87,20 @@ def backend(request, monkeypatch) -> str:
         monkeypatch.setattr(np, "searchsorted", _cupy_like_searchsorted)
         return "gpu"
     return request.param
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A one-node KRaft Kafka broker on loopback (``tests/kafka_broker.py``,
+    jars from Maven Central), one per test module that asks for it; a
+    broker that cannot start fails the test with the reason."""
+    from gpuwm.errors import GpuwmError
+
+    from .kafka_broker import Broker
+
+    try:
+        b = Broker(str(tmp_path_factory.mktemp("kafka"))).start()
+    except GpuwmError as e:  # Maven Central out of reach, or the broker did not start: say which
+        pytest.fail(f"the Kafka broker could not be started: {e}")
+    yield b
+    b.stop()

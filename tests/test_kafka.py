@@ -25,9 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpuwm.errors import GpuwmError
-
-from .kafka_broker import Broker, create_topic, produce, produce_raw
+from .kafka_broker import create_topic, produce, produce_raw
 from .test_spark import read_out, rows_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -38,16 +36,6 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SCHEMA = "ts BIGINT, k BIGINT, price BIGINT"
 SELECT = [[f"from_json(CAST(value AS STRING), '{SCHEMA}') AS e", "partition"],
           ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition"]]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    try:
-        b = Broker(str(tmp_path_factory.mktemp("kafka"))).start()
-    except GpuwmError as e:  # Maven Central out of reach, or the broker did not start: say which
-        pytest.fail(f"the Kafka broker could not be started: {e}")
-    yield b
-    b.stop()
 
 
 _topics = iter(range(10**6))

@@ -12,23 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwm.errors import GpuwmError
 from gpuwm.spark import accelerate, local_session
 
-from .kafka_broker import Broker, create_topic
+from .kafka_broker import create_topic
 from .test_spark import _random_batches, _write_batches
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    try:
-        b = Broker(str(tmp_path_factory.mktemp("kafka"))).start()
-    except GpuwmError as e:  # Maven Central out of reach, or the broker did not start: say which
-        pytest.fail(f"the Kafka broker could not be started: {e}")
-    yield b
-    b.stop()
 
 
 @pytest.fixture(scope="module")
