@@ -938,6 +938,7 @@ class KafkaAppend(_DriverSink):
     broker keeps the group's offsets (``offsets.retention.minutes``)."""
 
     OPTIONS = ("topic", "checkpointlocation")
+    CHUNK = 20_000  # messages handed to librdkafka per produce_batch call
 
     def __init__(self, options: Mapping[str, str], checkpoint: str):
         super().__init__(checkpoint)
@@ -966,14 +967,9 @@ class KafkaAppend(_DriverSink):
             try:
                 n = table.num_rows
                 keys = _bytes(table.column("key")) if "key" in table.column_names else [None] * n
-                for k, v in zip(keys, _bytes(table.column("value"))):
-                    while True:
-                        try:
-                            p.produce(self.topic, value=v, key=k)
-                            break
-                        except BufferError:  # the local queue is full: let it drain
-                            p.poll(0.05)
-                    p.poll(0)
+                msgs = [{"value": v, "key": k} for k, v in zip(keys, _bytes(table.column("value")))]
+                for lo in range(0, n, self.CHUNK):
+                    _produce_all(p, self.topic, msgs[lo:lo + self.CHUNK])
                 p.send_offsets_to_transaction([TopicPartition(self.topic, 0, batch_id + 1)],
                                               consumer.consumer_group_metadata(), 60)
                 p.commit_transaction(120)
@@ -989,6 +985,25 @@ class KafkaAppend(_DriverSink):
         p, self._producer = self._producer, None
         if p is not None:
             p.flush(30)
+
+
+def _produce_all(p, topic: str, msgs: list[dict]) -> None:
+    """Queue every message with ``produce_batch`` (one call for many: the
+    per-message ``produce`` call was 3-5 us a message); those the full
+    local queue refused are queued again once it drained; any other
+    refusal is raised."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    while msgs:
+        if p.produce_batch(topic, msgs) == len(msgs):
+            p.poll(0)
+            return
+        failed = [m for m in msgs if "_error" in m]
+        other = next((m["_error"] for m in failed if m["_error"].code() != KafkaError._QUEUE_FULL), None)
+        if other is not None:
+            raise KafkaException(other)
+        msgs = [{"value": m["value"], "key": m["key"]} for m in failed]
+        p.poll(0.05)  # let the queue drain
 
 
 def _committed(consumer, tp, timeout: float = 60) -> int:
