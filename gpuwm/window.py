@@ -489,8 +489,8 @@ class WindowAggregate(AggregateOperator):
         cols: dict[str, Any] = {"window_start": np.repeat(np.asarray(starts, dtype=np.int64), n)}
         names = [f"key.{k}" for k in self.by] + [f"acc.{acc.agg}.{acc.role}" for acc in self._accs]
         if not blocks:
-            return {**cols, **{c: np.zeros(0, np.int64 if i < len(self.by) else self._accs[i - len(self.by)].dtype)
-                               for i, c in enumerate(names)}}
+            dtypes = [np.int64] * len(self.by) + [acc.dtype for acc in self._accs]
+            return {**cols, **{c: np.zeros(0, d) for c, d in zip(names, dtypes)}}
         dev = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
         dev += [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
         return {**cols, **dict(zip(names, staging.download_arrays(b, dev)))}  # one copy, one synchronisation

@@ -272,8 +272,8 @@ def translate(e, ids: dict[int, str]) -> dict:
         return {kind.lower(): [translate(e.left(), ids), translate(e.right(), ids)]}
     if kind in ("Not", "IsNull", "IsNotNull"):
         return {{"Not": "not", "IsNull": "is_null", "IsNotNull": "is_not_null"}[kind]: translate(e.child(), ids)}
-    if kind == "StructsToJson" and _kind_of(e.child()) == "CreateNamedStruct" and not e.options().size() \
-            and _utc(e):
+    if kind == "StructsToJson" and e.child().getClass().getSimpleName() == "CreateNamedStruct" \
+            and not e.options().size() and _utc(e):
         names = [str(n.eval(None).toString()) for n in scala_iter(e.child().nameExprs())]
         values = list(scala_iter(e.child().valExprs()))
         if all(_json_writable(str(v.dataType().simpleString())) for v in values):
@@ -286,10 +286,6 @@ def translate(e, ids: dict[int, str]) -> dict:
             raise Untranslatable(f"{e.sql()} (fields of types {sorted(JSON_TYPES)}, no options)")
         return {"from_json": [translate(e.child(), ids), fields]}
     raise Untranslatable(str(e.sql()))
-
-
-def _kind_of(e) -> str:
-    return e.getClass().getSimpleName()
 
 
 def _utc(e) -> bool:

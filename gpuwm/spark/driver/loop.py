@@ -415,26 +415,24 @@ class Driver:
         fn, schema = self.foreach_batch
         loc, where = self.plan.sink.location, f"batch_id={batch_id}"
         staged = any(n.endswith(".parquet") for n in loc.list(where))
-        if not staged and getattr(fn, "skip_empty", False):  # a sink of gpuwm's own that writes nothing then
+        own = getattr(fn, "skip_empty", False)  # a sink of gpuwm's own: it writes nothing for no rows
+        if not staged and own:
             return
-        if getattr(fn, "write_arrow", None) is not None:  # a sink of gpuwm's own that takes Arrow: no Spark job
-            import pyarrow.parquet as pq
-
-            try:
-                fn.write_arrow(pq.read_table(loc.path(where), filesystem=loc.fs), batch_id, self.spark)
-            except Exception as e:
-                raise SinkError(f"the sink failed on batch {batch_id}: {type(e).__name__}: {_first_line(e)} "
-                                f"(nothing of batch {batch_id} was committed: a restart runs it again)") from e
-            return
-        df = self.spark.read.schema(schema).parquet(f"{loc.uri}/{where}") if staged else \
-            self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(), schema)  # no rows, no Python task
+        write_arrow = getattr(fn, "write_arrow", None)  # a sink of gpuwm's own that takes Arrow: no Spark job
+        if write_arrow is None:
+            df = self.spark.read.schema(schema).parquet(f"{loc.uri}/{where}") if staged else \
+                self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(), schema)  # no rows, no Python task
         try:
-            fn(df, batch_id)
+            if write_arrow is not None:
+                import pyarrow.parquet as pq
+
+                write_arrow(pq.read_table(loc.path(where), filesystem=loc.fs), batch_id, self.spark)
+            else:
+                fn(df, batch_id)
         except Exception as e:
-            what = "the sink" if getattr(fn, "skip_empty", False) else "foreachBatch's function"
-            raise SinkError(f"{what} failed on batch {batch_id}: {type(e).__name__}: "
-                            f"{_first_line(e)} (nothing of batch {batch_id} was committed: a restart runs it "
-                            "again)") from e
+            what = "the sink" if own else "foreachBatch's function"
+            raise SinkError(f"{what} failed on batch {batch_id}: {type(e).__name__}: {_first_line(e)} (nothing "
+                            f"of batch {batch_id} was committed: a restart runs it again)") from e
 
     def _stream(self):
         """Spark's ``StreamExecution`` of this query (JVM), found once, or None."""

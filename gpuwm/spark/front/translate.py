@@ -979,7 +979,6 @@ class KafkaAppend(_DriverSink):
         finally:
             consumer.close()
 
-
     def close(self) -> None:
         """Once the query stopped: send what is queued and let the producer go."""
         p, self._producer = self._producer, None
@@ -1049,8 +1048,8 @@ class DeltaAppend(_DriverSink):
     extra) from the batch's Arrow, read straight from the staged Parquet —
     no Spark job; where it is not installed, Delta's Spark writer (the
     session needs Delta Lake, ``io.delta:delta-spark``), which skips a
-    marked batch itself. bench_sinks.py: 0.08-0.22 s a batch with delta-rs,
-    1.8-2.2 s with Delta's Spark writer. ``mergeSchema`` is the one writer
+    marked batch itself. bench_sinks.py: 0.017-0.096 s a batch with
+    delta-rs, 2.0-2.4 s with Delta's Spark writer. ``mergeSchema`` is the one writer
     option taken. Batches without rows write nothing."""
 
     OPTIONS = ("path", "checkpointlocation", "mergeschema")
