@@ -1,6 +1,7 @@
 """Reading from Kafka: gpuwm and Spark's own query on the same topic, events/s.
 
 Run:  .venv/bin/python benchmarks/bench_kafka.py [--events 2000000] [--partitions 4] [--batches 8]
+      [--compression none,gzip,snappy,lz4,zstd]
 
 A real broker (KRaft, one node on loopback: ``tests/kafka_broker.py``)
 holds Nexmark bids (``gpuwm.nexmark``: auction, bidder, price, date_time as
@@ -26,6 +27,11 @@ topic with a fresh checkpoint, and parse the value with the same
   vnode (one task reads every partition: both fetches) and with one per core;
 - **Spark native**: the same query written with ``withWatermark`` and
   ``groupBy(window, auction)``, append mode, Parquet out.
+
+``--compression`` with more than one codec: the same events in one topic
+per codec (librdkafka's producer, ``compression.type``), and per topic the
+direct floor, gpuwm direct (one vnode per core) and Spark native; the
+codec's cost (``kafka_codec_s``: inflating the batches in the tasks) per batch.
 
 events/s = rows / the query's wall time from start to the end of its last
 batch (start-up included; ``processingTime`` 0 until ``processAllAvailable``
@@ -54,8 +60,9 @@ SELECT = [[f"from_json(CAST(value AS STRING), '{SCHEMA}') AS e", "partition"],
            "timestamp_millis(e.date_time) AS date_time", "partition"]]
 
 
-def fill(bootstrap: str, topic: str, events: int, partitions: int) -> float:
-    """Produce ``events`` Nexmark bids, split = partition; seconds taken."""
+def fill(bootstrap: str, topic: str, events: int, partitions: int, compression: str = "none") -> float:
+    """Produce ``events`` Nexmark bids, split = partition, batches
+    compressed with ``compression``; seconds taken."""
     import pyarrow as pa
 
     from gpuwm.nexmark import NexmarkConfig, bids
@@ -69,7 +76,7 @@ def fill(bootstrap: str, topic: str, events: int, partitions: int) -> float:
         t = pa.concat_tables([bids(cfg, a, min(a + step, events), s) for s in range(partitions)])
         t = t.select(["auction", "bidder", "price", "date_time", "split"]).rename_columns(
             ["auction", "bidder", "price", "date_time", "partition"])
-        produce(bootstrap, topic, t)
+        produce(bootstrap, topic, t, **{"compression.type": compression})
     return time.perf_counter() - t0
 
 
@@ -157,7 +164,10 @@ def run_gpuwm(spark, bootstrap, topic, per_trigger, work, vnodes: int = 1, read:
     return {"wall_s": wall, "rows": sum(m["input_rows"] for m in h), "batches": len(h),
             "emitted": sum(m["rows_emitted"] for m in p.history),
             "batch_s": [m["wall_s"] for m in h], "job_s": [m["job_s"] for m in h],
-            "kernel_s": [m["kernel_s"] for m in h]}
+            "kernel_s": [m["kernel_s"] for m in h], "codec_s": [m.get("kafka_codec_s", 0) for m in h],
+            "codec_bytes": sum(m.get("kafka_codec_bytes", 0) for m in h),
+            "codec_out_bytes": sum(m.get("kafka_codec_out_bytes", 0) for m in h),
+            "client_ranges": sum(m.get("kafka_client_ranges", 0) for m in h)}
 
 
 def run_native(spark, bootstrap, topic, per_trigger, work) -> dict:
@@ -197,7 +207,12 @@ def main() -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kafka"))
     ap.add_argument("--only", default="", help="run only the queries whose names hold one of these (separated by |)"
                     "; results are then not written")
+    ap.add_argument("--compression", default="none",
+                    help="the topics' codecs, comma-separated (none, gzip, snappy, lz4, zstd): the same events each")
     args = ap.parse_args()
+    codecs = args.compression.split(",")
+    if len(codecs) > 1:
+        return by_codec(args, codecs)
 
     from gpuwm.spark import local_session
     from gpuwm.spark.jvm.jars import KAFKA
@@ -247,6 +262,56 @@ def main() -> int:
     write_results(args.out, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "events": args.events,
                              "partitions": args.partitions, "batches": args.batches, "produce_s": produce_s,
                              "runs": runs}, md)
+    print("\n".join(md))
+    return 0
+
+
+def by_codec(args, codecs: list[str]) -> int:
+    """``--compression a,b,...``: per codec the direct floor, gpuwm direct and Spark native on its own topic."""
+    from gpuwm.spark import local_session
+    from gpuwm.spark.jvm.jars import KAFKA
+    from tests.kafka_broker import Broker
+
+    root = tempfile.mkdtemp(prefix="gpuwm-kafka-")
+    queries = [("floor, direct", run_direct_floor), (f"gpuwm direct, vnodes {args.cores}",
+                                                     partial(run_gpuwm, vnodes=args.cores)), ("Spark native", run_native)]
+    with Broker(f"{root}/broker", heap="1g") as broker:
+        produced = {}
+        for c in codecs:
+            produced[c] = fill(broker.bootstrap, f"bids-{c}", args.events, args.partitions, c)
+            print(f"produced {args.events:,} events ({c}) in {produced[c]:.1f} s", flush=True)
+        spark = local_session(app="gpuwm-kafka", cores=args.cores, conf={"spark.jars.packages": KAFKA})
+        per = -(-args.events // args.batches)
+        for rnd in range(args.rounds):  # the first round warms the JVM up; the last one is reported
+            runs = []
+            for c in codecs:
+                for name, fn in queries:
+                    work = tempfile.mkdtemp(prefix="q-", dir=root)
+                    r = fn(spark, broker.bootstrap, f"bids-{c}", per, work)
+                    r.update(query=name, codec=c, events_per_s=r["rows"] / r["wall_s"], round=rnd)
+                    print({k: v for k, v in r.items() if not isinstance(v, list)}, flush=True)
+                    runs.append(r)
+        spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    md = [f"# Kafka source by codec, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')}; {args.events:,} Nexmark "
+          f"events in {args.partitions} partitions, {args.batches} batches; round {args.rounds} of {args.rounds})", "",
+          "| codec | query | input rows | wall s | events/s | × Spark native | of the direct floor | "
+          "codec s a batch | bytes in → out | client ranges |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in codecs:
+        mine = {r["query"]: r for r in runs if r["codec"] == c}
+        native, floor = mine["Spark native"], mine["floor, direct"]
+        for r in mine.values():
+            codec = (f"{sum(r['codec_s']) / max(len(r['codec_s']), 1):.3f}" if "codec_s" in r else "")
+            sizes = (f"{r['codec_bytes'] / 1e6:.1f} → {r['codec_out_bytes'] / 1e6:.1f} MB"
+                     if r.get("codec_bytes") else "")
+            md.append(f"| {c} | {r['query']} | {r['rows']:,} | {r['wall_s']:.1f} | {r['events_per_s']:,.0f} | "
+                      f"{r['events_per_s'] / native['events_per_s']:.2f} | "
+                      f"{r['events_per_s'] / floor['events_per_s']:.2f} | {codec} | {sizes} | "
+                      f"{r.get('client_ranges', '')} |")
+    if not args.only:
+        write_results(args.out + "-codecs", {"date": time.strftime("%Y-%m-%d"), "cores": args.cores,
+                                             "events": args.events, "partitions": args.partitions,
+                                             "batches": args.batches, "produce_s": produced, "runs": runs}, md)
     print("\n".join(md))
     return 0
 

@@ -83,12 +83,13 @@ def add_partitions(bootstrap: str, name: str, total: int) -> None:
 
 
 def produce(bootstrap: str, topic: str, table: pa.Table, partition: str = "partition",
-            transaction: str | None = None) -> None:
+            transaction: str | None = None, **settings) -> None:
     """Every row of ``table`` as one JSON message (its columns but
     ``partition``; timestamps as epoch milliseconds) to the partition its
     ``partition`` column names; returns once the broker acknowledged all.
     ``transaction`` (a transactional id): all in one transaction, so that a
-    ``read_committed`` consumer sees all of them at once or none."""
+    ``read_committed`` consumer sees all of them at once or none.
+    ``settings``: librdkafka's producer settings (``compression.type``)."""
     from confluent_kafka import Producer
 
     cols = [c for c in table.column_names if c != partition]
@@ -100,7 +101,7 @@ def produce(bootstrap: str, topic: str, table: pa.Table, partition: str = "parti
         values.append(a.to_pylist())
     parts = table.column(partition).to_pylist()
     conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 2_000_000,
-            "acks": "all"}
+            "acks": "all", **settings}
     p = Producer({**conf, "transactional.id": transaction} if transaction else conf)
     if transaction:
         p.init_transactions(60)

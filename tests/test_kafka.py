@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -95,6 +96,11 @@ from tests.kafka_broker import add_partitions, produce
 cfg = json.load(open(sys.argv[1]))
 ARGS_MAX = tasks.ARGS_MAX
 spark = local_session(app="gpuwm-kafka-test", cores=2, conf=spec_conf(cfg["runs"][0]["spec"]))
+for w in cfg.get("java_produce", []):  # a chunk's rows as JSON messages by Spark's writer (Kafka's Java producer)
+    (spark.read.parquet(w["chunk"])
+     .selectExpr("to_json(named_struct('ts', unix_millis(ts), 'k', k, 'price', price)) AS value", "partition")
+     .write.format("kafka").option("kafka.bootstrap.servers", w["bootstrap"]).option("topic", w["topic"])
+     .option("kafka.compression.type", w["compression"]).option("kafka.linger.ms", "20").save())
 for run in cfg["runs"]:
     if "dir" in run:
         os.makedirs(run["dir"], exist_ok=True)
@@ -119,6 +125,8 @@ for run in cfg["runs"]:
         continue
     tasks.ARGS_MAX = run.get("args_max", ARGS_MAX)  # (0: every batch's job planned anew)
     p = build(spark, run["spec"], verbose=False)
+    with open(run["metrics"] + ".explain", "w") as fh:
+        fh.write(p.explain())
     restart = "topic" in run and run.get("restart")
     # a topic's query starts once its first chunk is in: a query polling the end offsets while the
     # transaction's markers land on its partitions one by one would plan part of the chunk as a batch,
@@ -153,17 +161,19 @@ print("DONE", flush=True)
 """
 
 
-def _drive(tmp, runs: list[dict]) -> list[list[dict]]:
+def _drive(tmp, runs: list[dict], java_produce: list | None = None) -> list[list[dict]]:
     """Run each of ``runs`` (a spec, its input chunks; Kafka: the topic it
     produces each chunk to before the next micro-batch, files: the folder it
-    writes each chunk into) in one Spark subprocess; each run's metrics."""
+    writes each chunk into) in one Spark subprocess; each run's metrics.
+    ``java_produce``: chunks Spark's Kafka writer produces first (``chunk``,
+    ``topic``, ``bootstrap``, ``compression``)."""
     script, cfg = os.path.join(tmp, "driver.py"), os.path.join(tmp, f"driver-{len(os.listdir(tmp))}.json")
     with open(script, "w") as fh:
         fh.write(textwrap.dedent(DRIVER.format(root=ROOT)))
     for i, r in enumerate(runs):
         r["metrics"] = os.path.join(tmp, f"metrics-{os.path.basename(cfg)}-{i}.json")
     with open(cfg, "w") as fh:
-        json.dump({"runs": runs}, fh)
+        json.dump({"runs": runs, "java_produce": java_produce or []}, fh)
     p = subprocess.run([sys.executable, script, cfg], capture_output=True, text=True, timeout=900)
     assert "DONE" in p.stdout, p.stdout[-3000:] + p.stderr[-6000:]
     return [json.load(open(r["metrics"])) for r in runs]
@@ -388,6 +398,50 @@ def test_direct_read_equals_sparks_reader_batch_for_batch(broker, tmp_path):
         assert sum(m["kafka_client_ranges"] for m in md) == 0  # gpuwm's own fetch read every range
 
 
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
+    """A topic whose partition *i* holds batches compressed with codec *i*
+    (none, gzip, snappy, lz4, zstd), written by librdkafka and by Kafka's
+    Java producer (Spark's own Kafka writer: snappy in xerial blocks), read
+    by Spark's reader and by gpuwm's tasks in micro-batches: every row,
+    batch for batch, and no range left to confluent-kafka — each codec is
+    inflated on gpuwm's own fetch, once, its cost in the batch's metrics."""
+    rng = np.random.default_rng(23)
+    topic = _topic(broker, len(CODEC_NAMES))
+    ours = _events(rng, 2_000, list(range(len(CODEC_NAMES))), 0, 4_000)
+    java = _events(rng, 2_000, list(range(len(CODEC_NAMES))), 4_000, 4_000)
+    for p, codec in enumerate(CODEC_NAMES):
+        produce(broker.bootstrap, topic, ours.filter(pc.equal(ours["partition"], p)),
+                **{"compression.type": codec})
+    chunks = _chunk_files(tmp_path, [java.filter(pc.equal(java["partition"], p))
+                                     for p in range(len(CODEC_NAMES))])
+    runs = []
+    for read in ("spark", "direct"):
+        src = _kafka(broker, topic, maxOffsetsPerTrigger=1_500)
+        src["select"] = [[f"from_json(CAST(value AS STRING), '{SCHEMA}') AS e", "partition", "offset"],
+                         ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition", "offset"]]
+        spec = {"source": src, "checkpoint": f"{tmp_path}/ck-{read}", "read": read,
+                "watermark": {"column": "ts", "delay": "1 second", "split": "partition", "profile": "spark"},
+                "sink": {"parquet": f"{tmp_path}/out-{read}"}}
+        runs.append({"spec": spec, "chunks": []})
+    ms, md = _drive(str(tmp_path), runs, [{"chunk": c, "topic": topic, "bootstrap": broker.bootstrap,
+                                           "compression": codec} for c, codec in zip(chunks, CODEC_NAMES)])
+    assert {m["read"] for m in md if m["input_rows"]} == {"direct"}
+    key = ("batch_id", "input_rows", "late_rows", "watermark", "rows_emitted")
+    assert [[m[c] for c in key] for m in md] == [[m[c] for c in key] for m in ms]
+    assert len([m for m in md if m["input_rows"]]) >= 3 and sum(m["input_rows"] for m in md) == 4_000
+    cols = ["partition", "offset", "ts", "k", "price"]
+    got = sorted(map(tuple, read_out(f"{tmp_path}/out-direct").select(cols).to_pylist()))
+    assert got == sorted(map(tuple, read_out(f"{tmp_path}/out-spark").select(cols).to_pylist())) and got
+    assert sum(m["kafka_client_ranges"] for m in md) == 0
+    packed, out = sum(m.get("kafka_codec_bytes", 0) for m in md), sum(m.get("kafka_codec_out_bytes", 0) for m in md)
+    assert 0 < packed < out and sum(m.get("kafka_codec_s", 0) for m in md) > 0
+    with open(runs[1]["metrics"] + ".explain") as fh:
+        assert "read         direct: its Kafka offset ranges fetched by gpuwm's tasks\n" in fh.read()
+
+
 def _batch_lines(out: str) -> list[int]:
     return [int(m.group(1)) for m in re.finditer(r"^batch\s+(\d+):", out, re.M)]
 
@@ -397,7 +451,10 @@ def test_sigkilled_driver_restarts_exactly_once(broker, tmp_path):
     micro-batches, ``availableNow``: it returns at the end), SIGKILLed after
     its third micro-batch and run again on its checkpoint: Spark's offset
     log replays the Kafka offsets of the batch in flight, gpuwm's state is
-    taken by batch id, and the output is the uninterrupted run's, each row once."""
+    taken by batch id, and the output is the uninterrupted run's, each row once.
+    The uninterrupted run reads through confluent-kafka
+    (``GPUWM_KAFKA_FETCH=client``): its batch lines, its summary and
+    ``gpuwm status`` say how many ranges took that path and why."""
     rng = np.random.default_rng(11)
     events = _events(rng, 24_000, [0, 1, 2, 3], 0, 60_000, disorder_ms=1_500)
     topic = _topic(broker, 4)
@@ -412,9 +469,18 @@ def test_sigkilled_driver_restarts_exactly_once(broker, tmp_path):
         path.write_text(json.dumps(s))
         return str(path)
 
-    clean = subprocess.run([*gpuwm, spec("clean")], capture_output=True, text=True, timeout=900, env=env)
+    clean = subprocess.run([*gpuwm, spec("clean")], capture_output=True, text=True, timeout=900,
+                           env={**env, "GPUWM_KAFKA_FETCH": "client"})
     assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-4000:]
     assert len(_batch_lines(clean.stdout)) >= 8
+    said = [int(n) for n in re.findall(r"\[(\d+) Kafka ranges? read by confluent-kafka: \1 GPUWM_KAFKA_FETCH=client\]",
+                                       clean.stdout)]
+    assert len(said) >= 8 and "gpuwm: %d Kafka ranges read by confluent-kafka: %d GPUWM_KAFKA_FETCH=client" % (
+        sum(said), sum(said)) in clean.stdout, clean.stdout[-3000:]
+    status = subprocess.run([gpuwm[0], "status", str(tmp_path / "ck-clean")], capture_output=True, text=True,
+                            timeout=120)
+    assert status.returncode == 0 and "kafka_client_ranges" in status.stdout.splitlines()[0], status.stdout
+    assert f"{sum(said)} Kafka ranges read by confluent-kafka" in status.stdout
     proc = subprocess.Popen([*gpuwm, spec("killed")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=env)
     seen = []
@@ -463,6 +529,8 @@ def _read_direct(broker, topic: str, ranges: list, fail: bool, fetch: str = "wir
     counts: dict = {}
     got = list(read_kafka(src, iter([pa.record_batch([pa.array([0])], names=["id"])]), counts))
     assert counts.pop("kafka_client_ranges", 0) == (len(ranges) if fetch == "client" else 0)  # who read them
+    assert counts.pop("kafka_client_why", {}) == ({"GPUWM_KAFKA_FETCH=client": len(ranges)} if fetch == "client"
+                                                  else {})
     return (pa.Table.from_batches(got) if got else pa.table({"offset": pa.array([], pa.int64())})), counts
 
 
@@ -493,21 +561,23 @@ def _fetch_both(broker, topic: str, ranges: dict, iso: str) -> tuple[pa.Table, p
         got = list(read_kafka(src, iter([ids]), c))
         out.append(pa.Table.from_batches(got) if got else None)
         counts.append(c)
-    assert counts[1].get("kafka_client_ranges") == sum(map(len, ranges.values()))  # every range, as asked
+    n = sum(map(len, ranges.values()))  # every range, as asked
+    assert counts[1].get("kafka_client_ranges") == n and counts[1]["kafka_client_why"] == {"GPUWM_KAFKA_FETCH=client": n}
     return out[0], out[1], counts[0]
 
 
-def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker):
+def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker, monkeypatch):
     """gpuwm's own fetch (Kafka's protocol, record batches decoded with
     NumPy: :mod:`gpuwm.spark.io.kafkawire`) gives confluent-kafka's rows —
     every column, both isolation levels, random ranges — over keys and
     headers (null, empty, several), values of every varint width with 0x00
     and 0x80 bytes in them, null values, committed and aborted transactions,
-    gzip batches and LogAppendTime; lz4 batches, which it does not decode,
-    go to confluent-kafka (counted), with the same rows."""
+    batches compressed by librdkafka under each codec, and LogAppendTime.
+    A range it does not take (here: zstd made unknown to it) goes to
+    confluent-kafka whole, with the same rows, counted with its reason."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from gpuwm.spark.io.kafkawire import batches
+    from gpuwm.spark.io.kafkawire import CODECS, batches
 
     rng = np.random.default_rng(11)
     topic = _topic(broker, 2)
@@ -521,16 +591,20 @@ def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker):
                 transaction=f"{topic}-a")
     produce_raw(broker.bootstrap, topic, [{"partition": i % 2, "value": b"no%d" % i} for i in range(30)],
                 transaction=f"{topic}-b", abort=True)
-    _produce_batches(broker.bootstrap, topic, plain[200:], **{"compression.type": "gzip"})
+    # (librdkafka sends a batch as it is where the codec does not make it smaller: values repeated, it does)
+    packable = [{**m, "value": m["value"] and m["value"] * 3} for m in plain[200:]]
+    for i, codec in enumerate(("gzip", "snappy", "lz4", "zstd")):
+        _produce_batches(broker.bootstrap, topic, packable[50 * i: 50 * i + 50], **{"compression.type": codec})
     _produce_batches(broker.bootstrap, topic, [{"partition": 1, "value": b'{"i": %d}' % i} for i in range(50)],
-                     **{"compression.type": "lz4"})
+                     **{"compression.type": "zstd"})
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t"})
     ends = {p: c.get_watermark_offsets(TopicPartition(topic, p))[1] for p in (0, 1)}
     c.close()
-    assert ends == {0: 232, 1: 282}  # 200 + 60 messages and 2 markers over the two, then partition 1's 50 lz4
+    assert ends == {0: 232, 1: 282}  # 200 + 60 messages and 2 markers over the two, then partition 1's 50 zstd
     for iso in ("read_committed", "read_uncommitted"):
         wire, client, counts = _fetch_both(broker, topic, {0: [[0, ends[0]]], 1: [[0, ends[1] - 50]]}, iso)
         assert wire.equals(client) and counts.get("kafka_client_ranges", 0) == 0, iso
+        assert counts["kafka_codec_out_bytes"] > counts["kafka_codec_bytes"] > 0 and counts["kafka_codec_s"] > 0
         values = wire.column("value").to_pylist()
         assert ((b"no1" in values) == (iso == "read_uncommitted")) and b"ok1" in values
         assert wire.column("headers").null_count < wire.num_rows and wire.column("key").null_count > 0
@@ -540,7 +614,11 @@ def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker):
             assert (wire is None and client is None) or wire.equals(client), (iso, cut)
             assert counts.get("kafka_client_ranges", 0) == 0
     wire, client, counts = _fetch_both(broker, topic, {1: [[ends[1] - 60, ends[1]]]}, "read_committed")
-    assert wire.equals(client) and wire.num_rows == 60 and counts["kafka_client_ranges"] == 1
+    assert wire.equals(client) and wire.num_rows == 60 and counts.get("kafka_client_ranges", 0) == 0
+    monkeypatch.delitem(CODECS, 4)  # zstd unknown: the range's last 50 records go to confluent-kafka
+    wire, client, counts = _fetch_both(broker, topic, {1: [[ends[1] - 60, ends[1]]]}, "read_committed")
+    assert wire.equals(client) and wire.num_rows == 60
+    assert counts["kafka_client_ranges"] == 1 and counts["kafka_client_why"] == {"compression codec 4": 1}
     # LogAppendTime: every record of a batch has the time the broker appended it (timestampType 1)
     appended = f"{topic}-log"
     create_topic(broker.bootstrap, appended, 1, {"message.timestamp.type": "LogAppendTime"})

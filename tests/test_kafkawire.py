@@ -4,7 +4,8 @@ against batches written here byte by byte from Kafka's message format v2
 timestamp and offset deltas, key, value and headers, each length a zigzag
 varint): random records — every varint width, 0x00 and 0x80 bytes in keys
 and values, nulls, headers — in batches of up to a few thousand records,
-gzip among them. The broker tests (``test_kafka.py``) compare the same
+under each of Kafka's codecs (compressed here by other libraries than the
+decoder's). The broker tests (``test_kafka.py``) compare the same
 decoder with confluent-kafka and Spark's reader on a real topic."""
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import gzip
 import struct
 
+import lz4.frame
 import numpy as np
 import pytest
+import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwm.spark.io.kafkawire import Unsupported, batches, records
+from gpuwm.spark.io.kafkawire import CODECS, Unsupported, batches, records
 
 
 def _varint(n: int) -> bytes:
@@ -40,13 +43,46 @@ def _record(i: int, ts_delta: int, key, value, headers) -> bytes:
     return _varint(len(body)) + body
 
 
+def _snappy_literals(data: bytes) -> bytes:
+    """Raw snappy (its format description) written as literals only: the
+    length as a varint, then literal elements of up to 2^16 bytes (tag
+    ``61 << 2``: a 2-byte little-endian length - 1 follows)."""
+    out, n = bytearray(), len(data)
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            break
+    for i in range(0, len(data), 1 << 16):
+        part = data[i: i + (1 << 16)]
+        out += bytes([61 << 2]) + (len(part) - 1).to_bytes(2, "little") + part
+    return bytes(out)
+
+
+def _xerial(data: bytes, block: int = 100) -> bytes:
+    """snappy-java's framing, as Kafka's Java producer writes snappy: magic,
+    version 1, compatible version 1, then (int32 length, raw snappy) blocks."""
+    out = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    for i in range(0, len(data), block):
+        raw = _snappy_literals(data[i: i + block])
+        out += struct.pack(">i", len(raw)) + raw
+    return out
+
+
+#: a batch's records compressed by codec id, with libraries other than the decoder's (cramjam)
+COMPRESS = {1: gzip.compress, 2: _snappy_literals, 3: lz4.frame.compress, 4: zstandard.compress, 5: _xerial}
+
+
 def _batch(base: int, base_ts: int, recs: list, attrs: int = 0, pid: int = -1, codec: int = 0,
            deltas: list | None = None) -> bytes:
-    """A v2 batch of ``recs``; ``deltas``: their offset deltas (compaction leaves gaps), else 0, 1, ..."""
+    """A v2 batch of ``recs``; ``deltas``: their offset deltas (compaction
+    leaves gaps), else 0, 1, ...; ``codec``: Kafka's (1 gzip, 2 snappy, 3
+    lz4, 4 zstd), 5 for snappy in xerial blocks (Java's producer)."""
     deltas = list(range(len(recs))) if deltas is None else deltas
     body = b"".join(_record(d, *r) for d, r in zip(deltas, recs))
-    if codec == 1:
-        body = gzip.compress(body)
+    if codec:
+        body = COMPRESS[codec](body)
+        codec = 2 if codec == 5 else codec
     max_ts = base_ts + max((r[0] for r in recs), default=0)
     head = struct.pack(">ibIhiqqqhii", 0, 2, 0, attrs | codec, deltas[-1], base_ts, max_ts, pid, 0, 0, len(recs))
     return struct.pack(">qi", base, len(head) + len(body)) + head + body
@@ -57,11 +93,12 @@ _RECORD = st.tuples(st.integers(-(1 << 40), 1 << 40), _BYTES, _BYTES,
                     st.lists(st.tuples(st.text(max_size=5), _BYTES), max_size=3))
 
 
-@given(st.lists(st.tuples(st.lists(_RECORD, min_size=1, max_size=12), st.sampled_from([0, 1]),
+@given(st.lists(st.tuples(st.lists(_RECORD, min_size=1, max_size=12), st.integers(0, 5),
                           st.booleans(), st.integers(0, 3)), min_size=1, max_size=5),
        st.sampled_from([0, 1, 2500]))
 def test_records_decode_as_written(spec, many):
-    """Every field of every record, batch after batch, as written; a
+    """Every field of every record, batch after batch, as written,
+    uncompressed and under each of Kafka's codecs; a
     batch of thousands of records (many doubling steps) among them;
     compacted batches (offset deltas with gaps); the offset after the last
     batch; a cut last batch left for the next fetch."""
@@ -118,14 +155,21 @@ def test_aborted_transactions_and_markers_are_skipped_as_the_java_consumer_does(
 
 
 def test_what_it_does_not_decode_is_refused_not_misread():
-    """A codec but gzip, an older message format, a record whose fields do
-    not add up to its length, offset deltas that do not rise:
-    :class:`Unsupported` (the range goes to confluent-kafka), never rows."""
+    """A codec Kafka does not have, a compressed batch that does not
+    inflate, an older message format, a record whose fields do not add up
+    to its length, offset deltas that do not rise: :class:`Unsupported`
+    (the range goes to confluent-kafka), never rows."""
     ok = _batch(0, 0, [(0, b"k", b"v", [])])
-    lz4 = bytearray(ok)
-    lz4[22] |= 3  # attributes (low byte): codec 3
-    with pytest.raises(Unsupported, match="codec 3"):
-        batches(np.frombuffer(bytes(lz4), np.uint8), False, [])
+    other = bytearray(ok)
+    other[22] |= 5  # attributes (low byte): codec 5
+    with pytest.raises(Unsupported, match="codec 5"):
+        batches(np.frombuffer(bytes(other), np.uint8), False, [])
+    for codec in (1, 2, 3, 4):  # its records, uncompressed, marked as compressed
+        marked = bytearray(ok)
+        marked[22] |= codec
+        with pytest.raises(Unsupported, match="does not inflate") as e:
+            batches(np.frombuffer(bytes(marked), np.uint8), False, [])
+        assert e.value.kind == f"a {CODECS[codec]} batch that does not inflate"
     old = bytearray(ok)
     old[16] = 1  # magic 1
     with pytest.raises(Unsupported, match="message format 1"):

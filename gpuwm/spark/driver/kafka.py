@@ -106,7 +106,7 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
         why = _same_schema(steps, any(str(a.name()) == "headers" for a in out), df.schema)
         if why is not None:
             return None, why
-        return {"steps": steps}, None
+        return {"steps": steps, "conf": conf}, None
     except Untranslatable as e:
         return None, f"the task cannot evaluate `{e}` of the select on the Kafka source"
     except Exception as e:  # not classic PySpark, or a plan shape we do not know
@@ -305,6 +305,19 @@ def _json_writable(typ: str) -> bool:
 
         return all(t in _JSON_SCALARS for t in re.findall(r"[^<,:]+:([a-z]+)", typ[7:-1]))
     return typ in _JSON_SCALARS
+
+
+def read_path(source: dict) -> str:
+    """How a Kafka source's tasks read (for ``explain`` and ``--dry-run``):
+    gpuwm's own fetch, or confluent-kafka and why (the settings of the
+    source's ``kafka.*`` options; each batch's ranges are checked again
+    against the executor's)."""
+    from ..io.kafkawire import wire_ok
+
+    fetch = os.environ.get(FETCH_ENV, "wire")
+    why = f"{FETCH_ENV}={fetch}" if fetch != "wire" else wire_ok(source.get("conf", {}))
+    return "its Kafka offset ranges fetched by gpuwm's tasks" + (
+        "" if why is None else f" through confluent-kafka ({why}), not gpuwm's own fetch")
 
 
 def batch_source(source: dict, batch_df) -> tuple[dict | None, str | None]:

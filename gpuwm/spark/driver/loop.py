@@ -27,6 +27,7 @@ from ..executor import tasks
 from ..executor.exchange import FLOW_SCHEMA, merge_task
 from ..executor.plan import Plan, is_timestamp
 from ..io.sinks import clear_batch
+from ..io.sources import KAFKA_COUNTS, add_counts
 from ..jvm.objects import scala_iter
 from ..storage import store
 from ..storage.checkpoint import FORMAT, Checkpoint, Owner
@@ -404,7 +405,9 @@ class Driver:
                 f"{m['input_rows'] / m['wall_s']:9,.0f} events/s"
             say(f"{self.name + ' ' if self.name else ''}batch {batch_id:3d}: rows {m['input_rows']:8,}  "
                 f"late {m['late_rows']:6,}  watermark {wm}  emitted {m['rows_emitted']:7,}  "
-                f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})")
+                f"state rows {m['state_rows']:8,}  {what}  ({m['backend']})"
+                + (f"  [{client_ranges(m['kafka_client_ranges'], m.get('kafka_client_why', {}))}]"
+                   if m.get("kafka_client_ranges") else ""))
         if self.on_batch:
             self.on_batch(m)
 
@@ -544,6 +547,7 @@ class Driver:
             "rows_released": head.get("rows_released", 0),
             "malformed_rows": head.get("malformed_rows", 0), "offsets_lost": head.get("offsets_lost", 0),
             "kafka_client_ranges": head.get("kafka_client_ranges", 0),
+            **{k: head[k] for k in KAFKA_COUNTS[1:] if k in head},  # why, and the codec's cost
             **({"input_rows_by_input": head["input_rows_by_input"]} if "input_rows_by_input" in head else {}),
             "vnode_tasks_s": sum(p["vnode_task_s"] for p in tasks_),
             "merge_tasks_s": sum(x["merge_task_s"] for x in merged),
@@ -646,9 +650,19 @@ def show_time(raw: int | None, kind: str | None) -> str:
     return datetime.fromtimestamp(raw / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def client_ranges(n: int, why: dict) -> str:
+    """How many Kafka ranges confluent-kafka read, not gpuwm's own fetch, and why, per kind.
+
+    >>> client_ranges(3, {"security.protocol=SSL": 2, "offset out of range": 1})
+    '3 Kafka ranges read by confluent-kafka: 2 security.protocol=SSL, 1 offset out of range'
+    """
+    reasons = ", ".join(f"{k} {w}" for w, k in sorted(why.items(), key=lambda x: (-x[1], x[0])))
+    return f"{n:,} Kafka range{'s' if n != 1 else ''} read by confluent-kafka" + (f": {reasons}" if reasons else "")
+
+
 #: the counts a commit carries summed over every batch since the query's first
 TOTALS = ("batches", "input_rows", "late_rows", "null_rows", "duplicate_rows", "rows_emitted", "malformed_rows",
-          "offsets_lost")
+          "offsets_lost", "kafka_client_ranges", "kafka_client_why")
 
 
 def add_totals(before: dict | None, m: dict) -> dict:
@@ -660,9 +674,9 @@ def add_totals(before: dict | None, m: dict) -> dict:
             "late_rows": m["late_rows"] + sum(st.get("late_rows", 0) for st in stages),
             "duplicate_rows": sum(st.get("duplicate_rows", 0) for st in stages),
             "rows_emitted": m["rows_emitted"], "malformed_rows": m.get("malformed_rows", 0),
-            "offsets_lost": m.get("offsets_lost", 0)}
-    before = before or {}
-    return {k: before.get(k, 0) + this[k] for k in TOTALS}
+            "offsets_lost": m.get("offsets_lost", 0), "kafka_client_ranges": m.get("kafka_client_ranges", 0),
+            "kafka_client_why": m.get("kafka_client_why", {})}
+    return add_counts(add_counts({k: 0 for k in TOTALS[:-1]}, before or {}, TOTALS), this)
 
 
 def _first_line(e: BaseException) -> str:

@@ -47,6 +47,7 @@ from ...errors import ConfigError, StateError
 from ...inputs import split_union, to_union, union_schema
 from ...watermark import split_key
 from ..io.sinks import write_late, write_output
+from ..io.sources import KAFKA_COUNTS, add_counts
 from ..storage import store
 from . import exchange
 from .plan import SEQ, Plan, shuffled_schema
@@ -150,7 +151,7 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     stats["t_read"] = t_read
     stats["malformed"] = (counts or {}).get("malformed", 0)  # what a direct source counted (Kafka)
     stats["offsets_lost"] = (counts or {}).get("offsets_lost", 0)
-    stats["kafka_client_ranges"] = (counts or {}).get("kafka_client_ranges", 0)
+    stats["kafka"] = add_counts({}, counts or {}, KAFKA_COUNTS)  # who read its ranges, and the codec's cost
     stats["part"] = part
     return kept, stats, held
 
@@ -419,8 +420,9 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
             "rows_released": sum(s.get("released", 0) for s in stats),
             "malformed_rows": sum(s.get("malformed", 0) for s in stats),
             "offsets_lost": sum(s.get("offsets_lost", 0) for s in stats),
-            "kafka_client_ranges": sum(s.get("kafka_client_ranges", 0) for s in stats),
         })
+        for s in stats:
+            add_counts(metrics, s.get("kafka", {}))
         if plan.multi:
             metrics["input_rows_by_input"] = {n: sum(s["inputs"][n]["rows"] for s in stats if n in s.get("inputs", {}))
                                               for n in plan.watermark.names}

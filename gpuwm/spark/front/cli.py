@@ -333,7 +333,7 @@ def summary(m: dict) -> list[str]:
     """What a query did, from its last batch's metrics (the totals every
     commit carries): batches, rows in and out, the rows dropped and why,
     what stays in state and the watermark it waits behind."""
-    from ..driver.loop import show_time
+    from ..driver.loop import client_ranges, show_time
 
     t = m.get("totals")
     if t is None:  # a commit written before gpuwm kept totals
@@ -351,6 +351,8 @@ def summary(m: dict) -> list[str]:
                      "dropped when a later batch's watermark passes its window or time (more input moves it)")
     else:
         lines.append(f"gpuwm: nothing left in state; watermark {wm}")
+    if t.get("kafka_client_ranges"):  # gpuwm's own fetch did not take them: slower, and the reason to fix
+        lines.append(f"gpuwm: {client_ranges(t['kafka_client_ranges'], t.get('kafka_client_why', {}))}")
     return lines
 
 
@@ -436,6 +438,8 @@ def status(checkpoint: str, conf: list[str] | tuple = ()) -> str:
     ms = [c["metrics"] for c in commits]
     if any(m.get("held_rows") or m.get("rows_released") for m in ms):  # alignment held rows back
         cols = cols[:-1] + ("held_back_splits", "held_rows", "rows_released", "wall_s")
+    if any(m.get("kafka_client_ranges") for m in ms):  # ranges gpuwm's own Kafka fetch did not take
+        cols = cols[:-1] + ("kafka_client_ranges", "wall_s")
     from ..driver.loop import show_time
 
     for m in ms:  # the watermark the batch's operators released up to, as `gpuwm run` printed it

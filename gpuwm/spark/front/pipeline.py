@@ -491,10 +491,12 @@ class Pipeline:
                                                           "the task makes the input itself where Spark's plan of the "
                                                           "source allows it (checked as the query starts)"))
         else:
-            why = direct_reason(self.df, self.inputs, self.checkpoint)[0]
+            from ..driver.kafka import read_path
+
+            why, _, kafka = direct_reason(self.df, self.inputs, self.checkpoint)
+            itself = read_path(kafka) if kafka is not None else "the task makes the input itself"
             lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
-                                                          "the task makes the input itself" if why is None else
-                                                          f"Spark's rows ({why})"))
+                                                          itself if why is None else f"Spark's rows ({why})"))
         given = dict(trigger) if trigger else None
         run_with, finish = trigger_for(given)
         lines.append(f"trigger      {given or 'default'}" + (f" -> run as {run_with}, stopped by gpuwm at the end "

@@ -809,18 +809,20 @@ class Accelerated:
         except Refused as r:
             return f"Spark runs the whole query: {r.operator}: {r.reason}"
         from ..driver.direct import direct_reason
+        from ..driver.kafka import read_path
 
         ins = t.inputs or {None: t}
-        why = direct_reason(t.source, {n: i.source for n, i in t.inputs.items()} if t.inputs else None,
-                            p.checkpoint)[0] if (self.read or "auto") != "spark" else "read='spark'"
+        why, _, kafka = direct_reason(t.source, {n: i.source for n, i in t.inputs.items()} if t.inputs else None,
+                                      p.checkpoint) if (self.read or "auto") != "spark" else ("read='spark'", [], None)
         src = " and ".join(_describe_source(i.source._jdf.queryExecution().analyzed()) for i in ins.values())
         lines = [f"gpuwm runs (profile {self.profile}, vnodes {self.vnodes or 1}):"]
         lines += [f"  watermark  {i.shown_time or i.column}, delay {i.delay}" + (f" ({n})" if n else "")
                   for n, i in ins.items()]
         lines += [f"  {s}" for s in t.shown]
         lines.append(f"  output     {', '.join(self.df.columns)}")  # pipeline() checked they are gpuwm's
+        read = read_path(kafka) if kafka is not None else "its input read by gpuwm's tasks"
         lines.append(f"Spark runs: the source, {src}" + (
-            " (its files read by gpuwm's tasks)" if why is None else f" (its rows handed to gpuwm: {why})"))
+            f" ({read})" if why is None else f" (its rows handed to gpuwm: {why})"))
         return "\n".join(lines)
 
 

@@ -3,9 +3,12 @@ per message: Kafka's Fetch request (v4) on a socket to the partition's
 leader, and its record batches (magic 2) decoded to Arrow columns with
 NumPy. The task side of :func:`gpuwm.spark.io.sources.read_kafka`, which keeps
 ``confluent-kafka`` for the partition's leader and watermarks and for what
-this path does not take (:class:`Unsupported`: TLS or SASL, a compressed
-batch but gzip, an old message format, any broker error but a deleted
-offset), so a range reads the same either way.
+this path does not take (:class:`Unsupported`: TLS or SASL, an old
+message format, any broker error but a deleted offset), so a range reads
+the same either way. Compressed batches — gzip, snappy (raw, as
+librdkafka writes it, or in the xerial blocks of Kafka's Java producer),
+lz4 (frames) and zstd — are inflated by ``cramjam``, which lets go of the
+GIL while it works.
 
 Records are varint-framed one after the other, so where record *i* starts
 depends on every record before it. Instead of walking them, every byte
@@ -26,26 +29,35 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
+import time
 
 import numpy as np
 import pyarrow as pa
 
 
 class Unsupported(Exception):
-    """This range is for ``confluent-kafka``'s reader (the reason in the message)."""
+    """This range is for ``confluent-kafka``'s reader (the reason in the
+    message; ``kind``: the reason without its particulars, which the
+    batch's metrics count ranges by)."""
+
+    def __init__(self, why: str, kind: str | None = None):
+        super().__init__(why)
+        self.kind = kind or why
 
 
 _BATCH = struct.Struct(">qiibIhiqqqhii")  # baseOffset .. recordCount: the 61-byte v2 batch header
 OFFSET_OUT_OF_RANGE = 1
 
 
-def wire_ok(conf: dict) -> bool:
-    """The consumer settings (librdkafka's) are this path's: a plain
-    connection (no TLS, no SASL), no CRC check asked for."""
+def wire_ok(conf: dict) -> str | None:
+    """None where the consumer settings (librdkafka's) are this path's — a
+    plain connection (no TLS, no SASL), no CRC check asked for —, else why not."""
     proto = str(conf.get("security.protocol", "plaintext")).lower()
-    return (proto == "plaintext" and not any(k.startswith(("ssl.", "sasl.")) for k in conf)
-            and str(conf.get("check.crcs", "false")).lower() != "true")
+    if proto != "plaintext" or any(k.startswith(("ssl.", "sasl.")) for k in conf):
+        return f"security.protocol={proto.upper()}"
+    if str(conf.get("check.crcs", "false")).lower() == "true":
+        return "check.crcs=true"
+    return None
 
 
 class Connection:
@@ -55,7 +67,7 @@ class Connection:
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
-            raise Unsupported(f"connecting to {host}:{port}: {e}") from None
+            raise Unsupported(f"connecting to {host}:{port}: {e}", "connecting to the broker") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.corr = 0
 
@@ -81,7 +93,7 @@ class Connection:
             size, = struct.unpack(">i", self._read(4))
             buf = self._read(size)
         except OSError as e:
-            raise Unsupported(f"a request to the broker: {e}") from None
+            raise Unsupported(f"a request to the broker: {e}", "a request to the broker") from None
         if struct.unpack_from(">i", buf, 0)[0] != self.corr:
             raise Unsupported("a response to another request")
         return buf
@@ -163,23 +175,26 @@ class _Reader:
 def leaders(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str, int], tuple[str, int]]:
     """:meth:`Connection.leaders` from the first of the bootstrap servers
     (``host:port,...``) that answers."""
-    why = "no bootstrap server"
+    why = Unsupported("no bootstrap server")
     for server in bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
         try:
             conn = Connection(host.strip("[]"), int(port), timeout)
-        except (Unsupported, ValueError) as e:
-            why = str(e)
+        except Unsupported as e:
+            why = e
+            continue
+        except ValueError as e:
+            why = Unsupported(f"bootstrap server {server!r}: {e}", "a bootstrap server gpuwm does not read")
             continue
         try:
             return conn.leaders(topics)
         finally:
             conn.close()
-    raise Unsupported(why)
+    raise why
 
 
 def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
-            until: int | None = None) -> tuple[list[tuple], int | None]:
+            until: int | None = None, codec: dict | None = None) -> tuple[list[tuple], int | None]:
     """The complete record batches in ``data`` (up to the first that begins
     at or after ``until``) whose records a consumer sees, as ``(records'
     bytes, base offset, count, base timestamp, max timestamp, log-append
@@ -187,7 +202,9 @@ def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
     batch, ``until`` once a batch begins there or later, None where no
     batch is complete. As the Java consumer, per fetch: a
     producer is inside an aborted transaction (the fetch lists it) until
-    its abort marker."""
+    its abort marker. ``codec`` (where given) gets the compressed batches'
+    ``codec_bytes`` (as fetched), ``codec_out_bytes`` (inflated) and
+    ``codec_s`` (the time inflating them)."""
     raw = data.data if data.flags.c_contiguous else data.tobytes()
     out, nxt, pos = [], None, 0
     aborting: set[int] = set()
@@ -197,7 +214,7 @@ def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
          count) = _BATCH.unpack_from(raw, pos)
         end = pos + 12 + length
         if magic != 2:
-            raise Unsupported(f"message format {magic}")
+            raise Unsupported(f"message format {magic}", "message format < 2 (Kafka < 0.11)")
         if until is not None and base >= until:  # the range is read (its last offsets may not exist: compacted)
             return out, until
         if end > len(data):
@@ -217,14 +234,50 @@ def batches(data: np.ndarray, committed: bool, aborted: list[tuple[int, int]],
                 continue
         if not control and count > 0:
             body = data[pos + 61: end]
-            codec = attrs & 0x7
-            if codec == 1:
-                body = np.frombuffer(zlib.decompress(body.tobytes(), 31), np.uint8)
-            elif codec:
-                raise Unsupported(f"compression codec {codec}")
+            if attrs & 0x7:
+                body = inflate(attrs & 0x7, body, codec)
             out.append((body, base, count, base_ts, max_ts, bool(attrs & 0x8), last_delta))
         pos = end
     return out, nxt
+
+
+#: Kafka's codec ids (the batch attributes' low 3 bits), by name
+CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_XERIAL = b"\x82SNAPPY\x00"  # Kafka's Java producer: snappy-java's stream, blocks of (int32 length, raw snappy)
+
+
+def inflate(codec: int, body: np.ndarray, stats: dict | None = None) -> np.ndarray:
+    """A compressed batch's records (``body``: the bytes after its header)
+    inflated, as Kafka's consumers do: codec 1 gzip, 2 snappy (raw, or
+    xerial-framed), 3 lz4 (frame format), 4 zstd (one frame or more)."""
+    import cramjam
+
+    name = CODECS.get(codec)
+    if name is None:
+        raise Unsupported(f"compression codec {codec}")
+    t0 = time.perf_counter()
+    src = body if body.flags.c_contiguous else np.ascontiguousarray(body)
+    try:
+        if codec == 2 and bytes(src[:8]) == _XERIAL:
+            parts, pos = [], 16  # after the magic, the version and the compatible version
+            while pos + 4 <= len(src):
+                n = int.from_bytes(src[pos: pos + 4].tobytes(), "big")
+                if pos + 4 + n > len(src):
+                    raise Unsupported("a snappy block past its batch")
+                parts.append(np.frombuffer(cramjam.snappy.decompress_raw(src[pos + 4: pos + 4 + n]), np.uint8))
+                pos += 4 + n
+            out = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+        else:
+            got = {1: cramjam.gzip.decompress, 2: cramjam.snappy.decompress_raw, 3: cramjam.lz4.decompress,
+                   4: cramjam.zstd.decompress}[codec](src)
+            out = np.frombuffer(got, np.uint8)
+    except cramjam.DecompressionError as e:
+        raise Unsupported(f"a {name} batch that does not inflate: {e}", f"a {name} batch that does not inflate") from None
+    if stats is not None:
+        stats["codec_bytes"] = stats.get("codec_bytes", 0) + len(src)
+        stats["codec_out_bytes"] = stats.get("codec_out_bytes", 0) + len(out)
+        stats["codec_s"] = stats.get("codec_s", 0.0) + time.perf_counter() - t0
+    return out
 
 
 def _marker_type(record: bytes) -> int:

@@ -80,6 +80,28 @@ class KafkaReadError(GpuwmError):
     runtime = True  # the input changed under the query, not the spec
 
 
+#: what a task's Kafka read counts beside its rows (:func:`read_kafka`), summed by :func:`add_counts`
+KAFKA_COUNTS = ("kafka_client_ranges", "kafka_client_why", "kafka_codec_bytes", "kafka_codec_out_bytes",
+                "kafka_codec_s")
+
+
+def add_counts(into: dict, more: dict, keys: tuple | None = None) -> dict:
+    """``into`` with ``more``'s counts added (of ``keys``, where given):
+    numbers summed, ``{reason: n}`` dicts merged by summing.
+
+    >>> add_counts({"n": 1, "why": {"a": 1}}, {"n": 2, "why": {"a": 1, "b": 3}, "x": 5}, ("n", "why"))
+    {'n': 3, 'why': {'a': 2, 'b': 3}}
+    """
+    for k, v in more.items():
+        if keys is not None and k not in keys:
+            continue
+        if isinstance(v, dict):
+            add_counts(into.setdefault(k, {}), v)
+        else:
+            into[k] = into.get(k, 0) + v
+    return into
+
+
 def kafka_schema(headers: bool) -> pa.Schema:
     """Spark's Kafka columns (``KafkaRecordToRowConverter``) in Arrow."""
     fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
@@ -97,9 +119,12 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
     projection (:func:`gpuwm.spark.io.project.evaluate`). ``counts`` gets
     ``malformed`` (messages ``from_json`` did not parse whole) and
     ``offsets_lost`` (offsets deleted before they were read, with
-    ``failOnDataLoss`` false) and ``kafka_client_ranges`` (ranges read by
+    ``failOnDataLoss`` false), ``kafka_client_ranges`` (ranges read by
     ``confluent-kafka``: where :mod:`gpuwm.spark.io.kafkawire` does not take
-    them, or ``GPUWM_KAFKA_FETCH=client``)."""
+    them, or ``GPUWM_KAFKA_FETCH=client``) with ``kafka_client_why``
+    (``{reason: ranges}``, one reason per kind), and the compressed
+    batches' ``kafka_codec_bytes``, ``kafka_codec_out_bytes`` and
+    ``kafka_codec_s`` (:func:`gpuwm.spark.io.kafkawire.inflate`)."""
     from confluent_kafka import Consumer
 
     from .kafkawire import wire_ok
@@ -127,18 +152,18 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
                                       "queued.min.messages": max(1, min(longest, 1_000_000))}))
             return made[0]
 
-    wire = _Wire(consumer, source, need) if source.get("fetch", "wire") == "wire" and wire_ok(source["conf"]) else None
+    off = "GPUWM_KAFKA_FETCH=client" if source.get("fetch", "wire") != "wire" else wire_ok(source["conf"])
+    wire = _Wire(consumer, source, need) if off is None else None
     ranges = [(p["topic"], p["partition"], a, z) for p in mine for a, z in p["ranges"]]
     try:
         read = wire.read(ranges) if wire else [None] * len(ranges)
         for (topic, partition, a, z), got in zip(ranges, read):
-            t, their = got.result() if got is not None else (None, {})
+            t, their = got.result() if got is not None else (None, {"kafka_client_why": {off: 1}})
             if t is None:  # confluent-kafka's, here (its consumer is this thread's)
                 counts["kafka_client_ranges"] = counts.get("kafka_client_ranges", 0) + 1
                 t = _fetch(consumer(), topic, partition, a, z, source, counts, need)
                 t = evaluate(source["steps"], t, counts) if t.num_rows else t
-            for k, v in their.items():
-                counts[k] = counts.get(k, 0) + v
+            add_counts(counts, their)
             if t.num_rows:
                 yield from t.to_batches()
     finally:
@@ -179,13 +204,12 @@ class _Wire:
                            self.timeout)
         except Unsupported as e:  # every range to confluent-kafka
             _declined(str(e))
-            return [None] * len(ranges)
+            return [_Declined(e.kind)] * len(ranges)
         self.pool = ThreadPoolExecutor(max(1, min(len(ranges), os.cpu_count() or 1, 4)), "gpuwm-kafka")
         return [self.pool.submit(self._range, leaders.get(r[:2]), *r) for r in ranges]
 
     def _range(self, leader, topic: str, partition: int, start: int, until: int) -> tuple[pa.Table | None, dict]:
         import struct
-        import zlib
 
         from .kafkawire import Connection, Unsupported
         from .project import evaluate
@@ -193,15 +217,15 @@ class _Wire:
         counts: dict = {}
         try:
             if leader is None:
-                raise Unsupported(f"no leader known for {topic} {partition}")
+                raise Unsupported(f"no leader known for {topic} {partition}", "no leader known")
             conn = Connection(*leader, self.timeout)
             try:
                 t = self._fetch(conn, topic, partition, start, until, counts)
             finally:
                 conn.close()
-        except (Unsupported, struct.error, IndexError, ValueError, zlib.error, OSError) as e:  # bytes it cannot read
+        except (Unsupported, struct.error, IndexError, ValueError, OSError) as e:  # bytes it cannot read
             _declined(f"{topic} {partition} [{start}, {until}): {type(e).__name__}: {e}")
-            return None, {}
+            return None, {"kafka_client_why": {getattr(e, "kind", None) or f"{type(e).__name__} decoding": 1}}
         return (evaluate(self.source["steps"], t, counts) if t.num_rows else t), counts
 
     def _fetch(self, conn, topic: str, partition: int, start: int, until: int, counts: dict) -> pa.Table:
@@ -216,6 +240,7 @@ class _Wire:
             start, until = _late_bound(self.consumer(), tp, start, until, self.timeout)
         segs: list = []
         floors: list[int] = []
+        codec: dict = {}
         pos, last = start, time.monotonic()
         while pos < until:
             err, _, aborted, data = conn.fetch(topic, partition, pos, committed=self.committed, max_bytes=16 << 20,
@@ -223,12 +248,12 @@ class _Wire:
             if err == kw.OFFSET_OUT_OF_RANGE:
                 low = self.consumer().get_watermark_offsets(tp, timeout=self.timeout, cached=False)[0]
                 if pos >= low:
-                    raise kw.Unsupported(f"offset {pos} out of range, at or after the earliest {low}")
+                    raise kw.Unsupported(f"offset {pos} out of range, at or after the earliest {low}", "offset out of range")
                 pos = _lost(where, pos, until, low, self.source, counts)
                 continue
             if err:
-                raise kw.Unsupported(f"broker error {err}")
-            got, nxt = kw.batches(data, self.committed, aborted, until)
+                raise kw.Unsupported(f"broker error {err}", f"Kafka error code {err}")
+            got, nxt = kw.batches(data, self.committed, aborted, until, codec)
             if nxt is None:
                 if time.monotonic() - last > self.timeout:
                     raise _no_record(where, pos, until, self.source["poll_ms"])
@@ -236,6 +261,7 @@ class _Wire:
             segs += got
             floors += [pos] * len(got)  # a batch begins before the offset fetched (or lost) from
             pos, last = nxt, time.monotonic()
+        add_counts(counts, {f"kafka_{k}": v for k, v in codec.items()})
         if not segs:
             return _table(topic, partition, 0, {}, need, self.source["headers"])
         got = kw.records(segs, need)
@@ -261,6 +287,16 @@ def _table(topic: str, partition: int, n: int, cols: dict, need: set, headers: b
             "partition": pa.array(np.full(n, partition, np.int32))}
     return pa.Table.from_arrays([cols[f.name] if f.name in cols and (f.name != "headers" or "headers" in need)
                                  else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+
+class _Declined:
+    """A range the wire fetch did not take, as :meth:`_Wire.read` returns it: why, as its future would."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def result(self) -> tuple[None, dict]:
+        return None, {"kafka_client_why": {self.why: 1}}
 
 
 def _declined(why: str) -> None:
