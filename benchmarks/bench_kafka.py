@@ -30,8 +30,9 @@ topic with a fresh checkpoint, and parse the value with the same
 
 ``--compression`` with more than one codec: the same events in one topic
 per codec (librdkafka's producer, ``compression.type``), and per topic the
-direct floor, gpuwm direct (one vnode per core) and Spark native; the
-codec's cost (``kafka_codec_s``: inflating the batches in the tasks) per batch.
+direct floor, gpuwm direct (one vnode) and Spark native, and the last
+codec's topic once more over TLS with a SCRAM-SHA-512 login; the codec's
+cost (``kafka_codec_s``: inflating the batches in the tasks) per batch.
 
 events/s = rows / the query's wall time from start to the end of its last
 batch (start-up included; ``processingTime`` 0 until ``processAllAvailable``
@@ -80,8 +81,13 @@ def fill(bootstrap: str, topic: str, events: int, partitions: int, compression: 
     return time.perf_counter() - t0
 
 
-def _kafka(spark, bootstrap: str, topic: str, per_trigger: int):
-    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+def _servers(bootstrap: str | dict) -> dict:
+    """The source's ``kafka.*`` options: the bootstrap servers, or (a dict) a secure listener's whole options."""
+    return dict(bootstrap) if isinstance(bootstrap, dict) else {"kafka.bootstrap.servers": bootstrap}
+
+
+def _kafka(spark, bootstrap: str | dict, topic: str, per_trigger: int):
+    df = (spark.readStream.format("kafka").options(**_servers(bootstrap)).option("subscribe", topic)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", per_trigger).load())
     for step in SELECT:
         df = df.selectExpr(*step)
@@ -149,7 +155,7 @@ def run_gpuwm(spark, bootstrap, topic, per_trigger, work, vnodes: int = 1, read:
     from gpuwm.spark.front.spec import build
 
     spec = {"source": {"format": "kafka", "select": SELECT,
-                       "options": {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                       "options": {**_servers(bootstrap), "subscribe": topic,
                                    "startingOffsets": "earliest", "maxOffsetsPerTrigger": per_trigger}},
             "checkpoint": f"{work}/gpuwm-ck",
             "watermark": {"column": "date_time", "delay": "4 seconds", "split": "partition", "profile": "spark"},
@@ -273,21 +279,25 @@ def by_codec(args, codecs: list[str]) -> int:
     from tests.kafka_broker import Broker
 
     root = tempfile.mkdtemp(prefix="gpuwm-kafka-")
-    queries = [("floor, direct", run_direct_floor), (f"gpuwm direct, vnodes {args.cores}",
-                                                     partial(run_gpuwm, vnodes=args.cores)), ("Spark native", run_native)]
+    # (gpuwm with one vnode: one task reads every range, as the floor does; the fastest on local[2] above)
+    queries = [("floor, direct", run_direct_floor), ("gpuwm direct, vnodes 1", run_gpuwm), ("Spark native", run_native)]
     with Broker(f"{root}/broker", heap="1g") as broker:
         produced = {}
         for c in codecs:
             produced[c] = fill(broker.bootstrap, f"bids-{c}", args.events, args.partitions, c)
             print(f"produced {args.events:,} events ({c}) in {produced[c]:.1f} s", flush=True)
+        # the last codec's topic again, over TLS with a SCRAM-SHA-512 login (the broker's SASL_SSL listener)
+        secure = f"{codecs[-1]}, TLS + SCRAM-SHA-512"
+        servers = {**{c: broker.bootstrap for c in codecs}, secure: broker.options("SASL_SSL", "SCRAM-SHA-512")}
+        topics = {**{c: f"bids-{c}" for c in codecs}, secure: f"bids-{codecs[-1]}"}
         spark = local_session(app="gpuwm-kafka", cores=args.cores, conf={"spark.jars.packages": KAFKA})
         per = -(-args.events // args.batches)
         for rnd in range(args.rounds):  # the first round warms the JVM up; the last one is reported
             runs = []
-            for c in codecs:
+            for c in topics:
                 for name, fn in queries:
                     work = tempfile.mkdtemp(prefix="q-", dir=root)
-                    r = fn(spark, broker.bootstrap, f"bids-{c}", per, work)
+                    r = fn(spark, servers[c], topics[c], per, work)
                     r.update(query=name, codec=c, events_per_s=r["rows"] / r["wall_s"], round=rnd)
                     print({k: v for k, v in r.items() if not isinstance(v, list)}, flush=True)
                     runs.append(r)
@@ -297,7 +307,7 @@ def by_codec(args, codecs: list[str]) -> int:
           f"events in {args.partitions} partitions, {args.batches} batches; round {args.rounds} of {args.rounds})", "",
           "| codec | query | input rows | wall s | events/s | × Spark native | of the direct floor | "
           "codec s a batch | bytes in → out | client ranges |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for c in codecs:
+    for c in topics:
         mine = {r["query"]: r for r in runs if r["codec"] == c}
         native, floor = mine["Spark native"], mine["floor, direct"]
         for r in mine.values():

@@ -16,11 +16,18 @@ from gpuwm.spark.jvm.jars import BROKER, _java, resolve
 
 from .loopback import LoopbackServer, free_port
 
+#: the user the broker's SASL listeners know, for PLAIN and both SCRAMs
+USER, PASSWORD = "alice", "alice-secret"
+SECURE = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
 
 class Broker(LoopbackServer):
     """``with Broker(dir) as b:`` — a one-node cluster at ``b.bootstrap``,
     its data and log under ``dir``; stopped (and its JVM killed if need be)
-    on exit."""
+    on exit. Besides the plain listener: TLS (``SSL``), SASL and SASL over
+    TLS (PLAIN, SCRAM-SHA-256 and -512 for :data:`USER`) on their own ports
+    (:meth:`options`), with a certificate for 127.0.0.1 signed by a CA
+    made at start (``b.ca``: its PEM file)."""
 
     what = "the Kafka broker"
 
@@ -28,19 +35,46 @@ class Broker(LoopbackServer):
         self.dir, self.heap = str(workdir), heap
         self.port, self.controller = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.ports = {name: free_port() for name in SECURE}
+        self.ca = os.path.join(self.dir, "ca.pem")
+
+    def options(self, protocol: str, mechanism: str = "SCRAM-SHA-256", password: str = PASSWORD,
+                ca: str | None = None) -> dict:
+        """Spark's ``kafka.*`` options for the listener of ``protocol``:
+        its bootstrap server, the CA (PEM) for TLS, the SASL login."""
+        opts = {"kafka.bootstrap.servers": f"127.0.0.1:{self.ports[protocol]}", "kafka.security.protocol": protocol}
+        if protocol.endswith("SSL"):
+            opts.update({"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": ca or self.ca})
+        if protocol.startswith("SASL"):
+            module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+            opts.update({"kafka.sasl.mechanism": mechanism, "kafka.sasl.jaas.config":
+                         f'org.apache.kafka.common.security.{module} required username="{USER}" '
+                         f'password="{password}";'})
+        return opts
 
     def start(self, timeout: float = 60) -> Broker:
         os.makedirs(self.dir, exist_ok=True)
         cp = os.pathsep.join(resolve(BROKER))
         props = os.path.join(self.dir, "server.properties")
+        server_pem = os.path.join(self.dir, "server.pem")
+        make_certificates(self.ca, server_pem)
+        secure = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
         with open(props, "w") as fh:
             fh.write("\n".join([
                 "process.roles=broker,controller", "node.id=1",
                 f"controller.quorum.voters=1@127.0.0.1:{self.controller}",
-                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                "controller.listener.names=CONTROLLER",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller},{secure}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},{secure}",
+                "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                + ",".join(f"{n}:{n}" for n in SECURE),
+                "ssl.keystore.type=PEM", f"ssl.keystore.location={server_pem}",
+                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                *[f"listener.name.{n.lower()}.{m.lower()}.sasl.jaas.config=org.apache.kafka.common.security.{module}"
+                  f" required{users};" for n in SECURE[1:]
+                  for m, module, users in (("PLAIN", "plain.PlainLoginModule", f' user_{USER}="{PASSWORD}"'),
+                                           ("SCRAM-SHA-256", "scram.ScramLoginModule", ""),
+                                           ("SCRAM-SHA-512", "scram.ScramLoginModule", ""))],
                 f"log.dirs={os.path.join(self.dir, 'data')}",
                 "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
                 "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0",
@@ -48,13 +82,52 @@ class Broker(LoopbackServer):
         java = [_java(), f"-Xmx{self.heap}", "-cp", cp]
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         # (--cluster-id=: an id starting with "-", 1 in 64 of them, would read as an option)
-        subprocess.run([*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", props],
+        scram = [a for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                 for a in ("--add-scram", f"{m}=[name={USER},password={PASSWORD}]")]
+        subprocess.run([*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", props, *scram],
                        check=True, capture_output=True, timeout=120)
         self._log = open(os.path.join(self.dir, "broker.log"), "w")
         self.proc = subprocess.Popen([*java, "kafka.Kafka", props], stdout=self._log, stderr=subprocess.STDOUT)
         self._wait_ready(lambda: _admin(self.bootstrap).list_topics(timeout=5), timeout, 0.5)
         return self
 
+
+
+def make_certificates(ca_pem: str, server_pem: str, name: str = "gpuwm test CA") -> None:
+    """A CA (its certificate to ``ca_pem``) and a certificate for 127.0.0.1
+    (and localhost) it signed, with its unencrypted PKCS#8 key before it in
+    ``server_pem`` (Kafka's PEM key store)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject, issuer, key, signer, ca: bool):
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+             .not_valid_after(now + datetime.timedelta(days=30))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            import ipaddress
+
+            b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                             x509.DNSName("localhost")]), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    ca = cert(ca_name, ca_name, ca_key, ca_key, True)
+    server = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), ca_name, key, ca_key, False)
+    pem = serialization.Encoding.PEM
+    with open(ca_pem, "wb") as fh:
+        fh.write(ca.public_bytes(pem))
+    with open(server_pem, "wb") as fh:
+        fh.write(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+                 + server.public_bytes(pem) + ca.public_bytes(pem))
 
 
 def _admin(bootstrap: str):

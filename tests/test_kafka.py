@@ -405,9 +405,10 @@ def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
     """A topic whose partition *i* holds batches compressed with codec *i*
     (none, gzip, snappy, lz4, zstd), written by librdkafka and by Kafka's
     Java producer (Spark's own Kafka writer: snappy in xerial blocks), read
-    by Spark's reader and by gpuwm's tasks in micro-batches: every row,
-    batch for batch, and no range left to confluent-kafka — each codec is
-    inflated on gpuwm's own fetch, once, its cost in the batch's metrics."""
+    by Spark's reader and by gpuwm's tasks in micro-batches, from the plain
+    listener and over TLS with a SCRAM-SHA-512 login: every row, batch for
+    batch, and no range left to confluent-kafka — each codec is inflated on
+    gpuwm's own fetch, once, its cost in the batch's metrics."""
     rng = np.random.default_rng(23)
     topic = _topic(broker, len(CODEC_NAMES))
     ours = _events(rng, 2_000, list(range(len(CODEC_NAMES))), 0, 4_000)
@@ -418,28 +419,33 @@ def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
     chunks = _chunk_files(tmp_path, [java.filter(pc.equal(java["partition"], p))
                                      for p in range(len(CODEC_NAMES))])
     runs = []
-    for read in ("spark", "direct"):
-        src = _kafka(broker, topic, maxOffsetsPerTrigger=1_500)
-        src["select"] = [[f"from_json(CAST(value AS STRING), '{SCHEMA}') AS e", "partition", "offset"],
-                         ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition", "offset"]]
-        spec = {"source": src, "checkpoint": f"{tmp_path}/ck-{read}", "read": read,
-                "watermark": {"column": "ts", "delay": "1 second", "split": "partition", "profile": "spark"},
-                "sink": {"parquet": f"{tmp_path}/out-{read}"}}
-        runs.append({"spec": spec, "chunks": []})
-    ms, md = _drive(str(tmp_path), runs, [{"chunk": c, "topic": topic, "bootstrap": broker.bootstrap,
-                                           "compression": codec} for c, codec in zip(chunks, CODEC_NAMES)])
-    assert {m["read"] for m in md if m["input_rows"]} == {"direct"}
-    key = ("batch_id", "input_rows", "late_rows", "watermark", "rows_emitted")
-    assert [[m[c] for c in key] for m in md] == [[m[c] for c in key] for m in ms]
-    assert len([m for m in md if m["input_rows"]]) >= 3 and sum(m["input_rows"] for m in md) == 4_000
+    for listener in ("PLAINTEXT", "SASL_SSL"):  # and over TLS, logged in with SCRAM-SHA-512
+        for read in ("spark", "direct"):
+            src = _kafka(broker, topic, maxOffsetsPerTrigger=1_500)
+            if listener != "PLAINTEXT":
+                src["options"].update(broker.options(listener, "SCRAM-SHA-512"))
+            src["select"] = [[f"from_json(CAST(value AS STRING), '{SCHEMA}') AS e", "partition", "offset"],
+                             ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition", "offset"]]
+            spec = {"source": src, "checkpoint": f"{tmp_path}/ck-{listener}-{read}", "read": read,
+                    "watermark": {"column": "ts", "delay": "1 second", "split": "partition", "profile": "spark"},
+                    "sink": {"parquet": f"{tmp_path}/out-{listener}-{read}"}}
+            runs.append({"spec": spec, "chunks": []})
+    metrics = _drive(str(tmp_path), runs, [{"chunk": c, "topic": topic, "bootstrap": broker.bootstrap,
+                                            "compression": codec} for c, codec in zip(chunks, CODEC_NAMES)])
     cols = ["partition", "offset", "ts", "k", "price"]
-    got = sorted(map(tuple, read_out(f"{tmp_path}/out-direct").select(cols).to_pylist()))
-    assert got == sorted(map(tuple, read_out(f"{tmp_path}/out-spark").select(cols).to_pylist())) and got
-    assert sum(m["kafka_client_ranges"] for m in md) == 0
-    packed, out = sum(m.get("kafka_codec_bytes", 0) for m in md), sum(m.get("kafka_codec_out_bytes", 0) for m in md)
-    assert 0 < packed < out and sum(m.get("kafka_codec_s", 0) for m in md) > 0
-    with open(runs[1]["metrics"] + ".explain") as fh:
-        assert "read         direct: its Kafka offset ranges fetched by gpuwm's tasks\n" in fh.read()
+    for k, listener in enumerate(("PLAINTEXT", "SASL_SSL")):
+        ms, md = metrics[2 * k], metrics[2 * k + 1]
+        assert {m["read"] for m in md if m["input_rows"]} == {"direct"}
+        key = ("batch_id", "input_rows", "late_rows", "watermark", "rows_emitted")
+        assert [[m[c] for c in key] for m in md] == [[m[c] for c in key] for m in ms]
+        assert len([m for m in md if m["input_rows"]]) >= 3 and sum(m["input_rows"] for m in md) == 4_000
+        got = sorted(map(tuple, read_out(f"{tmp_path}/out-{listener}-direct").select(cols).to_pylist()))
+        assert got == sorted(map(tuple, read_out(f"{tmp_path}/out-{listener}-spark").select(cols).to_pylist()))
+        assert got and sum(m["kafka_client_ranges"] for m in md) == 0, listener
+        packed, out = (sum(m.get(f"kafka_codec_{c}", 0) for m in md) for c in ("bytes", "out_bytes"))
+        assert 0 < packed < out and sum(m.get("kafka_codec_s", 0) for m in md) > 0
+        with open(runs[2 * k + 1]["metrics"] + ".explain") as fh:
+            assert "read         direct: its Kafka offset ranges fetched by gpuwm's tasks\n" in fh.read()
 
 
 def _batch_lines(out: str) -> list[int]:
@@ -544,13 +550,18 @@ def _produce_batches(bootstrap: str, topic: str, messages: list[dict], **conf) -
     assert p.flush(60) == 0
 
 
-def _fetch_both(broker, topic: str, ranges: dict, iso: str) -> tuple[pa.Table, pa.Table, dict]:
+def _fetch_both(broker, topic: str, ranges: dict, iso: str,
+                options: dict | None = None) -> tuple[pa.Table, pa.Table, dict]:
     """The ranges (``{partition: [[from, until], ...]}``) read by the wire
-    fetch and by confluent-kafka, every column; and the wire read's counts."""
-    from gpuwm.spark.driver.kafka import consumer_conf
+    fetch and by confluent-kafka, every column; and the wire read's counts.
+    ``options``: Spark's ``kafka.*`` options (a secure listener's)."""
+    from gpuwm.spark.driver.kafka import consumer_conf, source_conf
     from gpuwm.spark.io.sources import read_kafka
 
     conf, why = consumer_conf({"bootstrap.servers": broker.bootstrap, "group.id": "t", "isolation.level": iso})
+    if options:
+        more, why = source_conf(options)
+        conf.update(more)
     assert why is None
     out, counts = [], []
     for fetch in ("wire", "client"):
@@ -629,6 +640,31 @@ def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker, mo
     assert batches(np.zeros(0, np.uint8), True, []) == ([], None)  # an empty fetch: no batch
 
 
+SECURE = [("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-512"), ("SASL_SSL", "SCRAM-SHA-256")]
+
+
+@pytest.mark.parametrize("protocol,mechanism", SECURE)
+def test_tls_and_sasl_logins_on_gpuwm_s_own_fetch(broker, protocol, mechanism):
+    """Spark's ``kafka.*`` options for TLS (a PEM trust store) and SASL
+    (PLAIN, SCRAM-SHA-256 and -512 by ``sasl.jaas.config``) taken by
+    gpuwm's own fetch: every range read on it, over TLS and logged in,
+    equal to confluent-kafka's read of the same listener."""
+    from gpuwm.spark.io.kafkawire import Connection, Unsupported
+
+    topic = _topic(broker, 2)
+    rows = [{"partition": i % 2, "key": b"k%d" % i, "value": b"v" * (i % 50)} for i in range(300)]
+    _produce_batches(broker.bootstrap, topic, rows, **{"compression.type": "lz4"})
+    opts = broker.options(protocol, mechanism or "PLAIN")
+    wire, client, counts = _fetch_both(broker, topic, {0: [[0, 150]], 1: [[20, 150]]}, "read_committed", opts)
+    assert wire.equals(client) and wire.num_rows == 280 and counts.get("kafka_client_ranges", 0) == 0
+    if mechanism:  # the wrong password: the broker refuses the login (a range would go to confluent-kafka, and fail)
+        from gpuwm.spark.driver.kafka import source_conf
+
+        conf, _ = source_conf(broker.options(protocol, mechanism, password="wrong"))
+        with pytest.raises(Unsupported, match="refused"):
+            Connection("127.0.0.1", broker.ports[protocol], 10, conf)
+
+
 def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
     """A range whose first offsets were deleted (``delete_records``, as
     retention does) fails the task with the partition and offsets named
@@ -687,15 +723,27 @@ def test_a_broker_that_does_not_answer_or_a_missing_topic_is_one_line(broker, tm
     """Spark's reader retries an unreachable broker for minutes and ends in
     a Java trace, and waits on a topic that does not exist; gpuwm asks the
     brokers before the query starts: one line, exit status 2, nothing
-    written. A gpuwm error raised in a task comes out of Spark's exception
+    written. So too for a refused SASL login, a broker certificate the
+    trust store does not vouch for and a SASL mechanism Kafka does not have. A gpuwm error raised in a task comes out of Spark's exception
     as its own line, exit status 1."""
+    from .kafka_broker import make_certificates
+
     topic = _topic(broker, 2)
+    other_ca = str(tmp_path / "other-ca.pem")  # a CA that did not sign the broker's certificate
+    make_certificates(other_ca, str(tmp_path / "other.pem"), "another CA")
     down = {"kafka.bootstrap.servers": "127.0.0.1:1", "kafka.default.api.timeout.ms": "2000"}
     cases = {"down": (down, "Kafka brokers 127.0.0.1:1 (kafka.bootstrap.servers) did not answer within 2 s "),
              "typo": ({"subscribe": topic + "x"},
                       f"Kafka topic '{topic}x' does not exist on {broker.bootstrap}: did you mean '{topic}'? "),
              "assign": ({"assign": json.dumps({topic: [1, 5]}), "subscribe": None},
-                        f"Kafka topic '{topic}' has partitions 0..1, not [5] (assign)")}
+                        f"Kafka topic '{topic}' has partitions 0..1, not [5] (assign)"),
+             "login": (broker.options("SASL_SSL", "SCRAM-SHA-256", password="wrong"),
+                       f"Kafka brokers 127.0.0.1:{broker.ports['SASL_SSL']} refused the SASL SCRAM-SHA-256 login of "
+                       "user 'alice' (kafka.sasl.jaas.config, kafka.sasl.mechanism): "),
+             "trust": (broker.options("SSL", ca=other_ca),
+                       f"Kafka brokers 127.0.0.1:{broker.ports['SSL']}: TLS failed ("),
+             "mechanism": ({**broker.options("SASL_PLAINTEXT"), "kafka.sasl.mechanism": "SCRAM-SHA-1"},
+                           "Kafka setting kafka.sasl.mechanism='SCRAM-SHA-1' is not a SASL mechanism Kafka has ")}
     paths = {}
     for name, (opts, _) in cases.items():
         src = _kafka(broker, topic)

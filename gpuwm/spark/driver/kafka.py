@@ -24,6 +24,7 @@ reads the batches and ``--dry-run`` says why.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ...errors import ConfigError, GpuwmError
@@ -33,8 +34,7 @@ from ..jvm.objects import java_map, scala_iter, scan_rdds
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
 # under another name, or without effect on what a read of fixed offsets returns
 _SAME = {"bootstrap.servers", "group.id", "isolation.level", "client.id", "client.rack", "security.protocol",
-         "sasl.mechanism", "sasl.kerberos.service.name", "sasl.kerberos.principal", "ssl.endpoint.identification.algorithm",
-         "fetch.max.bytes", "fetch.min.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms", "check.crcs",
+         "sasl.kerberos.service.name", "sasl.kerberos.principal", "ssl.key.password", "fetch.max.bytes", "fetch.min.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms", "check.crcs",
          "reconnect.backoff.ms", "reconnect.backoff.max.ms", "retry.backoff.ms", "metadata.max.age.ms",
          "connections.max.idle.ms", "socket.connection.setup.timeout.ms", "session.timeout.ms",
          "heartbeat.interval.ms", "max.poll.interval.ms"}
@@ -49,17 +49,77 @@ FETCH_ENV = "GPUWM_KAFKA_FETCH"
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
+# TLS and SASL: the Java client's settings with a librdkafka twin (certificates in PEM; sasl.jaas.config apart)
+_SECURITY = {"ssl.truststore.location": "ssl.ca.location", "ssl.truststore.certificates": "ssl.ca.pem",
+             "ssl.keystore.key": "ssl.key.pem", "ssl.keystore.certificate.chain": "ssl.certificate.pem"}
+_KNOWN_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+
+
 def consumer_conf(params: dict) -> tuple[dict | None, str | None]:
     """librdkafka settings for a Java consumer's ``params`` (Spark's
-    executor settings), or (None, why not)."""
+    executor settings), or (None, why not). TLS settings are taken in PEM
+    (``ssl.truststore.type`` / ``ssl.keystore.type`` PEM: files or the
+    certificates themselves), a ``sasl.jaas.config`` of PLAIN or SCRAM as
+    its user name and password; a mechanism Kafka does not have is a
+    :class:`~gpuwm.errors.ConfigError`."""
     conf: dict[str, Any] = {"isolation.level": "read_uncommitted"}  # the Java client's default (librdkafka's differs)
     for k, v in params.items():
-        if k in _IGNORED:
+        v = str(v)
+        if k in _IGNORED or k in ("ssl.truststore.password", "ssl.keystore.password") and _pem(params):
             continue
-        if k not in _SAME and k not in _RENAMED:
+        if k == "sasl.mechanism":
+            if v.upper() not in _KNOWN_MECHANISMS:
+                raise ConfigError(f"Kafka setting kafka.sasl.mechanism={v!r} is not a SASL mechanism Kafka has "
+                                  f"({', '.join(_KNOWN_MECHANISMS)})")
+            conf["sasl.mechanism"] = v.upper()
+        elif k == "sasl.jaas.config":
+            login, why = _jaas(v)
+            if why is not None:
+                return None, why
+            conf.update(login)
+        elif k in ("ssl.truststore.type", "ssl.keystore.type"):
+            if v.upper() != "PEM":
+                return None, f"Kafka setting kafka.{k}={v}: gpuwm's consumer takes certificates in PEM"
+        elif k in ("ssl.truststore.location", "ssl.keystore.location") and not _pem(params, k.split(".")[1]):
+            return None, f"Kafka setting kafka.{k} of type JKS (Java's default): gpuwm's consumer takes PEM"
+        elif k == "ssl.keystore.location":  # one PEM file: the private key and the certificate chain
+            conf["ssl.certificate.location"] = conf["ssl.key.location"] = v
+        elif k == "ssl.endpoint.identification.algorithm":
+            conf[k] = v or "none"  # (Java: empty turns the host name check off)
+        elif k in _SECURITY:
+            conf[_SECURITY[k]] = v
+        elif k in _SAME or k in _RENAMED:
+            conf[_RENAMED.get(k, k)] = v
+        else:
             return None, f"Kafka setting kafka.{k} has no equivalent in gpuwm's librdkafka consumer"
-        conf[_RENAMED.get(k, k)] = str(v)
     return conf, None
+
+
+def _pem(params: dict, store: str | None = None) -> bool:
+    """The trust store's (``store``: ``truststore`` or ``keystore``; None: every one given) type is PEM."""
+    stores = [store] if store else [s for s in ("truststore", "keystore")
+                                    if f"ssl.{s}.location" in params or f"ssl.{s}.type" in params]
+    return bool(stores) and all(str(params.get(f"ssl.{s}.type", "JKS")).upper() == "PEM" for s in stores)
+
+
+def _jaas(text: str) -> tuple[dict, str | None]:
+    """A ``sasl.jaas.config`` of PLAIN or SCRAM as librdkafka's
+    ``sasl.username`` and ``sasl.password``, or ({}, why not).
+
+    >>> _jaas('org.apache.kafka.common.security.scram.ScramLoginModule required username="al" password="p\\\\"w";')
+    ({'sasl.username': 'al', 'sasl.password': 'p"w'}, None)
+    """
+    import re
+
+    module = text.strip().split(None, 1)[0] if text.strip() else ""
+    if module.rsplit(".", 1)[-1] not in ("PlainLoginModule", "ScramLoginModule"):
+        return {}, (f"Kafka setting kafka.sasl.jaas.config logs in with {module or 'nothing'}: Spark's reader does "
+                    "(gpuwm's consumer takes PLAIN and SCRAM logins)")
+    opts = {m.group(1): re.sub(r"\\(.)", r"\1", m.group(2)) if m.group(2) is not None else m.group(3)
+            for m in re.finditer(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;]+))', text)}
+    if "username" not in opts or "password" not in opts:
+        return {}, "Kafka setting kafka.sasl.jaas.config names no username and password"
+    return {"sasl.username": opts["username"], "sasl.password": opts["password"]}, None
 
 
 def source_conf(options: dict[str, str]) -> tuple[dict | None, str | None]:
@@ -153,12 +213,25 @@ def probe(options: dict[str, str]) -> None:
         return
     wait = float(opts.get("kafka.default.api.timeout.ms", PROBE_S * 1000)) / 1000
     admin = {k: v for k, v in conf.items() if k not in ("isolation.level", "group.id")}
+    errors: list = []  # what librdkafka reports on the way (a refused login, an untrusted certificate)
     try:
-        meta = AdminClient({**admin, "logger": _quiet()}).list_topics(timeout=wait)
-    except KafkaException as e:
-        raise KafkaProbeError(f"Kafka brokers {servers} (kafka.bootstrap.servers) did not answer within {wait:g} s "
-                              f"({e.args[0].str() if e.args else e}): is Kafka running and reachable from here? "
-                              "Nothing was read or committed") from None
+        client = AdminClient({**admin, "logger": _quiet(), "error_cb": errors.append})
+    except KafkaException as e:  # a setting librdkafka cannot use (a certificate file not there, ...)
+        raise ConfigError(f"Kafka source: {_java_names(str(e.args[0].str() if e.args else e))}") from None
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            meta = client.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            break
+        except KafkaException as e:
+            client.poll(0)  # (librdkafka's errors reach error_cb here)
+            why = _security_error(errors, conf, servers)
+            if why is not None:
+                raise KafkaProbeError(why) from None
+            if time.monotonic() >= deadline:
+                raise KafkaProbeError(f"Kafka brokers {servers} (kafka.bootstrap.servers) did not answer within "
+                                      f"{wait:g} s ({e.args[0].str() if e.args else e}): is Kafka running and "
+                                      "reachable from here? Nothing was read or committed") from None
     topics = {t: len(m.partitions) for t, m in meta.topics.items() if m.error is None}
     wanted: dict[str, list[int]] = {}
     if "subscribe" in opts:
@@ -177,6 +250,36 @@ def probe(options: dict[str, str]) -> None:
         missing = sorted(p for p in ps if not 0 <= p < topics[t])
         if missing:
             raise KafkaProbeError(f"Kafka topic {t!r} has partitions 0..{topics[t] - 1}, not {missing} (assign)")
+
+
+def _security_error(errors: list, conf: dict, servers: str) -> str | None:
+    """A refused login or a failed TLS handshake among librdkafka's errors,
+    as one line naming the setting to fix; None if neither."""
+    import re
+
+    from confluent_kafka import KafkaError
+
+    for e in errors:
+        text = re.sub(r" \(after \d+ms in state \w+\)$", "", e.str().split("/bootstrap: ", 1)[-1])
+        text = text.split(": broker certificate could not be verified")[0]  # (then librdkafka's own setting names)
+        if e.code() == KafkaError._AUTHENTICATION and "SASL" in text:
+            return (f"Kafka brokers {servers} refused the SASL {conf.get('sasl.mechanism', 'GSSAPI')} login of user "
+                    f"{conf.get('sasl.username')!r} (kafka.sasl.jaas.config, kafka.sasl.mechanism): {text}. "
+                    "Nothing was read or committed")
+        if "certificate verify failed" in text or "SSL handshake failed" in text or e.code() == KafkaError._SSL:
+            where = ("kafka.ssl.truststore.location" if "ssl.ca.location" in conf else "kafka.ssl.truststore.certificates"
+                     if "ssl.ca.pem" in conf else "the system's CA certificates (no kafka.ssl.truststore.location)")
+            return (f"Kafka brokers {servers}: TLS failed ({text}): is the broker's certificate signed by a CA in "
+                    f"{where}, and its name the host's (kafka.ssl.endpoint.identification.algorithm)? "
+                    "Nothing was read or committed")
+    return None
+
+
+def _java_names(text: str) -> str:
+    """librdkafka's words for a setting in the Java client's, as the source's options name them."""
+    for java, ours in {**_SECURITY, "ssl.keystore.location": "ssl.key.location"}.items():
+        text = text.replace(ours, f"kafka.{java}")
+    return text.replace("ssl.certificate.location", "kafka.ssl.keystore.location")
 
 
 def _quiet():

@@ -3,9 +3,11 @@ per message: Kafka's Fetch request (v4) on a socket to the partition's
 leader, and its record batches (magic 2) decoded to Arrow columns with
 NumPy. The task side of :func:`gpuwm.spark.io.sources.read_kafka`, which keeps
 ``confluent-kafka`` for the partition's leader and watermarks and for what
-this path does not take (:class:`Unsupported`: TLS or SASL, an old
-message format, any broker error but a deleted offset), so a range reads
-the same either way. Compressed batches — gzip, snappy (raw, as
+this path does not take (:class:`Unsupported`: an OAUTHBEARER or GSSAPI
+login, TLS settings not in PEM, an old message format, any broker error
+but a deleted offset), so a range reads the same either way. TLS is
+Python's ``ssl``; SASL PLAIN and SCRAM logins are made here (SCRAM's
+messages by ``scramp``). Compressed batches — gzip, snappy (raw, as
 librdkafka writes it, or in the xerial blocks of Kafka's Java producer),
 lz4 (frames) and zstd — are inflated by ``cramjam``, which lets go of the
 GIL while it works.
@@ -49,27 +51,124 @@ _BATCH = struct.Struct(">qiibIhiqqqhii")  # baseOffset .. recordCount: the 61-by
 OFFSET_OUT_OF_RANGE = 1
 
 
+#: the SASL mechanisms this path logs in with (SCRAM through ``scramp``); OAUTHBEARER and GSSAPI are confluent-kafka's
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# the librdkafka TLS and SASL settings this path takes (gpuwm.spark.driver.kafka.consumer_conf makes them)
+_SECURITY = {"ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.key.location", "ssl.certificate.pem",
+             "ssl.key.pem", "ssl.key.password", "ssl.endpoint.identification.algorithm", "sasl.mechanism",
+             "sasl.mechanisms", "sasl.username", "sasl.password"}
+SASL_AUTHENTICATION_FAILED = 58
+
+
 def wire_ok(conf: dict) -> str | None:
     """None where the consumer settings (librdkafka's) are this path's — a
-    plain connection (no TLS, no SASL), no CRC check asked for —, else why not."""
+    plain or TLS connection, a PLAIN or SCRAM login or none, TLS settings
+    in PEM, no CRC check asked for —, else why not."""
     proto = str(conf.get("security.protocol", "plaintext")).lower()
-    if proto != "plaintext" or any(k.startswith(("ssl.", "sasl.")) for k in conf):
+    if proto not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
         return f"security.protocol={proto.upper()}"
+    if proto.startswith("sasl_"):
+        mech = str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms", "GSSAPI"))).upper()
+        if mech not in MECHANISMS:
+            return f"sasl.mechanism={mech}"
+    other = sorted(k for k in conf if k.startswith(("ssl.", "sasl.")) and k not in _SECURITY)
+    if other:
+        return f"{other[0]} (a setting gpuwm's fetch does not take)"
     if str(conf.get("check.crcs", "false")).lower() == "true":
         return "check.crcs=true"
     return None
 
 
-class Connection:
-    """One socket to a broker, one request at a time (Fetch v4)."""
+def _tls(conf: dict):
+    """The TLS context of ``conf``'s settings (librdkafka's): the CA
+    (``ssl.ca.location`` / ``ssl.ca.pem``, else the system's), a client
+    certificate and key where given (mutual TLS), the host name checked
+    unless ``ssl.endpoint.identification.algorithm`` is ``none`` (or empty)."""
+    import os
+    import ssl
+    import tempfile
 
-    def __init__(self, host: str, port: int, timeout: float):
+    key = tuple(sorted((k, str(v)) for k, v in conf.items() if k.startswith("ssl.")))
+    got = _TLS.get(key)
+    if got is not None:
+        return got
+    ctx = ssl.create_default_context(cafile=conf.get("ssl.ca.location"), cadata=conf.get("ssl.ca.pem"))
+    ctx.check_hostname = str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower() not in ("none", "")
+    password = conf.get("ssl.key.password")
+    if conf.get("ssl.certificate.location"):
+        ctx.load_cert_chain(conf["ssl.certificate.location"], conf.get("ssl.key.location"), password)
+    elif conf.get("ssl.certificate.pem"):  # in memory: the ssl module loads a chain from files only
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "client.pem")
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+                fh.write(conf.get("ssl.key.pem", "") + "\n" + conf["ssl.certificate.pem"])
+            ctx.load_cert_chain(path, None, password)
+    _TLS[key] = ctx
+    return ctx
+
+
+_TLS: dict = {}  # contexts by settings: a task's connections share one (loading the CA costs milliseconds)
+
+
+class Connection:
+    """One socket to a broker, one request at a time (Fetch v4); over TLS
+    and logged in with SASL where ``conf`` (librdkafka's settings) says so."""
+
+    def __init__(self, host: str, port: int, timeout: float, conf: dict | None = None):
+        import ssl
+
+        conf = conf or {}
+        proto = str(conf.get("security.protocol", "plaintext")).lower()
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise Unsupported(f"connecting to {host}:{port}: {e}", "connecting to the broker") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.corr = 0
+        try:
+            if proto in ("ssl", "sasl_ssl"):
+                self.sock = _tls(conf).wrap_socket(self.sock, server_hostname=host)
+        except (ssl.SSLError, OSError) as e:
+            self.sock.close()
+            raise Unsupported(f"TLS with {host}:{port}: {e}", "a TLS handshake") from None
+        if proto.startswith("sasl_"):
+            try:
+                self._login(str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms"))).upper(),
+                            str(conf.get("sasl.username", "")), str(conf.get("sasl.password", "")))
+            except BaseException:
+                self.sock.close()
+                raise
+
+    def _login(self, mechanism: str, user: str, password: str) -> None:
+        """SASL (KIP-152): SaslHandshake v1 names the mechanism, then its
+        messages go in SaslAuthenticate v0 requests — PLAIN's one, or
+        SCRAM's two (RFC 5802, by ``scramp``)."""
+        r = _Reader(self._call(17, 1, _string(mechanism)), 4)
+        err = r.int16()
+        if err:
+            offered = [r.string() for _ in range(r.int32())]
+            raise Unsupported(f"the broker does not take SASL {mechanism} (it takes {offered})",
+                              f"SASL {mechanism} not enabled on the broker")
+        if mechanism == "PLAIN":
+            self._authenticate(b"\x00" + user.encode() + b"\x00" + password.encode())
+            return
+        import scramp
+
+        client = scramp.ScramClient([mechanism], user, password)
+        try:
+            client.set_server_first(self._authenticate(client.get_client_first().encode()).decode())
+            client.set_server_final(self._authenticate(client.get_client_final().encode()).decode())
+        except scramp.ScramException as e:
+            raise Unsupported(f"SASL {mechanism}: {e}", f"SASL {mechanism} login") from None
+
+    def _authenticate(self, message: bytes) -> bytes:
+        """One SaslAuthenticate v0 round: the broker's answer."""
+        r = _Reader(self._call(36, 0, struct.pack(">i", len(message)) + message), 4)
+        err, why = r.int16(), r.string()
+        if err:
+            raise Unsupported(f"SASL login refused by the broker (error {err}: {why})", "SASL login refused")
+        n = r.int32()
+        return bytes(r.buf[r.pos: r.pos + max(n, 0)])
 
     def close(self) -> None:
         self.sock.close()
@@ -172,14 +271,15 @@ class _Reader:
         return bytes(self.buf[self.pos - n: self.pos]).decode()
 
 
-def leaders(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str, int], tuple[str, int]]:
+def leaders(bootstrap: str, topics: list[str], timeout: float,
+            conf: dict | None = None) -> dict[tuple[str, int], tuple[str, int]]:
     """:meth:`Connection.leaders` from the first of the bootstrap servers
-    (``host:port,...``) that answers."""
+    (``host:port,...``) that answers (``conf``: the connection's TLS and SASL settings)."""
     why = Unsupported("no bootstrap server")
     for server in bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
         try:
-            conn = Connection(host.strip("[]"), int(port), timeout)
+            conn = Connection(host.strip("[]"), int(port), timeout, conf)
         except Unsupported as e:
             why = e
             continue

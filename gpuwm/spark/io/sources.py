@@ -201,7 +201,7 @@ class _Wire:
 
         try:
             leaders = find(self.source["conf"].get("bootstrap.servers", ""), sorted({r[0] for r in ranges}),
-                           self.timeout)
+                           self.timeout, self.source["conf"])
         except Unsupported as e:  # every range to confluent-kafka
             _declined(str(e))
             return [_Declined(e.kind)] * len(ranges)
@@ -218,7 +218,7 @@ class _Wire:
         try:
             if leader is None:
                 raise Unsupported(f"no leader known for {topic} {partition}", "no leader known")
-            conn = Connection(*leader, self.timeout)
+            conn = Connection(*leader, self.timeout, self.source["conf"])
             try:
                 t = self._fetch(conn, topic, partition, start, until, counts)
             finally:
