@@ -192,13 +192,14 @@ def produce(bootstrap: str, topic: str, table: pa.Table, partition: str = "parti
 
 
 def produce_raw(bootstrap: str, topic: str, messages: list[dict], transaction: str | None = None,
-                abort: bool = False) -> None:
+                abort: bool = False, **settings) -> None:
     """Messages as given (``partition``, ``value`` bytes or None, optional
     ``key`` and ``headers`` ``[(str, bytes)]``), in one transaction when
-    ``transaction`` is a transactional id — aborted with ``abort``."""
+    ``transaction`` is a transactional id — aborted with ``abort``;
+    ``settings``: librdkafka's producer settings (``compression.type``)."""
     from confluent_kafka import Producer
 
-    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"}
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **settings}
     p = Producer({**conf, "transactional.id": transaction} if transaction else conf)
     if transaction:
         p.init_transactions(60)

@@ -406,24 +406,31 @@ def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
     (none, gzip, snappy, lz4, zstd), written by librdkafka and by Kafka's
     Java producer (Spark's own Kafka writer: snappy in xerial blocks), read
     by Spark's reader and by gpuwm's tasks in micro-batches, from the plain
-    listener and over TLS with a SCRAM-SHA-512 login: every row, batch for
-    batch, and no range left to confluent-kafka — each codec is inflated on
+    listener, over TLS, with a PLAIN login and over TLS with a SCRAM-SHA-512
+    login; librdkafka's in transactions, an aborted one after each (its
+    compressed batches and markers skipped): every row, batch for batch,
+    and no range left to confluent-kafka — each codec is inflated on
     gpuwm's own fetch, once, its cost in the batch's metrics."""
     rng = np.random.default_rng(23)
     topic = _topic(broker, len(CODEC_NAMES))
     ours = _events(rng, 2_000, list(range(len(CODEC_NAMES))), 0, 4_000)
     java = _events(rng, 2_000, list(range(len(CODEC_NAMES))), 4_000, 4_000)
-    for p, codec in enumerate(CODEC_NAMES):
-        produce(broker.bootstrap, topic, ours.filter(pc.equal(ours["partition"], p)),
+    for p, codec in enumerate(CODEC_NAMES):  # in a transaction, then an aborted one (read_committed skips it)
+        produce(broker.bootstrap, topic, ours.filter(pc.equal(ours["partition"], p)), transaction=f"{topic}-{p}",
                 **{"compression.type": codec})
+        aborted = [{"partition": p, "value": b'{"ts": %d, "k": 99, "price": 1}' % (int(T0.timestamp() * 1000) + i)}
+                   for i in range(40)]
+        produce_raw(broker.bootstrap, topic, aborted, transaction=f"{topic}-{p}-x", abort=True,
+                    **{"compression.type": codec})
     chunks = _chunk_files(tmp_path, [java.filter(pc.equal(java["partition"], p))
                                      for p in range(len(CODEC_NAMES))])
     runs = []
-    for listener in ("PLAINTEXT", "SASL_SSL"):  # and over TLS, logged in with SCRAM-SHA-512
+    listeners = {"PLAINTEXT": None, "SSL": None, "SASL_PLAINTEXT": "PLAIN", "SASL_SSL": "SCRAM-SHA-512"}
+    for listener, mechanism in listeners.items():
         for read in ("spark", "direct"):
             src = _kafka(broker, topic, maxOffsetsPerTrigger=1_500)
             if listener != "PLAINTEXT":
-                src["options"].update(broker.options(listener, "SCRAM-SHA-512"))
+                src["options"].update(broker.options(listener, mechanism or "PLAIN"))
             src["select"] = [[f"from_json(CAST(value AS STRING), '{SCHEMA}') AS e", "partition", "offset"],
                              ["timestamp_millis(e.ts) AS ts", "e.k AS k", "e.price AS price", "partition", "offset"]]
             spec = {"source": src, "checkpoint": f"{tmp_path}/ck-{listener}-{read}", "read": read,
@@ -433,7 +440,7 @@ def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
     metrics = _drive(str(tmp_path), runs, [{"chunk": c, "topic": topic, "bootstrap": broker.bootstrap,
                                             "compression": codec} for c, codec in zip(chunks, CODEC_NAMES)])
     cols = ["partition", "offset", "ts", "k", "price"]
-    for k, listener in enumerate(("PLAINTEXT", "SASL_SSL")):
+    for k, listener in enumerate(listeners):
         ms, md = metrics[2 * k], metrics[2 * k + 1]
         assert {m["read"] for m in md if m["input_rows"]} == {"direct"}
         key = ("batch_id", "input_rows", "late_rows", "watermark", "rows_emitted")
@@ -442,6 +449,7 @@ def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
         got = sorted(map(tuple, read_out(f"{tmp_path}/out-{listener}-direct").select(cols).to_pylist()))
         assert got == sorted(map(tuple, read_out(f"{tmp_path}/out-{listener}-spark").select(cols).to_pylist()))
         assert got and sum(m["kafka_client_ranges"] for m in md) == 0, listener
+        assert not [r for r in got if r[3] == 99]  # no aborted record
         packed, out = (sum(m.get(f"kafka_codec_{c}", 0) for m in md) for c in ("bytes", "out_bytes"))
         assert 0 < packed < out and sum(m.get("kafka_codec_s", 0) for m in md) > 0
         with open(runs[2 * k + 1]["metrics"] + ".explain") as fh:
@@ -457,19 +465,23 @@ def test_sigkilled_driver_restarts_exactly_once(broker, tmp_path):
     micro-batches, ``availableNow``: it returns at the end), SIGKILLed after
     its third micro-batch and run again on its checkpoint: Spark's offset
     log replays the Kafka offsets of the batch in flight, gpuwm's state is
-    taken by batch id, and the output is the uninterrupted run's, each row once.
-    The uninterrupted run reads through confluent-kafka
+    taken by batch id, and the output is the uninterrupted run's, each row
+    once. The topic's batches are lz4, the killed run reads over TLS with
+    a SCRAM login, and the uninterrupted one through confluent-kafka
     (``GPUWM_KAFKA_FETCH=client``): its batch lines, its summary and
     ``gpuwm status`` say how many ranges took that path and why."""
     rng = np.random.default_rng(11)
     events = _events(rng, 24_000, [0, 1, 2, 3], 0, 60_000, disorder_ms=1_500)
     topic = _topic(broker, 4)
-    produce(broker.bootstrap, topic, events)
+    produce(broker.bootstrap, topic, events, **{"compression.type": "lz4"})
     gpuwm = [os.path.join(os.path.dirname(sys.executable), "gpuwm"), "run"]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
     def spec(tag):
-        s = _spec(_kafka(broker, topic, maxOffsetsPerTrigger=3_000), tmp_path, tag, "spark")
+        src = _kafka(broker, topic, maxOffsetsPerTrigger=3_000)
+        if tag == "killed":  # over TLS, logged in with SCRAM
+            src["options"].update(broker.options("SASL_SSL", "SCRAM-SHA-256"))
+        s = _spec(src, tmp_path, tag, "spark")
         s["trigger"] = {"availableNow": True}
         path = tmp_path / f"{tag}.json"
         path.write_text(json.dumps(s))
@@ -499,6 +511,7 @@ def test_sigkilled_driver_restarts_exactly_once(broker, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     again = subprocess.run([*gpuwm, spec("killed")], capture_output=True, text=True, timeout=900, env=env)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-4000:]
+    assert "Kafka range" not in again.stdout  # every range on gpuwm's own fetch, over TLS
     # killed as batch 2's line printed (gpuwm committed it, Spark maybe not): batch 2 replayed, or 3 next
     first = _batch_lines(again.stdout)[0]
     assert first in (2, 3)
@@ -699,10 +712,10 @@ from gpuwm.spark.front.cli import main, one_line
 
 out = {{}}
 for name, path in json.load(open(sys.argv[1])).items():
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
+    err, said = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(said):
         rc = main(["run", path])
-    out[name] = [rc, err.getvalue()]
+    out[name] = [rc, err.getvalue(), said.getvalue()]
 
 from gpuwm.spark import local_session
 
@@ -724,7 +737,8 @@ def test_a_broker_that_does_not_answer_or_a_missing_topic_is_one_line(broker, tm
     a Java trace, and waits on a topic that does not exist; gpuwm asks the
     brokers before the query starts: one line, exit status 2, nothing
     written. So too for a refused SASL login, a broker certificate the
-    trust store does not vouch for and a SASL mechanism Kafka does not have. A gpuwm error raised in a task comes out of Spark's exception
+    trust store does not vouch for and a SASL mechanism Kafka does not have;
+    each before Spark starts. A gpuwm error raised in a task comes out of Spark's exception
     as its own line, exit status 1."""
     from .kafka_broker import make_certificates
 
@@ -760,8 +774,9 @@ def test_a_broker_that_does_not_answer_or_a_missing_topic_is_one_line(broker, tm
                        capture_output=True, text=True, timeout=600)
     got = json.loads(p.stdout.split("OUT", 1)[1]) if "OUT" in p.stdout else pytest.fail(p.stderr[-4000:])
     for name, (_, want) in cases.items():
-        rc, err = got[name]
+        rc, err, said = got[name]
         assert rc == 2 and err.count("\n") == 1 and err.startswith("gpuwm: error: " + want), (name, err)
+        assert "starting Spark" not in said, (name, said)  # the brokers were asked before Spark started
         assert not os.path.exists(tmp_path / f"ck-{name}") and not os.path.exists(tmp_path / f"out-{name}")
     assert got["task"] == [("Kafka topic 't' partition 3: offsets 5 to 9 of this batch's range are no longer "
                             "in Kafka"), 1]

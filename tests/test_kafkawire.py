@@ -182,3 +182,40 @@ def test_what_it_does_not_decode_is_refused_not_misread():
     twice = _batch(0, 0, [(0, None, b"a", []), (0, None, b"b", [])], deltas=[1, 1])  # two records, one offset
     with pytest.raises(Unsupported, match="do not rise"):
         records(batches(np.frombuffer(twice, np.uint8), False, [])[0], {"value"})
+
+
+def test_spark_s_security_options_become_the_fetch_s_settings_or_a_reason():
+    """Spark's ``kafka.*`` TLS and SASL options as the consumer settings
+    both fetches take (PEM stores, a PLAIN or SCRAM login from
+    ``sasl.jaas.config``), or — where only Spark's Java client can — the
+    reason the source stays Spark's; a mechanism Kafka does not have is an
+    error naming the setting."""
+    from gpuwm.errors import ConfigError
+    from gpuwm.spark.driver.kafka import source_conf
+    from gpuwm.spark.io.kafkawire import wire_ok
+
+    scram = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p w";'
+    conf, why = source_conf({"kafka.bootstrap.servers": "b:9093", "kafka.security.protocol": "SASL_SSL",
+                             "kafka.sasl.mechanism": "scram-sha-512", "kafka.sasl.jaas.config": scram,
+                             "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": "/ca.pem",
+                             "kafka.ssl.truststore.password": "ignored for PEM",
+                             "kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.location": "/me.pem",
+                             "kafka.ssl.endpoint.identification.algorithm": ""})
+    assert why is None and conf == {
+        "isolation.level": "read_uncommitted", "bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u", "sasl.password": "p w",
+        "ssl.ca.location": "/ca.pem", "ssl.certificate.location": "/me.pem", "ssl.key.location": "/me.pem",
+        "ssl.endpoint.identification.algorithm": "none"}
+    assert wire_ok(conf) is None  # gpuwm's own fetch takes all of it
+    oauth = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    for opts, reason in (({"kafka.ssl.truststore.location": "/ts.jks"}, "of type JKS"),
+                         ({"kafka.ssl.truststore.type": "PKCS12"}, "takes certificates in PEM"),
+                         ({"kafka.sasl.mechanism": "OAUTHBEARER", "kafka.sasl.jaas.config": oauth},
+                          "logs in with org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule")):
+        conf, why = source_conf({"kafka.bootstrap.servers": "b:9093", **opts})
+        assert conf is None and reason in why, why
+    gssapi, _ = source_conf({"kafka.bootstrap.servers": "b:1", "kafka.security.protocol": "SASL_PLAINTEXT",
+                             "kafka.sasl.mechanism": "GSSAPI"})
+    assert wire_ok(gssapi) == "sasl.mechanism=GSSAPI"  # confluent-kafka's, then
+    with pytest.raises(ConfigError, match="kafka.sasl.mechanism='SCRAM-SHA-1' is not a SASL mechanism"):
+        source_conf({"kafka.bootstrap.servers": "b:1", "kafka.sasl.mechanism": "SCRAM-SHA-1"})

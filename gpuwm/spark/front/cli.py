@@ -152,7 +152,7 @@ def _demo_spark(args: argparse.Namespace) -> int:
 
 def _run_spec(args: argparse.Namespace) -> int:
     from .session import local_session
-    from .spec import explain, explain_without_spark, load_spec, run, spec_conf
+    from .spec import explain, explain_without_spark, kafka_sources, load_spec, run, spec_conf
 
     spec = load_spec(args.spec)
     # where the source's schema is known (Nexmark, a declared Parquet schema), the whole pipeline — column
@@ -164,6 +164,10 @@ def _run_spec(args: argparse.Namespace) -> int:
     if not _DEBUG:  # a failure is gpuwm's one line; its trace goes to the file that line names
         for name in ("py4j", "SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # pyspark logs its errors
             logging.getLogger(name).setLevel(logging.CRITICAL)  # with their whole Java trace, then raises them
+    from ..driver.kafka import probe
+
+    for options in kafka_sources(spec):  # brokers that do not answer, a bad login: one line before Spark starts
+        probe(options)
     conf = spec_conf(spec)
     jars = " (and the jars it needs, fetched once)" if "spark.jars.packages" in conf else ""
     print(f"gpuwm: spec {args.spec} checked; starting Spark in local mode{jars}...", flush=True)

@@ -731,3 +731,13 @@ def _kafka_replay_failure(e, sources: list, ck) -> bool:
         return False
     last = ck.newest_logged_batch()
     return last is not None and last in ck.spark_batches("commits")
+
+
+def kafka_sources(spec: dict) -> list[dict]:
+    """The ``options`` of every Kafka source a (loaded) spec names — its
+    ``source``, each input's, each of a ``"sql"`` spec's ``sources`` —, for
+    :func:`gpuwm.spark.driver.kafka.probe` before Spark starts."""
+    found = [spec.get("source")] + [i.get("source") for i in (spec.get("inputs") or {}).values()]
+    found += list((spec.get("sources") or {}).values())
+    return [dict(s.get("options") or {}) for s in found
+            if isinstance(s, dict) and str(s.get("format", "")).lower() == "kafka"]
