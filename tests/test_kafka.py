@@ -678,6 +678,28 @@ def test_tls_and_sasl_logins_on_gpuwm_s_own_fetch(broker, protocol, mechanism):
             Connection("127.0.0.1", broker.ports[protocol], 10, conf)
 
 
+def test_a_java_trust_store_is_read_by_keytool(broker, tmp_path):
+    """A JKS trust store, Java's default (``kafka.ssl.truststore.location``
+    with its password, no type): its certificates read by the JDK's
+    ``keytool`` and given to both fetches in PEM, so gpuwm's own fetch reads
+    over TLS; a wrong store password keeps Spark's reader, with the reason."""
+    from gpuwm.spark.driver.kafka import source_conf
+    from gpuwm.spark.jvm.jars import _java
+
+    store = str(tmp_path / "trust.jks")
+    keytool = os.path.join(os.path.dirname(os.path.realpath(_java())), "keytool")
+    subprocess.run([keytool, "-importcert", "-noprompt", "-alias", "ca", "-file", broker.ca, "-keystore", store,
+                    "-storetype", "JKS", "-storepass", "s3cret"], check=True, capture_output=True, timeout=60)
+    topic = _topic(broker, 1)
+    _produce_batches(broker.bootstrap, topic, [{"partition": 0, "value": b"v%d" % i} for i in range(100)])
+    opts = {**broker.options("SSL"), "kafka.ssl.truststore.location": store, "kafka.ssl.truststore.password": "s3cret"}
+    del opts["kafka.ssl.truststore.type"]
+    wire, client, counts = _fetch_both(broker, topic, {0: [[0, 100]]}, "read_committed", opts)
+    assert wire.equals(client) and wire.num_rows == 100 and counts.get("kafka_client_ranges", 0) == 0
+    conf, why = source_conf({**opts, "kafka.ssl.truststore.password": "wrong"})
+    assert conf is None and why.startswith("Kafka setting kafka.ssl.truststore.location (JKS) could not be read"), why
+
+
 def test_offsets_deleted_by_retention_fail_or_are_counted(broker):
     """A range whose first offsets were deleted (``delete_records``, as
     retention does) fails the task with the partition and offsets named

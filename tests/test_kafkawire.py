@@ -187,7 +187,8 @@ def test_what_it_does_not_decode_is_refused_not_misread():
 def test_spark_s_security_options_become_the_fetch_s_settings_or_a_reason():
     """Spark's ``kafka.*`` TLS and SASL options as the consumer settings
     both fetches take (PEM stores, a PLAIN or SCRAM login from
-    ``sasl.jaas.config``), or — where only Spark's Java client can — the
+    ``sasl.jaas.config``), or — where only Spark's Java client can (a key
+    store not in PEM, a trust store not there to read, OAuth) — the
     reason the source stays Spark's; a mechanism Kafka does not have is an
     error naming the setting."""
     from gpuwm.errors import ConfigError
@@ -208,8 +209,9 @@ def test_spark_s_security_options_become_the_fetch_s_settings_or_a_reason():
         "ssl.endpoint.identification.algorithm": "none"}
     assert wire_ok(conf) is None  # gpuwm's own fetch takes all of it
     oauth = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
-    for opts, reason in (({"kafka.ssl.truststore.location": "/ts.jks"}, "of type JKS"),
-                         ({"kafka.ssl.truststore.type": "PKCS12"}, "takes certificates in PEM"),
+    for opts, reason in (({"kafka.ssl.truststore.location": "/not/here.jks"}, "(JKS) could not be read here"),
+                         ({"kafka.ssl.keystore.location": "/me.jks"}, "of type JKS"),
+                         ({"kafka.ssl.keystore.type": "PKCS12"}, "takes key stores in PEM"),
                          ({"kafka.sasl.mechanism": "OAUTHBEARER", "kafka.sasl.jaas.config": oauth},
                           "logs in with org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule")):
         conf, why = source_conf({"kafka.bootstrap.servers": "b:9093", **opts})

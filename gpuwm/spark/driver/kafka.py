@@ -59,14 +59,16 @@ def consumer_conf(params: dict) -> tuple[dict | None, str | None]:
     """librdkafka settings for a Java consumer's ``params`` (Spark's
     executor settings), or (None, why not). TLS settings are taken in PEM
     (``ssl.truststore.type`` / ``ssl.keystore.type`` PEM: files or the
-    certificates themselves), a ``sasl.jaas.config`` of PLAIN or SCRAM as
+    certificates themselves) — a JKS or PKCS12 trust store as the
+    certificates the JDK's ``keytool`` reads from it —, a
+    ``sasl.jaas.config`` of PLAIN or SCRAM as
     its user name and password; a mechanism Kafka does not have is a
     :class:`~gpuwm.errors.ConfigError`."""
     conf: dict[str, Any] = {"isolation.level": "read_uncommitted"}  # the Java client's default (librdkafka's differs)
     for k, v in params.items():
         v = str(v)
-        if k in _IGNORED or k in ("ssl.truststore.password", "ssl.keystore.password") and _pem(params):
-            continue
+        if k in _IGNORED or k in ("ssl.truststore.password", "ssl.keystore.password"):
+            continue  # (a PEM store has none; a JKS or PKCS12 trust store's is read below)
         if k == "sasl.mechanism":
             if v.upper() not in _KNOWN_MECHANISMS:
                 raise ConfigError(f"Kafka setting kafka.sasl.mechanism={v!r} is not a SASL mechanism Kafka has "
@@ -78,10 +80,18 @@ def consumer_conf(params: dict) -> tuple[dict | None, str | None]:
                 return None, why
             conf.update(login)
         elif k in ("ssl.truststore.type", "ssl.keystore.type"):
-            if v.upper() != "PEM":
-                return None, f"Kafka setting kafka.{k}={v}: gpuwm's consumer takes certificates in PEM"
-        elif k in ("ssl.truststore.location", "ssl.keystore.location") and not _pem(params, k.split(".")[1]):
+            if v.upper() not in (("PEM", "JKS", "PKCS12") if k == "ssl.truststore.type" else ("PEM",)):
+                return None, f"Kafka setting kafka.{k}={v}: gpuwm's consumer takes key stores in PEM"
+        elif k == "ssl.keystore.location" and not _pem(params, "keystore"):
             return None, f"Kafka setting kafka.{k} of type JKS (Java's default): gpuwm's consumer takes PEM"
+        elif k == "ssl.truststore.location" and not _pem(params, "truststore"):  # JKS or PKCS12: keytool reads it
+            from ..jvm.jars import store_certificates
+
+            kind = str(params.get("ssl.truststore.type", "JKS"))
+            try:
+                conf["ssl.ca.pem"] = store_certificates(v, kind, params.get("ssl.truststore.password"))
+            except (OSError, ConfigError) as e:
+                return None, f"Kafka setting kafka.ssl.truststore.location ({kind}) could not be read here: {e}"
         elif k == "ssl.keystore.location":  # one PEM file: the private key and the certificate chain
             conf["ssl.certificate.location"] = conf["ssl.key.location"] = v
         elif k == "ssl.endpoint.identification.algorithm":

@@ -23,6 +23,7 @@ downloads nothing.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -127,6 +128,30 @@ def _java() -> str:
     if not java:
         raise ConfigError("no java on PATH (and no JAVA_HOME): Java 17 is needed to fetch jars and run Spark")
     return java
+
+
+def store_certificates(path: str, kind: str, password: str | None) -> str:
+    """The certificates of a Java key store (``kind`` JKS or PKCS12: a
+    Kafka client's trust store) in PEM, read by the JDK's ``keytool`` beside
+    :func:`_java`; cached by the file's path, size and time."""
+    st = os.stat(path)  # (not there: the OSError says so)
+    return _store_certificates(os.path.abspath(path), st.st_size, st.st_mtime_ns, kind.upper(), password)
+
+
+@functools.lru_cache(maxsize=16)
+def _store_certificates(path: str, size: int, mtime: int, kind: str, password: str | None) -> str:
+    import re
+
+    keytool = os.path.join(os.path.dirname(os.path.realpath(_java())), "keytool")
+    cmd = [keytool, "-list", "-rfc", "-keystore", path, "-storetype", kind]
+    r = subprocess.run(cmd + (["-storepass", password] if password is not None else []), capture_output=True,
+                       text=True, stdin=subprocess.DEVNULL, timeout=60)
+    pem = re.findall(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", r.stdout, re.S)
+    if r.returncode or not pem:
+        why = (r.stderr.strip() or r.stdout.strip()).splitlines()
+        raise ConfigError(f"the {kind} store {path} gave no certificate to keytool: "
+                          f"{why[-1] if why else f'exit status {r.returncode}'}")
+    return "\n".join(pem) + "\n"
 
 
 def resolve(coordinate: str, timeout: float = 1800) -> list[str]:
