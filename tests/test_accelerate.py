@@ -531,6 +531,63 @@ def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(s
     assert _batches(f"{tmp_path}/out") == want
 
 
+def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):
+    """A bug in translation (here: an exception planted in the plan
+    reader) is no reason for the query to run nowhere: ``accelerate`` falls
+    back to Spark with the one warning line naming it as gpuwm's bug —
+    and the query then runs, as Spark's — or, under ``fallback="error"``,
+    fails in one line."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.front import translate as tr
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(3), 3, 10, step=6, behind=4, keys=2))
+    df = _source(spark, src).withWatermark("ts", "10 seconds").groupBy(F.window("ts", "5 seconds"), "k").count()
+
+    def broken(*_):
+        raise KeyError("planted")
+
+    monkeypatch.setattr(tr, "_aggregate", broken)
+    monkeypatch.setitem(tr._STATEFUL, "Aggregate", broken)
+    acc = accelerate(df)
+    warned = capsys.readouterr().err.strip()
+    assert acc.translation is None and warned == (
+        "gpuwm: warning: the query runs in Spark, not gpuwm: the query: gpuwm failed to translate it (KeyError: "
+        "'planted') — a gpuwm bug, please report it with the query")
+    acc.writeStream.outputMode("append").option("checkpointLocation", f"{tmp_path}/ck").trigger(
+        availableNow=True).start(f"{tmp_path}/out").awaitTermination()
+    assert os.listdir(f"{tmp_path}/ck/commits") and not os.path.exists(f"{tmp_path}/ck/gpuwm")  # Spark ran it
+    with pytest.raises(gpuwm.ConfigError, match="gpuwm cannot run the query: gpuwm failed to translate it"):
+        accelerate(df, fallback="error")
+
+
+def test_a_window_on_the_left_sides_time_after_a_join_is_read_as_written(spark, tmp_path):
+    """Nexmark q4's interval form: a window on the left side's time after
+    a join whose select drops the right side's time. The window's own
+    expression names the time it reads (not the plan's whole text, which
+    names both): translated as ``window(a_ts)`` — not ``window(b_ts)``,
+    which made Spark's UNRESOLVED_COLUMN escape ``accelerate``, ``explain``
+    and ``start`` —, and equal to Spark batch for batch."""
+    from pyspark.sql import functions as F
+
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=24)
+    df = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 20 seconds")) \
+        .select("a_id", "a_ts", "price") \
+        .groupBy(F.window("a_ts", "10 seconds")).agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+    text = explain(df)
+    acc = accelerate(df)
+    assert acc.translation is not None, acc.refused
+    assert "  aggregate  window(a_ts, 0:00:10) by []: n = count(*), mx = max(price)" in text, text
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) > 3
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out").awaitTermination()
+    assert _batches(f"{tmp_path}/out") == want
+
+
 _UNITS = {"milliseconds": 1_000, "seconds": 1_000_000, "minutes": 60_000_000}
 
 

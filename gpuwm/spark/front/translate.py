@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
-from ...errors import ConfigError, SchemaError
+from ...errors import ConfigError, GpuwmError, SchemaError
 from ..jvm.objects import scala_iter
 
 FALLBACKS = ("spark", "error")
@@ -74,6 +74,20 @@ class Refused(Exception):
     def __init__(self, operator: str, reason: str):
         super().__init__(f"{operator}: {reason}")
         self.operator, self.reason = operator, reason
+
+
+def refusal(e: Exception) -> Refused:
+    """``e`` met while translating or planning a query as the reason Spark
+    runs it: a :class:`Refused` as it is, any other exception (not gpuwm's
+    own errors, which the user is to see) named as gpuwm's bug, so that the
+    query still runs in Spark instead of failing in neither."""
+    if isinstance(e, Refused):
+        return e
+    if isinstance(e, GpuwmError):
+        raise e
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return Refused("the query", f"gpuwm failed to translate it ({type(e).__name__}: {first}) — a gpuwm bug, "
+                                "please report it with the query")
 
 
 @dataclass
@@ -346,8 +360,10 @@ def _aggregate(spark, agg) -> Translation:
     if t.time is None:
         raise Refused("Aggregate", "a window over the rows of a stage that gives no event time (window a window's "
                                    "rows by window_time(window))")
-    text = str(made.toString())
-    for other in t.other_times:  # a join's right time instead of its left: the one the window's expression reads
+    # a join's right time instead of its left: the one the window's own expressions read (the node's, not
+    # its children's: the plan below names both times)
+    text = " ".join(str(e.toString()) for e in scala_iter(made.expressions()))
+    for other in t.other_times:
         ids = [i for i, c in t.columns.items() if c == other[1]]
         if any(re.search(rf"#{i}\b", text) for i in ids):
             t.time = other
@@ -729,8 +745,8 @@ class Accelerated:
         self.refused: Refused | None = None
         try:
             self.translation = translate(df)
-        except Refused as r:
-            self._refuse(r)
+        except Exception as e:  # (an exception escaping translation is a bug: Spark still runs the query)
+            self._refuse(refusal(e))
 
     def _refuse(self, r: Refused) -> None:
         """Spark runs the query (one warning line), or the error the user asked for."""
@@ -792,8 +808,8 @@ class Accelerated:
         if self.translation is not None:
             try:
                 return self.pipeline(checkpoint, sink, name=name)
-            except Refused as r:
-                self._refuse(r)
+            except Exception as e:
+                self._refuse(refusal(e))
         return SparkRun(self.df, checkpoint, sink)
 
     def explain(self, checkpoint: str | None = None) -> str:
@@ -806,7 +822,8 @@ class Accelerated:
         t = self.translation
         try:
             p = self.pipeline(checkpoint or f"{tempfile.gettempdir()}/gpuwm-explain")
-        except Refused as r:
+        except Exception as e:
+            r = refusal(e)
             return f"Spark runs the whole query: {r.operator}: {r.reason}"
         from ..driver.direct import direct_reason
         from ..driver.kafka import read_path
@@ -1234,8 +1251,8 @@ class AcceleratedWriter:
                     ("console", int(opts.get("numrows", 20)))
                 try:
                     p = acc.pipeline(ck, sink, name=self._name, mode=self._mode.lower())
-                except Refused as r:  # Spark runs it, with every call as written
-                    acc._refuse(r)
+                except Exception as e:  # Spark runs it, with every call as written
+                    acc._refuse(refusal(e))
                 else:
                     return p.start(trigger=self._trigger or None, query_name=self._name)
             else:
