@@ -210,6 +210,9 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Filter: a filter between withWatermark and the operator": w.filter("k > 0").groupBy(win, "k").count(),
         "Project: new columns between withWatermark": w.withColumn("k", F.col("k") + 1).groupBy(win, "k").count(),
         "query: no withWatermark": s.groupBy(win, "k").count(),
+        # Nexmark q0-q2: projections and filters only, said plainly (not "cannot run")
+        "a stateless query: no stateful operator (an aggregation, a dedup, a join) is above withWatermark, only "
+        "projections and filters: Spark runs it as written": w.filter("k > 0").selectExpr("ts", "price * 2 AS p"),
         "Deduplicate: dropDuplicates without the event-time column": w.dropDuplicates(["k"]),
         "Filter: gpuwm does not evaluate `(count % CAST(2 AS BIGINT))` after the aggregate":
             w.groupBy(win, "k").count().filter("count % 2 = 0"),

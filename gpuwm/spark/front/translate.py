@@ -165,6 +165,11 @@ def translate(df) -> Translation:
     kind = _kind(node)
     if kind in _STATEFUL:
         t = _STATEFUL[kind](df.sparkSession, node)
+    elif kind in ("EventTimeWatermark", "StreamingRelation", "StreamingRelationV2"):
+        raise Refused("a stateless query", "no stateful operator (an aggregation, a dedup, a join) is above "
+                                           f"{'withWatermark' if kind == 'EventTimeWatermark' else 'the source'}, "
+                                           "only projections and filters: Spark runs it as written, and gpuwm has "
+                                           "nothing of its own to run")
     elif kind in ("Expand", "Generate", "Window", "Sort", "Limit"):
         raise Refused(kind, "gpuwm runs the operators after a windowed aggregation or a dedup as projections "
                             "and filters only (columns, struct fields, renames, casts, comparisons)")
