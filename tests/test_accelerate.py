@@ -84,7 +84,8 @@ def _query(spark, src, shape):
     if shape == "select":  # a filter and projections after the aggregation: struct fields, renames, a cast
         return (w.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
                 .agg(F.max("price").alias("mx"), F.avg("price").alias("p"))
-                .filter("(p >= 450.5 OR mx < 990) AND (NOT key = 1 OR p IS NULL)")
+                .filter("(p >= 450.5 OR mx < 990) AND (NOT key = 1 OR p IS NULL) "
+                        "AND (key IN (0, 2, NULL) OR mx IN (5, 990))")  # IN: SQL's nulls too
                 .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx")))
     if shape == "chain":  # a window over a window's rows (window_time), as Spark chains them (SPARK-40925)
         a = w.groupBy(F.window("ts", "10 seconds", "5 seconds").alias("w"), "k").agg(F.count("*").alias("n"),

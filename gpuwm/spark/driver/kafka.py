@@ -363,6 +363,9 @@ def translate(e, ids: dict[int, str]) -> dict:
             and str(e.child().dataType().simpleString()).startswith("decimal") \
             and str(e.dataType().simpleString()) == "double":  # SQL's 450.5 compared with a double
         return {"lit": [float(str(e.child().value().toString())), "double"]}  # correctly rounded, as Java's
+    if kind == "Cast" and e.child().getClass().getSimpleName() == "Literal" and e.child().value() is None \
+            and str(e.dataType().simpleString()) in LITERAL_TYPES:  # a typed NULL (`x IN (1, NULL)`)
+        return {"lit": [None, str(e.dataType().simpleString())]}
     if kind == "Cast":
         src, to = str(e.child().dataType().simpleString()), str(e.dataType().simpleString())
         ints = ("bigint", "int", "smallint", "tinyint")
@@ -383,6 +386,16 @@ def translate(e, ids: dict[int, str]) -> dict:
         return {"cmp": [_CMP[kind], translate(e.left(), ids), translate(e.right(), ids)]}
     if kind in ("And", "Or"):
         return {kind.lower(): [translate(e.left(), ids), translate(e.right(), ids)]}
+    if kind == "In":  # x IN (a, b, ...): x = a OR x = b ... (Kleene's OR gives SQL's nulls: none match, a null in)
+        items = list(scala_iter(e.list()))
+        if not items or any(str(x.dataType().simpleString()) not in LITERAL_TYPES for x in [e.value(), *items]):
+            raise Untranslatable(str(e.sql()))
+        value = translate(e.value(), ids)
+        out = None
+        for item in items:
+            eq = {"cmp": ["=", value, translate(item, ids)]}
+            out = eq if out is None else {"or": [out, eq]}
+        return out
     if kind in ("Not", "IsNull", "IsNotNull"):
         return {{"Not": "not", "IsNull": "is_null", "IsNotNull": "is_not_null"}[kind]: translate(e.child(), ids)}
     if kind == "StructsToJson" and e.child().getClass().getSimpleName() == "CreateNamedStruct" \
