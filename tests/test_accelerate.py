@@ -512,6 +512,29 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
         assert [n for n, _ in got.output[-1]] == [n for n, _ in want.output[-1]] == queries[name].columns
 
 
+def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spark, tmp_path):
+    """Nexmark q3/q20 as written: both sides have columns of the same
+    names (``id``, ``ts``), told apart by the side they come from (Spark's
+    expression ids), the join's output names as Spark's: translated,
+    and equal to Spark batch for batch."""
+    from pyspark.sql import functions as F
+
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=16)
+    a = a.select(F.col("a_id").alias("id"), F.col("a_ts").alias("ts"), "seller")
+    b = b.select(F.col("b_aid").alias("id"), F.col("b_ts").alias("ts"), "price")
+    df = a.join(b, (a["id"] == b["id"]) & (b["ts"] >= a["ts"]) & (b["ts"] <= a["ts"] + F.expr("interval 20 seconds"))) \
+        .select(a["id"], a["ts"], "seller", "price", b["ts"].alias("bid_ts"))
+    acc = accelerate(df)
+    assert acc.translation is not None, acc.refused
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) > 3
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out").awaitTermination()
+    assert _batches(f"{tmp_path}/out") == want
+
+
 def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(spark, tmp_path):
     """A window over a join's rows on the right side's event time, the
     range wider behind the left time than ahead of it: the window drains

@@ -524,7 +524,16 @@ def _through_renames(node, renamed: dict[int, int]):
         node = node.child()
 
 
-def _rename(t: Translation, picks: list[tuple[str, str, int]], side: str, clash: set[str]) -> None:
+def _unused(name: str, taken: set[str], side: str) -> str:
+    """``name`` made apart from ``taken`` for ``side``'s input: ``name__right``, then numbered."""
+    got, n = f"{name}__{side}", 1
+    while got in taken:
+        got, n = f"{name}__{side}{n}", n + 1
+    return got
+
+
+def _rename(t: Translation, picks: list[tuple[str, str, int]], side: str, clash: set[str],
+            taken: set[str] = frozenset()) -> None:
     """A watermarked source's columns as a join's side selects and names
     them after ``withWatermark`` (``picks``: gpuwm's column, its name there,
     Spark's id there; none: the side is the source): selected in the source
@@ -533,9 +542,16 @@ def _rename(t: Translation, picks: list[tuple[str, str, int]], side: str, clash:
     them, not the ones both sources have (``clash``). The source is kept as
     it is (and read by gpuwm's tasks where it can be) when nothing is
     renamed and no name clashes; a time column not selected (a window's
-    side) whose name clashes is kept as ``__gpuwm_<side>_time``."""
+    side) whose name clashes is kept as ``__gpuwm_<side>_time``. A column
+    named as one of ``taken`` (the left side's, for the right) gets a name
+    of its own (:func:`_unused`): the join's output step names it as
+    Spark does."""
     from pyspark.sql import functions as F
 
+    if not picks and taken & set(t.columns.values()):  # the source as it is, its names the other side's too
+        picks = [(g, g, i) for i, g in t.columns.items()]
+    # a name the left side has already: kept apart here (Spark tells them apart by id; so does the step after)
+    picks = [(g, _unused(n, taken, side) if n in taken else n, i) for g, n, i in picks]
     t.columns.update({i: g for g, _, i in picks})
     name = next((n for g, n, _ in picks if g == t.time[1]), None)
     if not picks or (all(g == n for g, n, _ in picks) and not clash):
@@ -576,8 +592,8 @@ def _join(spark, node) -> Translation:
             raise Refused("Join", f"its {name} side is not a watermarked source (gpuwm joins two of them)")
         sides[name], windows[name] = t, (win, shown_win, ids)
     clash = set(sides["left"].source.columns) & set(sides["right"].source.columns)
-    for name, t in sides.items():
-        _rename(t, picks[name], name, clash)
+    _rename(sides["left"], picks["left"], "left", clash)
+    _rename(sides["right"], picks["right"], "right", clash, set(sides["left"].source.columns))
     times = {}  # Spark's id of each side's watermark column -> the side
     for name, t in sides.items():
         times.update({i: name for i, c in t.columns.items() if c == t.time[1]})
@@ -646,16 +662,20 @@ def _join(spark, node) -> Translation:
                 f"{left.time[0]} {signed(between[3])}"
     columns = {**left.columns, **right.columns}
     absent = {"left": how in ("right", "full"), "right": how in ("left", "full")}  # sides an output row may lack
+    output = list(scala_iter(node.output()))
+    seen = [str(a.name()) for a in output]
+    # Spark's names, but a name both sides give (Spark tells them apart by id): gpuwm's own for that column
+    ids = {_id(a): str(a.name()) if seen.count(str(a.name())) == 1 or _id(a) not in columns else columns[_id(a)]
+           for a in output}
     step = []
-    for a in scala_iter(node.output()):
+    for a in output:
         side = wins.get(_id(a))
         if side is None:
-            step.append([str(a.name()), {"col": columns[_id(a)]}])
+            step.append([ids[_id(a)], {"col": columns[_id(a)]}])
         elif absent[side]:  # null where the side is absent, as Spark's
-            step.append([str(a.name()), {"when": [{"is_not_null": {"col": sides[side].time[1]}}, _WINDOW_STRUCT]}])
+            step.append([ids[_id(a)], {"when": [{"is_not_null": {"col": sides[side].time[1]}}, _WINDOW_STRUCT]}])
         else:
-            step.append([str(a.name()), _WINDOW_STRUCT])
-    ids = {_id(a): str(a.name()) for a in scala_iter(node.output())}
+            step.append([ids[_id(a)], _WINDOW_STRUCT])
     return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, how, window)],
                        [step], left.shown + right.shown + [shown], ids, columns, time=time, inputs=sides,
                        other_times=[] if time is None else [right.time])
