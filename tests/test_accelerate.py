@@ -515,9 +515,12 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
 def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spark, tmp_path):
     """Nexmark q3/q20 as written: both sides have columns of the same
     names (``id``, ``ts``), told apart by the side they come from (Spark's
-    expression ids), the join's output names as Spark's: translated,
-    and equal to Spark batch for batch."""
+    expression ids), the join's output names as Spark's: translated — in
+    SQL with table aliases too, to the same stages —, and equal to Spark
+    batch for batch."""
     from pyspark.sql import functions as F
+
+    from gpuwm.spark.front.translate import translate
 
     a, b = _auctions_and_bids(spark, str(tmp_path), batches=16)
     a = a.select(F.col("a_id").alias("id"), F.col("a_ts").alias("ts"), "seller")
@@ -526,6 +529,12 @@ def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spar
         .select(a["id"], a["ts"], "seller", "price", b["ts"].alias("bid_ts"))
     acc = accelerate(df)
     assert acc.translation is not None, acc.refused
+    a.createOrReplaceTempView("auction")
+    b.createOrReplaceTempView("bid")
+    sql = spark.sql("SELECT A.id, A.ts, A.seller, B.price, B.ts AS bid_ts FROM auction A JOIN bid B ON A.id = B.id "
+                    "AND B.ts BETWEEN A.ts AND A.ts + INTERVAL 20 SECONDS")  # q20's form: aliases, one of each
+    got, frame = translate(sql), acc.translation
+    assert (got.stages, got.output) == (frame.stages, frame.output) and sql.columns == df.columns
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
     want = _batches(f"{tmp_path}/native")
