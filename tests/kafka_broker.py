@@ -18,16 +18,19 @@ from .loopback import LoopbackServer, free_port
 
 #: the user the broker's SASL listeners know, for PLAIN and both SCRAMs
 USER, PASSWORD = "alice", "alice-secret"
-SECURE = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: the secure listeners, by name, with their protocol (MTLS: TLS that asks for the client's certificate)
+SECURE = {"SSL": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL", "MTLS": "SSL"}
 
 
 class Broker(LoopbackServer):
     """``with Broker(dir) as b:`` — a one-node cluster at ``b.bootstrap``,
     its data and log under ``dir``; stopped (and its JVM killed if need be)
     on exit. Besides the plain listener: TLS (``SSL``), SASL and SASL over
-    TLS (PLAIN, SCRAM-SHA-256 and -512 for :data:`USER`) on their own ports
-    (:meth:`options`), with a certificate for 127.0.0.1 signed by a CA
-    made at start (``b.ca``: its PEM file)."""
+    TLS (PLAIN, SCRAM-SHA-256 and -512 for :data:`USER`), and TLS with a
+    client certificate (``MTLS``) on their own ports (:meth:`options`), with
+    certificates for 127.0.0.1 and for the client signed by a CA made at
+    start (``b.ca``: its PEM file; ``b.client``: the client's key and
+    certificate)."""
 
     what = "the Kafka broker"
 
@@ -36,15 +39,19 @@ class Broker(LoopbackServer):
         self.port, self.controller = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.ports = {name: free_port() for name in SECURE}
-        self.ca = os.path.join(self.dir, "ca.pem")
+        self.ca, self.client = os.path.join(self.dir, "ca.pem"), os.path.join(self.dir, "client.pem")
 
     def options(self, protocol: str, mechanism: str = "SCRAM-SHA-256", password: str = PASSWORD,
                 ca: str | None = None) -> dict:
         """Spark's ``kafka.*`` options for the listener of ``protocol``:
-        its bootstrap server, the CA (PEM) for TLS, the SASL login."""
-        opts = {"kafka.bootstrap.servers": f"127.0.0.1:{self.ports[protocol]}", "kafka.security.protocol": protocol}
-        if protocol.endswith("SSL"):
+        its bootstrap server, the CA (PEM) for TLS, the SASL login, the
+        client's certificate (a PEM key store) for ``MTLS``."""
+        opts = {"kafka.bootstrap.servers": f"127.0.0.1:{self.ports[protocol]}",
+                "kafka.security.protocol": SECURE[protocol]}
+        if SECURE[protocol].endswith("SSL"):
             opts.update({"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": ca or self.ca})
+        if protocol == "MTLS":
+            opts.update({"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.location": self.client})
         if protocol.startswith("SASL"):
             module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
             opts.update({"kafka.sasl.mechanism": mechanism, "kafka.sasl.jaas.config":
@@ -57,7 +64,7 @@ class Broker(LoopbackServer):
         cp = os.pathsep.join(resolve(BROKER))
         props = os.path.join(self.dir, "server.properties")
         server_pem = os.path.join(self.dir, "server.pem")
-        make_certificates(self.ca, server_pem)
+        make_certificates(self.ca, server_pem, client_pem=self.client)
         secure = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
         with open(props, "w") as fh:
             fh.write("\n".join([
@@ -67,11 +74,13 @@ class Broker(LoopbackServer):
                 f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},{secure}",
                 "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-                + ",".join(f"{n}:{n}" for n in SECURE),
+                + ",".join(f"{n}:{p}" for n, p in SECURE.items()),
+                "listener.name.mtls.ssl.client.auth=required", "listener.name.mtls.ssl.truststore.type=PEM",
+                f"listener.name.mtls.ssl.truststore.location={self.ca}",
                 "ssl.keystore.type=PEM", f"ssl.keystore.location={server_pem}",
                 "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
                 *[f"listener.name.{n.lower()}.{m.lower()}.sasl.jaas.config=org.apache.kafka.common.security.{module}"
-                  f" required{users};" for n in SECURE[1:]
+                  f" required{users};" for n in SECURE if n.startswith("SASL")
                   for m, module, users in (("PLAIN", "plain.PlainLoginModule", f' user_{USER}="{PASSWORD}"'),
                                            ("SCRAM-SHA-256", "scram.ScramLoginModule", ""),
                                            ("SCRAM-SHA-512", "scram.ScramLoginModule", ""))],
@@ -93,10 +102,11 @@ class Broker(LoopbackServer):
 
 
 
-def make_certificates(ca_pem: str, server_pem: str, name: str = "gpuwm test CA") -> None:
+def make_certificates(ca_pem: str, server_pem: str, name: str = "gpuwm test CA", client_pem: str | None = None) -> None:
     """A CA (its certificate to ``ca_pem``) and a certificate for 127.0.0.1
     (and localhost) it signed, with its unencrypted PKCS#8 key before it in
-    ``server_pem`` (Kafka's PEM key store)."""
+    ``server_pem`` (Kafka's PEM key store); ``client_pem``: the same for a
+    client (:data:`USER`)."""
     import datetime
 
     from cryptography import x509
@@ -125,9 +135,21 @@ def make_certificates(ca_pem: str, server_pem: str, name: str = "gpuwm test CA")
     pem = serialization.Encoding.PEM
     with open(ca_pem, "wb") as fh:
         fh.write(ca.public_bytes(pem))
-    with open(server_pem, "wb") as fh:
-        fh.write(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-                 + server.public_bytes(pem) + ca.public_bytes(pem))
+    for path, k, c in [(server_pem, key, server)] + ([(client_pem, *_client(cert, ca_name, ca_key))]
+                                                     if client_pem else []):
+        with open(path, "wb") as fh:
+            fh.write(k.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+                     + c.public_bytes(pem) + ca.public_bytes(pem))
+
+
+def _client(cert, ca_name, ca_key) -> tuple:
+    """A client's key and its certificate (CN :data:`USER`), signed by the CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key, cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, USER)]), ca_name, key, ca_key, False)
 
 
 def _admin(bootstrap: str):

@@ -406,8 +406,8 @@ def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
     (none, gzip, snappy, lz4, zstd), written by librdkafka and by Kafka's
     Java producer (Spark's own Kafka writer: snappy in xerial blocks), read
     by Spark's reader and by gpuwm's tasks in micro-batches, from the plain
-    listener, over TLS, with a PLAIN login and over TLS with a SCRAM-SHA-512
-    login; librdkafka's in transactions, an aborted one after each (its
+    listener, over TLS, over TLS with a client certificate, with a PLAIN
+    login and over TLS with a SCRAM-SHA-512 login; librdkafka's in transactions, an aborted one after each (its
     compressed batches and markers skipped): every row, batch for batch,
     and no range left to confluent-kafka — each codec is inflated on
     gpuwm's own fetch, once, its cost in the batch's metrics."""
@@ -425,7 +425,7 @@ def test_every_codec_from_both_producers_equals_sparks_reader(broker, tmp_path):
     chunks = _chunk_files(tmp_path, [java.filter(pc.equal(java["partition"], p))
                                      for p in range(len(CODEC_NAMES))])
     runs = []
-    listeners = {"PLAINTEXT": None, "SSL": None, "SASL_PLAINTEXT": "PLAIN", "SASL_SSL": "SCRAM-SHA-512"}
+    listeners = {"PLAINTEXT": None, "SSL": None, "MTLS": None, "SASL_PLAINTEXT": "PLAIN", "SASL_SSL": "SCRAM-SHA-512"}
     for listener, mechanism in listeners.items():
         for read in ("spark", "direct"):
             src = _kafka(broker, topic, maxOffsetsPerTrigger=1_500)
@@ -653,15 +653,18 @@ def test_the_wire_fetch_equals_confluent_kafka_on_every_kind_of_batch(broker, mo
     assert batches(np.zeros(0, np.uint8), True, []) == ([], None)  # an empty fetch: no batch
 
 
-SECURE = [("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-512"), ("SASL_SSL", "SCRAM-SHA-256")]
+SECURE = [("SSL", None), ("MTLS", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-512"),
+          ("SASL_SSL", "SCRAM-SHA-256")]
 
 
 @pytest.mark.parametrize("protocol,mechanism", SECURE)
 def test_tls_and_sasl_logins_on_gpuwm_s_own_fetch(broker, protocol, mechanism):
-    """Spark's ``kafka.*`` options for TLS (a PEM trust store) and SASL
-    (PLAIN, SCRAM-SHA-256 and -512 by ``sasl.jaas.config``) taken by
-    gpuwm's own fetch: every range read on it, over TLS and logged in,
-    equal to confluent-kafka's read of the same listener."""
+    """Spark's ``kafka.*`` options for TLS (a PEM trust store; a client
+    certificate by a PEM key store where the listener asks for one, MTLS)
+    and SASL (PLAIN, SCRAM-SHA-256 and -512 by ``sasl.jaas.config``) taken
+    by gpuwm's own fetch: every range read on it, over TLS and logged in,
+    equal to confluent-kafka's read of the same listener; a wrong password,
+    or no client certificate, refused."""
     from gpuwm.spark.io.kafkawire import Connection, Unsupported
 
     topic = _topic(broker, 2)
@@ -676,6 +679,12 @@ def test_tls_and_sasl_logins_on_gpuwm_s_own_fetch(broker, protocol, mechanism):
         conf, _ = source_conf(broker.options(protocol, mechanism, password="wrong"))
         with pytest.raises(Unsupported, match="refused"):
             Connection("127.0.0.1", broker.ports[protocol], 10, conf)
+    if protocol == "MTLS":  # the listener asks for the client's certificate: without one, no answer
+        from gpuwm.spark.driver.kafka import source_conf
+
+        conf, _ = source_conf(broker.options("SSL") | {"kafka.bootstrap.servers": f"127.0.0.1:{broker.ports['MTLS']}"})
+        with pytest.raises(Unsupported):
+            Connection("127.0.0.1", broker.ports["MTLS"], 10, conf).leaders([topic])
 
 
 def test_a_java_trust_store_is_read_by_keytool(broker, tmp_path):
