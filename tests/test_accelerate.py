@@ -512,6 +512,19 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
         assert [n for n, _ in got.output[-1]] == [n for n, _ in want.output[-1]] == queries[name].columns
 
 
+def _equals_spark(spark, df, acc, tmp_path, batches: int = 3) -> None:
+    """``df`` run by Spark (no-data batches on) and ``acc`` (its
+    ``accelerate``) by gpuwm on the same files: the same rows in the same
+    micro-batches, more than ``batches`` of them."""
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) > batches
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out").awaitTermination()
+    assert _batches(f"{tmp_path}/out") == want
+
+
 def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spark, tmp_path):
     """Nexmark q3/q20 as written: both sides have columns of the same
     names (``id``, ``ts``), told apart by the side they come from (Spark's
@@ -535,13 +548,7 @@ def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spar
                     "AND B.ts BETWEEN A.ts AND A.ts + INTERVAL 20 SECONDS")  # q20's form: aliases, one of each
     got, frame = translate(sql), acc.translation
     assert (got.stages, got.output) == (frame.stages, frame.output) and sql.columns == df.columns
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
-    want = _batches(f"{tmp_path}/native")
-    assert len(want) > 3
-    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
-        f"{tmp_path}/out").awaitTermination()
-    assert _batches(f"{tmp_path}/out") == want
+    _equals_spark(spark, df, acc, tmp_path)
 
 
 def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(spark, tmp_path):
@@ -555,16 +562,10 @@ def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(s
     a, b = _auctions_and_bids(spark, str(tmp_path), batches=24)
     df = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts - interval 25 seconds AND a_ts + interval 5 seconds")) \
         .groupBy(F.window("b_ts", "10 seconds")).agg(F.count("*").alias("n"), F.sum("price").alias("s"))
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
-    want = _batches(f"{tmp_path}/native")
-    assert len(want) > 4
     acc = accelerate(df)
     assert acc.translation is not None, acc.refused
     assert "  aggregate  window(b_ts, 0:00:10) by []: n = count(*), s = sum(price)" in explain(df)
-    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
-        f"{tmp_path}/out").awaitTermination()
-    assert _batches(f"{tmp_path}/out") == want
+    _equals_spark(spark, df, acc, tmp_path, batches=4)
 
 
 def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):
@@ -615,13 +616,7 @@ def test_a_window_on_the_left_sides_time_after_a_join_is_read_as_written(spark, 
     acc = accelerate(df)
     assert acc.translation is not None, acc.refused
     assert "  aggregate  window(a_ts, 0:00:10) by []: n = count(*), mx = max(price)" in text, text
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
-    want = _batches(f"{tmp_path}/native")
-    assert len(want) > 3
-    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
-        f"{tmp_path}/out").awaitTermination()
-    assert _batches(f"{tmp_path}/out") == want
+    _equals_spark(spark, df, acc, tmp_path)
 
 
 _UNITS = {"milliseconds": 1_000, "seconds": 1_000_000, "minutes": 60_000_000}

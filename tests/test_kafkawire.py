@@ -59,14 +59,16 @@ def _snappy_literals(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _xerial(data: bytes, block: int = 100) -> bytes:
+def _xerial(data: bytes) -> bytes:
     """snappy-java's framing, as Kafka's Java producer writes snappy: magic,
-    version 1, compatible version 1, then (int32 length, raw snappy) blocks."""
-    out = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    version 1, compatible version 1, then (int32 length, raw snappy) blocks
+    (here up to eight of them, at least 100 bytes each)."""
+    block = max(100, -(-len(data) // 8))
+    out = [b"\x82SNAPPY\x00", struct.pack(">ii", 1, 1)]
     for i in range(0, len(data), block):
         raw = _snappy_literals(data[i: i + block])
-        out += struct.pack(">i", len(raw)) + raw
-    return out
+        out += [struct.pack(">i", len(raw)), raw]
+    return b"".join(out)
 
 
 #: a batch's records compressed by codec id, with libraries other than the decoder's (cramjam)
