@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpuwm
+from gpuwm.errors import ConfigError
 from gpuwm.spark import accelerate, explain, local_session
 
 from .test_spark import SCHEMA_TKP, _random_batches, _session_batches, _write_batches
@@ -758,8 +759,8 @@ def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spar
     """Every public method of PySpark's ``DataStreamWriter`` exists on
     ``accelerate(df).writeStream`` with its parameters; the calls gpuwm
     runs give Spark's output (foreachBatch: its own test below), and every
-    other — ``foreach``, ``toTable``, ``partitionBy``, ``clusterBy`` — runs in Spark
-    as written, after one line saying why: the rows Spark's own query gives."""
+    other — ``foreach``, ``toTable`` of a Parquet table (a Delta table's:
+    ``test_delta.py``), ``partitionBy``, ``clusterBy`` — runs in Spark as written, after one line saying why: the rows Spark's own query gives."""
     import inspect
 
     from pyspark.sql import functions as F
@@ -809,7 +810,8 @@ def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spar
     warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
     made = not warehouse.exists()  # the catalog's default database: made in the JVM's directory on first use
     try:
-        fell_back("toTable('gpuwm_t'): gpuwm writes parquet and console to a path, not a catalog table",
+        fell_back("toTable('gpuwm_t'): a new parquet table; gpuwm writes Delta tables (a Parquet table is "
+                  "Spark's file sink's, with its log)",
                   lambda w: w.format("parquet").option("path", f"{tmp_path}/t").toTable("gpuwm_t"))
         rows = sorted((tuple(_norm(v) for v in r.asDict().values()) for r in spark.table("gpuwm_t").collect()),
                       key=repr)
@@ -915,13 +917,22 @@ def test_update_mode_equals_spark_batch_for_batch(spark, tmp_path, shape, vnodes
 
 
 def test_output_modes_gpuwm_does_not_run_fall_back_with_their_reason(spark, tmp_path, capsys):
-    """Update mode over a session window or a chain, and complete mode, run
-    in Spark as written after one line saying why (Spark's rows)."""
+    """Update mode over a chain, and complete mode, run in Spark as written
+    after one line saying why (Spark's rows); update over a session window,
+    which Spark's checker refuses too, is refused in one line, nothing
+    started."""
     src = f"{tmp_path}/in"
     _write_batches(src, _random_batches(np.random.default_rng(23), 3, 20, step=6, behind=14, keys=3))
+    with pytest.raises(ConfigError) as e:
+        (accelerate(_query(spark, src, "session")).writeStream.outputMode("update").format("console")
+         .option("checkpointLocation", f"{tmp_path}/ck-session").start())
+    assert str(e.value) == ("output mode 'update' over a session window: Spark refuses it too "
+                            "(STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION); use append")
+    assert not os.path.exists(f"{tmp_path}/ck-session/offsets")
+    with pytest.raises(Exception, match="STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION.*session window"):
+        _query(spark, src, "session").writeStream.outputMode("update").format("console").option(
+            "checkpointLocation", f"{tmp_path}/ck-native").start()
     for shape, mode, why in [
-            ("session", "update", "output mode 'update' with a session window: gpuwm emits a session once, "
-                                  "when it closes"),
             ("chain", "update", "output mode 'update' with window then window: gpuwm runs one window or one dedup "
                                 "in update mode"),
             ("tumble", "complete", "output mode 'complete': gpuwm runs append, and update for one window")]:

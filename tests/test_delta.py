@@ -19,11 +19,12 @@ from .test_spark import _random_batches, _write_batches
 
 
 @pytest.fixture(scope="module")
-def spark():
+def spark(tmp_path_factory):
     from gpuwm.spark.jvm.jars import DELTA, resolve
 
     s = local_session(app="gpuwm-delta", cores=2, conf={
         "spark.jars": ",".join(resolve(DELTA)),
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"})
     yield s
@@ -123,3 +124,41 @@ def test_a_delta_table_with_another_schema_stops_the_query_in_one_line(spark, tm
     run(mergeSchema="true").awaitTermination()
     rows = spark.read.format("delta").load(f"{tmp_path}/out")
     assert rows.count() > 1 and set(rows.columns) >= {"other", "window", "k", "n", "mx"}
+
+
+def test_to_table_writes_delta_tables_as_spark_s_to_table(spark, tmp_path, capsys):
+    """``toTable`` as Spark's: a new table with ``format("delta")`` is made
+    (the query's columns, nullable) and written by gpuwm, each batch marked;
+    an existing Delta table is written by gpuwm without ``format`` (its
+    provider from the catalog). Both read back by ``spark.table`` as Spark's
+    own ``toTable``'s rows. A new table of the default provider (Parquet)
+    is Spark's, after one line saying why."""
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(33), 4, 20, step=6, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _query(spark, f"{tmp_path}/in", "tumble")
+
+    def rows(table):
+        return sorted((tuple(_norm(v) for v in r) for r in spark.table(table).collect()), key=repr)
+
+    def run(w, ck, table, **kw):
+        w.option("checkpointLocation", f"{tmp_path}/{ck}").trigger(availableNow=True).toTable(table, **kw) \
+            .awaitTermination()
+
+    run(df.writeStream.format("delta"), "nck", "native_t")
+    capsys.readouterr()
+    run(accelerate(df, fallback="error").writeStream, "ck", "gpuwm_t", format="delta")
+    want = rows("native_t")
+    assert len(want) > 5 and rows("gpuwm_t") == want
+    assert spark.table("gpuwm_t").schema == spark.table("native_t").schema
+    location = spark.sql("DESCRIBE DETAIL gpuwm_t").first()["location"]
+    marks = _writes(location.removeprefix("file:"))
+    versions = [m["version"] for m in marks[1:]]  # made, then one commit per batch with rows, marked
+    assert marks[0] is None and len(versions) > 1 and versions == sorted(set(versions)), marks
+    assert {m["appId"] for m in marks[1:]} == {json.loads(Path(f"{tmp_path}/ck/metadata").read_text())["id"]}
+    assert "gpuwm: warning" not in capsys.readouterr().err
+    run(accelerate(df, fallback="error").writeStream, "ck2", "gpuwm_t")  # the table's provider: Delta
+    assert rows("gpuwm_t") == sorted(want * 2, key=repr)
+    run(accelerate(df).writeStream, "ck3", "plain_t")
+    assert ("gpuwm: warning: the query runs in Spark, not gpuwm: writeStream: toTable('plain_t'): a new parquet "
+            "table; gpuwm writes Delta tables") in capsys.readouterr().err
+    assert rows("plain_t") == want

@@ -873,7 +873,8 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
     for one tumbling or hopping window alone (each batch's changed rows, as
     Spark's update mode gives them; Spark allows no other stateful operator
     beside an aggregation in update mode) or a dedup alone (its rows are
-    final: update is append)."""
+    final: update is append). Update over a session window is refused in
+    one line, as Spark's checker refuses it."""
     from ...session import Session
 
     if mode == "append":
@@ -882,9 +883,11 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
         kinds = [st[0] for st in stages]
         if kinds == ["window"] and not isinstance(stages[0][1], Session) or kinds == ["dedup"]:
             return
-        why = "a session window: gpuwm emits a session once, when it closes" \
-            if kinds == ["window"] else f"{' then '.join(kinds)}: gpuwm runs one window or one dedup in update mode"
-        raise Refused("writeStream", f"output mode 'update' with {why}")
+        if "window" in kinds and any(st[0] == "window" and isinstance(st[1], Session) for st in stages):
+            raise ConfigError("output mode 'update' over a session window: Spark refuses it too "
+                              "(STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION); use append")
+        raise Refused("writeStream", f"output mode 'update' with {' then '.join(kinds)}: gpuwm runs one window "
+                                     "or one dedup in update mode")
     raise Refused("writeStream", f"output mode {mode!r}: gpuwm runs append, and update for one window")
 
 
@@ -1145,8 +1148,9 @@ class AcceleratedWriter:
     ``options`` ``checkpointLocation`` (``path`` for Parquet, ``numRows``
     for the console), ``outputMode`` ``append`` (``update`` for one window
     or dedup alone), any ``trigger`` but a
-    continuous one, ``queryName``, and ``start``. Any other call —
-    ``foreach``, ``toTable``, ``partitionBy`` or ``clusterBy`` with
+    continuous one, ``queryName``, ``start``, and ``toTable`` of a Delta
+    table. Any other call —
+    ``foreach``, ``toTable`` of another table, ``partitionBy`` or ``clusterBy`` with
     columns, another format, mode or option — makes Spark run the query
     (``spark.gpuwm.fallback``: one warning line saying why, or the error),
     its writer given every call as it was written."""
@@ -1286,16 +1290,34 @@ class AcceleratedWriter:
 
     def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,
                 partitionBy: Any = None, queryName: str | None = None, **options: Any):
-        """Spark writes the query into the catalog table ``tableName``
-        (gpuwm's sinks write paths): the fallback's one line, then Spark's
-        ``toTable`` with every call as written."""
-        self._other.insert(0, f"toTable({tableName!r}): gpuwm writes parquet and console to a path, "
-                              "not a catalog table")
+        """As Spark's ``toTable``: the catalog table ``tableName`` made if it
+        does not exist (the query's columns, nullable; ``format``'s provider,
+        else ``spark.sql.sources.default``; ``option('path')`` its location),
+        then written as ``format(<provider>).start(<its location>)``. gpuwm
+        runs a Delta table's (:class:`DeltaAppend` at its location); a table
+        of another provider (gpuwm's Parquet sink writes ``batch_id=<N>``
+        folders, not Spark's file sink log) or a view, Spark writes, after
+        the fallback's one line, with every call as written."""
         self._start_args(None, format, outputMode, partitionBy, queryName, options)
         acc = self._acc
         if acc.translation is not None:
-            acc._refuse(self._why_not())
+            why = Refused("writeStream", self._other[0]) if self._other else None
+            if why is None:
+                table, why = _table(acc.df, tableName, self._format if self._formatted() else None, self._options)
+            if why is None:
+                saved = self._calls, self._format, dict(self._options)
+                self.format("delta").option("path", table)  # Spark's own toTable of a file table
+                why = self._why_not()
+                try:
+                    if why is None:
+                        return self.start()
+                finally:
+                    self._calls, self._format, self._options = saved
+            acc._refuse(why)
         return self._spark_writer().toTable(tableName)
+
+    def _formatted(self) -> bool:
+        return any(name in ("format", "foreachBatch") for name, _, _ in self._calls)
 
     def _spark_writer(self):
         """Spark's own writer of the query, given every call as the user wrote it."""
@@ -1303,6 +1325,52 @@ class AcceleratedWriter:
         for name, args, kwargs in self._calls:
             w = getattr(w, name)(*args, **kwargs)
         return w
+
+
+def _table(df, name: str, fmt: str | None, options: Mapping[str, str]) -> tuple[str | None, Refused | None]:
+    """The location of the Delta table ``name`` that ``df``'s ``toTable``
+    writes, made as Spark's ``toTable`` makes it where it does not exist
+    (``fmt``, else Spark's default source; ``options``' ``path``: an
+    external table there); or why gpuwm does not write it (Spark does)."""
+    spark = df.sparkSession
+    said = f"toTable({name!r})"
+    if spark.catalog._jcatalog.tableExists(name):
+        info = {r[0].strip(): (r[1] or "").strip() for r in spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()}
+        provider = info.get("Provider", "").lower()
+        if info.get("Type", "").upper() == "VIEW" or not info.get("Location"):
+            return None, Refused("writeStream", f"{said}: a view, or a table without a location")
+        if provider != "delta" or fmt not in (None, "delta"):
+            return None, Refused("writeStream", f"{said}: a {provider or 'catalog'} table; gpuwm writes Delta "
+                                                "tables (a Parquet table is Spark's file sink's, with its log)")
+        return _local(info["Location"]), None
+    provider = (fmt or spark.conf.get("spark.sql.sources.default", "parquet")).lower()
+    if provider != "delta":
+        return None, Refused("writeStream", f"{said}: a new {provider} table; gpuwm writes Delta tables "
+                                            "(a Parquet table is Spark's file sink's, with its log)")
+    from pyspark.sql.types import StructType
+
+    path = next((v for k, v in options.items() if k.lower() == "path"), None)
+    spark.catalog.createTable(name, path=path, source="delta",
+                              schema=StructType.fromJson(_nullable(df.schema.jsonValue())))
+    return _table(df, name, fmt, options)
+
+
+def _nullable(t: Any) -> Any:
+    """A Spark type's JSON with every field, element and value nullable (Scala's ``asNullable``)."""
+    if isinstance(t, dict):
+        return {k: True if k in ("nullable", "containsNull", "valueContainsNull") else _nullable(v)
+                for k, v in t.items()}
+    if isinstance(t, list):
+        return [_nullable(v) for v in t]
+    return t
+
+
+def _local(uri: str) -> str:
+    """A catalog location as delta-rs takes it: a ``file:`` URI as a path."""
+    from urllib.parse import unquote, urlparse
+
+    u = urlparse(uri)
+    return unquote(u.path) if u.scheme == "file" else uri
 
 
 def accelerate(df, **settings: Any) -> Accelerated:
