@@ -811,3 +811,62 @@ def test_a_broker_that_does_not_answer_or_a_missing_topic_is_one_line(broker, tm
         assert not os.path.exists(tmp_path / f"ck-{name}") and not os.path.exists(tmp_path / f"out-{name}")
     assert got["task"] == [("Kafka topic 't' partition 3: offsets 5 to 9 of this batch's range are no longer "
                             "in Kafka"), 1]
+
+
+RESTART = """
+import glob, json, os, shutil, sys
+sys.path.insert(0, {root!r})
+from pyspark.sql import functions as F
+from gpuwm.spark import accelerate, local_session
+from gpuwm.spark.front.spec import spec_conf
+
+cfg = json.load(open(sys.argv[1]))
+spark = local_session(app="gpuwm-kafka-restart", cores=2, conf=spec_conf({{"source": cfg["source"]}}))
+df = spark.readStream.format("kafka").options(**cfg["source"]["options"]).load()
+for step in cfg["source"]["select"]:
+    df = df.selectExpr(*step)
+df = df.withWatermark("ts", "1 second").groupBy(F.window("ts", "2 seconds"), "k").agg(
+    F.count("*").alias("n"), F.max("price").alias("mx"))
+ck, out = cfg["ck"], cfg["out"]
+
+def run():
+    q = (accelerate(df, fallback="error").writeStream.format("parquet").option("checkpointLocation", ck)
+         .trigger(availableNow=True).start(out))
+    q.awaitTermination()
+    return q
+
+run()
+shutil.copytree(out, out + "-first")
+last = max(int(os.path.basename(f)) for f in glob.glob(ck + "/commits/[0-9]*"))
+for f in (f"{{ck}}/commits/{{last}}", f"{{ck}}/commits/.{{last}}.crc"):  # the crash: Spark's commit lost
+    if os.path.exists(f):
+        os.remove(f)
+first = run()
+print(json.dumps({{"restarted": first.restarted, "exception": repr(first.exception()), "active": first.isActive,
+                  "last": last}}), flush=True)
+"""
+
+
+def test_accelerate_survives_spark_s_kafka_replay_failure(broker, tmp_path):
+    """``accelerate(df)`` on a Kafka source, restarted on a checkpoint whose
+    last batch gpuwm committed and Spark did not (a crash between the two):
+    Spark 4.1.1's Kafka source replays that batch, then fails in its
+    progress metrics (SPARK-57438, native Spark too). The query ``start``
+    returned is started once more from its checkpoint, as ``gpuwm run``
+    does: ``awaitTermination`` returns, no exception, one line saying why,
+    and the output is the uninterrupted run's, each row once."""
+    rng = np.random.default_rng(12)
+    topic = _topic(broker, 2)
+    produce(broker.bootstrap, topic, _events(rng, 6_000, [0, 1], 0, 20_000, disorder_ms=500))
+    script, cfg = tmp_path / "restart.py", tmp_path / "restart.json"
+    script.write_text(textwrap.dedent(RESTART.format(root=ROOT)))
+    cfg.write_text(json.dumps({"source": _kafka(broker, topic, maxOffsetsPerTrigger=2_000),
+                               "ck": f"{tmp_path}/ck", "out": f"{tmp_path}/out"}))
+    p = subprocess.run([sys.executable, str(script), str(cfg)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    said = json.loads(p.stdout.strip().splitlines()[-1])
+    assert said["restarted"] and said["exception"] == "None" and not said["active"], said
+    assert p.stderr.count("SPARK-57438") == 1, p.stderr[-3000:]
+    got, want = (rows_of(read_out(f"{tmp_path}/{d}").flatten(), ["window.start", "k", "n", "mx"])
+                 for d in ("out", "out-first"))
+    assert len(want) > 10 and len(set(want)) == len(want) and got == want

@@ -198,6 +198,19 @@ def source_options(df) -> list[dict[str, str]]:
         return []
 
 
+def replay_failure(e: Exception, ck) -> bool:
+    """Whether ``e``, a query's failure, is Spark 4.1.1's Kafka source
+    throwing from its progress metrics (``Some(null).get.map``) on a
+    restarted query's first micro-batch, the replay of the batch in flight
+    at a crash, after that batch ran and was committed (SPARK-57438): the
+    newest batch of the checkpoint ``ck``'s offset log is committed."""
+    msg = str(e)
+    if not ("IterableOps.map" in msg and "Option.get()" in msg):
+        return False
+    last = ck.newest_logged_batch()
+    return last is not None and last in ck.spark_batches("commits")
+
+
 PROBE_S = 15.0  # how long a broker has to answer before the query starts (kafka.default.api.timeout.ms overrides)
 
 

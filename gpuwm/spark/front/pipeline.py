@@ -505,7 +505,10 @@ class Pipeline:
 
     # -- run -------------------------------------------------------------------
     def start(self, *, trigger: Mapping[str, Any] | None = None, query_name: str | None = None):
-        """Start the query; returns Spark's ``StreamingQuery``. ``trigger`` is
+        """Start the query; returns Spark's ``StreamingQuery`` (over a Kafka
+        source, one that starts the query once more from its checkpoint
+        where Spark 4.1.1's Kafka source fails after replaying a committed
+        batch: :func:`restarting`). ``trigger`` is
         passed to ``DataStreamWriter.trigger`` (``{"processingTime": "5
         seconds"}``, ...), except ``{"availableNow": True}`` and ``{"once":
         True}``: gpuwm runs those as ``processingTime="0 seconds"`` and stops
@@ -521,6 +524,13 @@ class Pipeline:
         under ``idle_timeout``, and at the end of a bounded input (a bounded
         Nexmark source, ``availableNow``) when the profile's
         ``end_of_input`` is ``all``."""
+        from ..driver.kafka import source_options
+
+        if not source_options(self.df):
+            return self._start(trigger, query_name)
+        return restarting(lambda: self._start(trigger, query_name), self.checkpoint)
+
+    def _start(self, trigger: Mapping[str, Any] | None, query_name: str | None):
         from ..driver import drain
         from ..driver.direct import direct_reason
         from ..driver.loop import Driver, prepare_checkpoint
@@ -566,6 +576,63 @@ class Pipeline:
         if finish:
             drain.Finisher(q, driver.ask_end)
         return q
+
+
+def restarting(start: Callable[[], Any], ck: Checkpoint):
+    """The ``StreamingQuery`` that ``start()`` returns, started once more
+    (by ``start()``, from its checkpoint) if it fails as Spark 4.1.1's Kafka
+    source does after replaying the batch in flight at a crash once that
+    batch is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3: it
+    throws from its progress metrics); the next start reads on from the
+    committed offsets. The same object goes on as the new run (Spark's
+    query id is the checkpoint's; its ``runId`` is new): ``awaitTermination``,
+    ``processAllAvailable`` and ``exception`` wait on, or report, the
+    restarted run. One restart at most; any other failure is the query's."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from ..driver.kafka import replay_failure
+
+    class Restarting(StreamingQuery):
+        restarted = False
+
+        def _again(self) -> bool:
+            """Started once more: the run failed of SPARK-57438 (and had not been restarted)."""
+            if self.restarted or self._jsq.isActive():
+                return False
+            e = StreamingQuery.exception(self)
+            if e is None or not replay_failure(e, ck):
+                return False
+            import logging
+
+            logging.getLogger("gpuwm").warning(
+                "gpuwm: Spark 4.1.1's Kafka source failed in progress reporting after replaying the batch in "
+                "flight, which is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3): restarting the query "
+                "from its checkpoint")
+            self._jsq, self.restarted = start()._jsq, True
+            return True
+
+        def awaitTermination(self, timeout: float | None = None):
+            while True:
+                try:
+                    return StreamingQuery.awaitTermination(self, timeout)
+                except StreamingQueryException:
+                    if not self._again():
+                        raise
+
+        def processAllAvailable(self) -> None:
+            while True:
+                try:
+                    return StreamingQuery.processAllAvailable(self)
+                except StreamingQueryException:
+                    if not self._again():
+                        raise
+
+        def exception(self):
+            self._again()
+            return StreamingQuery.exception(self)
+
+    return Restarting(start()._jsq)
 
 
 def _filter_lateness(stages: Sequence[OperatorSpec], profile: Any) -> Any:

@@ -643,39 +643,28 @@ def run(spark, spec: dict, verbose: bool = True):
     sources = _sources(spec)
     bounded = all(src.get("format") == "nexmark" and int(src.get("options", {}).get("totalEvents", 1_000_000)) > 0
                   for src in sources)
-    restarted = False
-    while True:
-        p = build(spark, spec, verbose)
-        q = p.start(trigger=spec.get("trigger"))
-        if verbose:
-            print(f"gpuwm: query started on checkpoint {spec['checkpoint']}; a line per batch as it commits",
-                  flush=True)
-        if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once") \
-                or not bounded:
-            wait = q.awaitTermination
-        else:
-            def wait(q=q):
-                q.processAllAvailable()
-                q.stop()
-        p.interrupted = _until_done_or_interrupted(q, wait)
-        if p.interrupted:
-            return p
-        try:
-            e = q.exception()
-        except StreamingQueryException as x:
-            e = x
-        if e is not None and not restarted and _kafka_replay_failure(e, sources, p.checkpoint):
-            import logging
-
-            logging.getLogger("gpuwm").warning(
-                "gpuwm: Spark 4.1.1's Kafka source failed in progress reporting after replaying the batch in "
-                "flight, which is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3): restarting the query "
-                "from its checkpoint")
-            restarted = True
-            continue
-        if e is not None:
-            raise e
+    p = build(spark, spec, verbose)
+    q = p.start(trigger=spec.get("trigger"))  # (over Kafka: started once more after SPARK-57438's failure)
+    if verbose:
+        print(f"gpuwm: query started on checkpoint {spec['checkpoint']}; a line per batch as it commits",
+              flush=True)
+    if (spec.get("trigger") or {}).get("availableNow") or (spec.get("trigger") or {}).get("once") \
+            or not bounded:
+        wait = q.awaitTermination
+    else:
+        def wait(q=q):
+            q.processAllAvailable()
+            q.stop()
+    p.interrupted = _until_done_or_interrupted(q, wait)
+    if p.interrupted:
         return p
+    try:
+        e = q.exception()
+    except StreamingQueryException as x:
+        e = x
+    if e is not None:
+        raise e
+    return p
 
 
 def _until_done_or_interrupted(q, wait) -> bool:
@@ -716,21 +705,6 @@ def _until_done_or_interrupted(q, wait) -> bool:
     if failed:
         raise failed[0]
     return False
-
-
-def _kafka_replay_failure(e, sources: list, ck) -> bool:
-    """Spark 4.1.1's Kafka source throws from its progress metrics
-    (``Some(null).get.map``) when a restarted query's first micro-batch is
-    the replay of the batch in flight at the crash, after that batch ran and
-    was committed; the next start reads on from the committed offsets. True
-    for that failure, with the newest logged batch committed."""
-
-    msg = str(e)
-    if not ("IterableOps.map" in msg and "Option.get()" in msg
-            and any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources)):
-        return False
-    last = ck.newest_logged_batch()
-    return last is not None and last in ck.spark_batches("commits")
 
 
 def kafka_sources(spec: dict) -> list[dict]:

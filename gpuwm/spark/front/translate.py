@@ -906,7 +906,8 @@ class SparkRun:
         self.interrupted = False
 
     def start(self, *, trigger: Any = None, query_name: str | None = None):
-        """Spark's ``writeStream`` of the query, in append mode, to the sink; returns its ``StreamingQuery``."""
+        """Spark's ``writeStream`` of the query, in append mode, to the sink;
+        returns its ``StreamingQuery`` (over Kafka: :func:`~gpuwm.spark.front.pipeline.restarting`)."""
         w = self.df.writeStream.outputMode("append").option("checkpointLocation", self.checkpoint.loc.uri)
         if self.sink[0] == "parquet":
             w = w.format("parquet").option("path", self.sink[1])
@@ -918,7 +919,10 @@ class SparkRun:
             w = w.trigger(**trigger)
         if query_name:
             w = w.queryName(query_name)
-        return w.start()
+        from ..driver.kafka import source_options
+        from .pipeline import restarting
+
+        return restarting(w.start, self.checkpoint) if source_options(self.df) else w.start()
 
     def explain(self, trigger: Any = None) -> str:
         return "Spark runs the whole query (as written, its own sink and checkpoint)"
