@@ -950,8 +950,8 @@ def test_output_modes_gpuwm_does_not_run_fall_back_with_their_reason(spark, tmp_
 
 def test_a_kafka_value_gpuwm_does_not_write_as_spark_falls_back_with_its_reason(spark, tmp_path):
     """``to_json`` of a double (Java's digits, which gpuwm does not write) is
-    not translated: the query is Spark's, and the reason names it; extra
-    sink columns (``topic``) too."""
+    not translated: the query is Spark's, and the reason names it; a sink
+    column of a type Spark's Kafka sink refuses (a bigint ``partition``) too."""
     from pyspark.sql import functions as F
 
     _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(24), 1, 5, step=6, behind=0, keys=2))
@@ -960,7 +960,8 @@ def test_a_kafka_value_gpuwm_does_not_write_as_spark_falls_back_with_its_reason(
     acc = accelerate(agg.select(F.to_json(F.struct("*")).alias("value")))
     assert acc.translation is None and "to_json" in acc.refused.reason and "integer, boolean, string" in \
         acc.refused.reason, acc.refused
-    ok = accelerate(agg.select(F.col("k").cast("string").alias("value"), F.lit("t").alias("topic")))
+    ok = accelerate(agg.select(F.col("k").cast("string").alias("value"), F.col("k").alias("partition")))
     assert ok.translation is not None
     why = ok.writeStream.format("kafka")._why_not()
-    assert "format 'kafka' with columns ['value', 'topic']" in why.reason
+    assert why.reason.startswith("format 'kafka' with columns partition bigint: gpuwm writes Spark's Kafka sink "
+                                 "columns (value, key: string or binary; topic string; partition int;"), why

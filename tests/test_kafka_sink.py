@@ -22,13 +22,16 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def spark():
-    s = local_session(app="gpuwm-kafka-sink", cores=2)
+    from gpuwm.spark.front.spec import spec_conf
+
+    s = local_session(app="gpuwm-kafka-sink", cores=2, conf=spec_conf({"source": {"format": "kafka"}}))
     yield s
     s.stop()
 
 
-def _read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
-    """Every (key, value) a ``read_committed`` consumer sees on ``topic``, to its end."""
+def _read_committed(bootstrap: str, topic: str, partitions: int, full: bool = False) -> list[tuple]:
+    """Every (key, value) a ``read_committed`` consumer sees on ``topic``, to
+    its end; ``full``: (partition, key, value, headers)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "isolation.level": "read_committed",
@@ -42,7 +45,8 @@ def _read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
             if m.error():
                 ended.add(m.partition())
                 continue
-            out.append((m.key().decode() if m.key() is not None else None, m.value().decode()))
+            kv = (m.key().decode() if m.key() is not None else None, m.value().decode())
+            out.append((m.partition(), *kv, tuple(m.headers() or ())) if full else kv)
     finally:
         c.close()
     return sorted(out)
@@ -113,3 +117,74 @@ def test_kafka_sink_writes_spark_s_messages_exactly_once_across_crashes(spark, b
     assert len(crashed) == 2
     run()
     assert _read_committed(broker.bootstrap, topic, 2) == want  # every message once, none of the aborted
+
+
+def test_kafka_sink_columns_as_spark_s_sink_writes_them(spark, broker, tmp_path, capsys):
+    """Spark's Kafka sink columns beyond key and value, evaluated and
+    written by gpuwm: a ``topic`` column (no ``topic`` option), ``headers``
+    (``array(struct(...))`` of strings cast to bytes) and, with the
+    ``topic`` option, a ``partition`` column. Each topic's messages —
+    partition, key, value, headers — equal those of Spark's own Kafka sink
+    on the same files: a key's partition too (Java's murmur2, which gpuwm's
+    producer is given)."""
+    from pyspark.sql import functions as F
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(42), 7, 20, step=6, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    from .test_accelerate import _source
+
+    agg = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds").groupBy(
+        F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+
+    def header(name, col):
+        return F.struct(F.lit(name).alias("key"), F.col(col).cast("string").cast("binary").alias("value"))
+
+    def keyed(tag):
+        return agg.select(F.lit(f"{tag}-keyed").alias("topic"), F.col("k").cast("string").alias("key"),
+                          F.to_json(F.struct("*")).alias("value"),
+                          F.array(header("k", "k"), header("n", "n")).alias("headers"))
+
+    def parted(tag):
+        return agg.select(F.col("k").cast("int").alias("partition"), F.to_json(F.struct("*")).alias("value"))
+
+    def run(w, tag, shape, **options):
+        for k, v in options.items():
+            w = w.option(k, v)
+        (w.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+         .option("checkpointLocation", f"{tmp_path}/ck-{tag}-{shape}").trigger(availableNow=True).start()
+         .awaitTermination())
+
+    for tag in ("native", "gpuwm"):
+        for shape in ("keyed", "parted"):
+            create_topic(broker.bootstrap, f"{tag}-{shape}", 4)
+    run(keyed("native").writeStream, "native", "keyed")
+    run(parted("native").writeStream, "native", "parted", topic="native-parted")
+    capsys.readouterr()
+    run(accelerate(keyed("gpuwm"), fallback="error").writeStream, "gpuwm", "keyed")
+    run(accelerate(parted("gpuwm"), fallback="error").writeStream, "gpuwm", "parted", topic="gpuwm-parted")
+    assert "warning" not in capsys.readouterr().err
+    for shape in ("keyed", "parted"):
+        want = _read_committed(broker.bootstrap, f"native-{shape}", 4, full=True)
+        assert len(want) >= 9 and len({m[0] for m in want}) >= 2, want
+        assert _read_committed(broker.bootstrap, f"gpuwm-{shape}", 4, full=True) == want
+
+
+def test_kafka_messages_take_spark_s_sink_columns_and_refuse_a_null_topic():
+    """A batch's rows as messages: the ``topic`` option over a ``topic``
+    column, by (topic, partition); a row without a topic fails the batch
+    (Spark's sink too), nothing produced."""
+    import pyarrow as pa
+
+    from gpuwm.spark.front.translate import _messages
+
+    t = pa.table({"topic": ["a", "b", "a"], "partition": pa.array([1, None, 1], pa.int32()),
+                  "key": ["k1", None, "k3"], "value": ["x", "y", None],
+                  "headers": pa.array([[{"key": "h", "value": b"1"}], None, []],
+                                      pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))})
+    assert _messages(t, None) == {
+        ("a", 1): [{"value": b"x", "key": b"k1", "headers": [("h", b"1")]}, {"value": None, "key": b"k3",
+                                                                            "headers": []}],
+        ("b", None): [{"value": b"y"}]}
+    assert list(_messages(t, "opt")) == [("opt", 1), ("opt", None)]
+    with pytest.raises(ValueError, match="^null topic present in the data: use the topic option"):
+        _messages(t.set_column(0, "topic", pa.array(["a", None, "a"])), None)

@@ -341,12 +341,18 @@ def same_columns(got, want) -> bool:
 
 
 def _same_type(a, b) -> bool:
+    """Same values as Spark writes them: nested types field by field (a
+    list's item name and nullability aside)."""
     import pyarrow as pa
 
     if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
         return a.unit == b.unit
     if pa.types.is_string(a) or pa.types.is_large_string(a):
         return pa.types.is_string(b) or pa.types.is_large_string(b)
+    if pa.types.is_list(a) and pa.types.is_list(b):
+        return _same_type(a.value_type, b.value_type)
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        return [f.name for f in a] == [f.name for f in b] and all(_same_type(x.type, y.type) for x, y in zip(a, b))
     return a.equals(b)
 
 
@@ -382,7 +388,9 @@ def translate(e, ids: dict[int, str]) -> dict:
     if kind == "Cast":
         src, to = str(e.child().dataType().simpleString()), str(e.dataType().simpleString())
         ints = ("bigint", "int", "smallint", "tinyint")
-        ok = (src == "binary" and to == "string") or (src in ints and to in ("timestamp", "bigint", "double")) \
+        ok = (src == "binary" and to == "string") or (src == "string" and to == "binary") \
+            or (src in ints and to in ("timestamp", "bigint", "double")) \
+            or (src in ints and to == "int" and str(e.evalMode()) == "ANSI") \
             or (to == "string" and (src in ints or src == "string" or src == "timestamp" and _utc(e)))
         if not ok:
             raise Untranslatable(str(e.sql()))
@@ -418,6 +426,11 @@ def translate(e, ids: dict[int, str]) -> dict:
         if all(_json_writable(str(v.dataType().simpleString())) for v in values):
             return {"to_json": [[n, translate(v, ids)] for n, v in zip(names, values)]}
         raise Untranslatable(f"{e.sql()} (fields of integer, boolean, string, timestamp and struct types)")
+    if kind == "CreateNamedStruct":
+        names = [str(n.eval(None).toString()) for n in scala_iter(e.nameExprs())]
+        return {"struct": [[n, translate(v, ids)] for n, v in zip(names, scala_iter(e.valExprs()))]}
+    if kind == "CreateArray" and e.children().size() and not bool(e.useStringTypeWhenEmpty()):
+        return {"array": [translate(v, ids) for v in scala_iter(e.children())]}
     if kind == "JsonToStructs":
         fields = [[str(f.name()), str(f.dataType().simpleString())] for f in e.schema().fields()] \
             if str(e.schema().typeName()) == "struct" else None

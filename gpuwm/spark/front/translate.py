@@ -973,37 +973,50 @@ class _DriverSink:
 
 class KafkaAppend(_DriverSink):
     """``format("kafka")`` as gpuwm runs it, exactly once: each micro-batch's
-    ``key`` and ``value`` columns (strings or bytes; what the query's last
-    select made — ``CAST(k AS STRING)``, ``to_json(struct(*))`` — evaluated
-    by gpuwm) produced to ``topic`` in one Kafka transaction
-    (confluent-kafka's transactional producer, ``transactional.id``
-    ``gpuwm-<query id>``), which also commits, as the consumer group
-    ``gpuwm-<query id>``'s offset of the topic's partition 0, the batch id
-    + 1: the durable marker of the last batch written. A batch replayed
-    after a crash between Kafka's commit and gpuwm's finds its marker and
-    is skipped; one that crashed inside its transaction is aborted when the
-    restarted producer fences it. A ``read_committed`` consumer sees every
-    row once (Spark's own Kafka sink is at least once). The ``kafka.*``
-    options are the producer's and the marker's consumer's settings (TLS
-    and SASL as librdkafka takes them). The marker lives as long as the
-    broker keeps the group's offsets (``offsets.retention.minutes``)."""
+    rows — Spark's Kafka sink columns: ``value``, and ``key``, ``topic``,
+    ``partition``, ``headers`` where the query has them, as its last select
+    made them (``CAST(k AS STRING)``, ``to_json(struct(*))``,
+    ``array(struct(...))``: evaluated by gpuwm) — produced in one Kafka
+    transaction (confluent-kafka's transactional producer,
+    ``transactional.id`` ``gpuwm-<query id>``), which also commits, as the
+    consumer group ``gpuwm-<query id>``'s offset of partition 0 of the
+    marker topic (the ``topic`` option, else the batch's first topic by
+    name), the batch id + 1: the durable marker of the last batch written.
+    A batch replayed after a crash between Kafka's commit and gpuwm's finds
+    its marker and is skipped; one that crashed inside its transaction is
+    aborted when the restarted producer fences it. A ``read_committed``
+    consumer sees every row once (Spark's own Kafka sink is at least once).
+    As Spark's: the ``topic`` option overrides a ``topic`` column, a row
+    without a topic fails the batch, a row without a ``partition`` goes
+    where Java's producer puts it (librdkafka's ``murmur2_random``
+    partitioner: a key's murmur2 hash, as Java's). The ``kafka.*`` options
+    are the producer's and the marker's consumer's settings (TLS and SASL
+    as librdkafka takes them). The marker lives as long as the broker keeps
+    the group's offsets (``offsets.retention.minutes``)."""
 
     OPTIONS = ("topic", "checkpointlocation")
+    COLUMNS = {"key": ("string", "binary"), "value": ("string", "binary"), "topic": ("string",),
+               "partition": ("int",), "headers": ("array<struct<key:string,value:binary>>",)}
     CHUNK = 20_000  # messages handed to librdkafka per produce_batch call
 
-    def __init__(self, options: Mapping[str, str], checkpoint: str):
+    def __init__(self, options: Mapping[str, str], checkpoint: str, columns: Sequence[str] = ("value",)):
         super().__init__(checkpoint)
         self.topic = next((v for k, v in options.items() if k.lower() == "topic"), None)
         self.conf = {k[6:]: v for k, v in options.items() if k.lower().startswith("kafka.")}
-        if not self.topic or "bootstrap.servers" not in self.conf:
-            raise ConfigError("the kafka sink needs option('topic', ...) and option('kafka.bootstrap.servers', ...)")
+        if not (self.topic or "topic" in columns) or "bootstrap.servers" not in self.conf:
+            raise ConfigError("the kafka sink needs option('kafka.bootstrap.servers', ...), and option('topic', "
+                              "...) or a topic column")
         self._producer = None
 
     def write_arrow(self, table, batch_id: int, spark) -> None:
+        import pyarrow.compute as pc
         from confluent_kafka import Consumer, Producer, TopicPartition
 
+        first = self.topic or pc.min(table.column("topic")).as_py()
+        if first is None:
+            raise ValueError(_NULL_TOPIC)
         group = f"gpuwm-{self.app_id(spark)}"
-        marker = TopicPartition(self.topic, 0)
+        marker = TopicPartition(first, 0)
         consumer = Consumer({**self.conf, "group.id": group, "enable.auto.commit": False,
                              "isolation.level": "read_committed"})
         try:
@@ -1011,17 +1024,16 @@ class KafkaAppend(_DriverSink):
             if done >= batch_id + 1:  # written before a crash that gpuwm's commit did not outlive
                 return
             if self._producer is None:
-                self._producer = Producer({**self.conf, "transactional.id": group, "enable.idempotence": True})
+                self._producer = Producer({"partitioner": "murmur2_random", **self.conf, "transactional.id": group,
+                                           "enable.idempotence": True})
                 self._producer.init_transactions(60)  # fences (aborts) an earlier attempt's open transaction
             p = self._producer
             p.begin_transaction()
             try:
-                n = table.num_rows
-                keys = _bytes(table.column("key")) if "key" in table.column_names else [None] * n
-                msgs = [{"value": v, "key": k} for k, v in zip(keys, _bytes(table.column("value")))]
-                for lo in range(0, n, self.CHUNK):
-                    _produce_all(p, self.topic, msgs[lo:lo + self.CHUNK])
-                p.send_offsets_to_transaction([TopicPartition(self.topic, 0, batch_id + 1)],
+                for (topic, part), some in _messages(table, self.topic).items():
+                    for lo in range(0, len(some), self.CHUNK):
+                        _produce_all(p, topic, part, some[lo:lo + self.CHUNK])
+                p.send_offsets_to_transaction([TopicPartition(marker.topic, 0, batch_id + 1)],
                                               consumer.consumer_group_metadata(), 60)
                 p.commit_transaction(120)
             except BaseException:
@@ -1037,22 +1049,59 @@ class KafkaAppend(_DriverSink):
             p.flush(30)
 
 
-def _produce_all(p, topic: str, msgs: list[dict]) -> None:
-    """Queue every message with ``produce_batch`` (one call for many: the
-    per-message ``produce`` call was 3-5 us a message); those the full
-    local queue refused are queued again once it drained; any other
-    refusal is raised."""
+_NULL_TOPIC = "null topic present in the data: use the topic option for setting a topic (as Spark's Kafka sink)"
+
+
+def _messages(table, topic: str | None) -> dict[tuple[str, int | None], list[dict]]:
+    """A batch's rows as confluent-kafka's messages, by topic (``topic``,
+    else each row's) and partition (None: the partitioner's; librdkafka
+    2.16's ``produce_batch`` does not take one per message)."""
+    n, cols = table.num_rows, table.column_names
+    fields = {"value": _bytes(table.column("value"))}
+    if "key" in cols:
+        fields["key"] = _bytes(table.column("key"))
+    if "headers" in cols:
+        fields["headers"] = [None if h is None else [(e["key"], e["value"]) for e in h]
+                             for h in table.column("headers").to_pylist()]
+    topics = [topic] * n if topic else table.column("topic").to_pylist()
+    if None in topics:
+        raise ValueError(_NULL_TOPIC)
+    parts = table.column("partition").to_pylist() if "partition" in cols else [None] * n
+    out: dict[tuple[str, int | None], list[dict]] = {}
+    names = list(fields)
+    for t, part, *vals in zip(topics, parts, *fields.values()):
+        out.setdefault((t, part), []).append({k: v for k, v in zip(names, vals) if v is not None or k == "value"})
+    return out
+
+
+def _produce_all(p, topic: str, part: int | None, msgs: list[dict]) -> None:
+    """Queue every message (to ``part``, else where the partitioner puts it): with ``produce_batch`` (one call for many: the
+    per-message ``produce`` call was 3-5 us a message), or one ``produce``
+    a message where they have headers (which ``produce_batch`` does not
+    take); those the full local queue refused are queued again once it
+    drained; any other refusal is raised."""
     from confluent_kafka import KafkaError, KafkaException
 
+    to = {} if part is None else {"partition": part}
+    if any("headers" in m for m in msgs):
+        for m in msgs:
+            while True:
+                try:
+                    p.produce(topic, **m, **to)
+                    break
+                except BufferError:
+                    p.poll(0.05)  # let the queue drain
+        p.poll(0)
+        return
     while msgs:
-        if p.produce_batch(topic, msgs) == len(msgs):
+        if p.produce_batch(topic, msgs, **to) == len(msgs):
             p.poll(0)
             return
         failed = [m for m in msgs if "_error" in m]
         other = next((m["_error"] for m in failed if m["_error"].code() != KafkaError._QUEUE_FULL), None)
         if other is not None:
             raise KafkaException(other)
-        msgs = [{"value": m["value"], "key": m["key"]} for m in failed]
+        msgs = [{k: v for k, v in m.items() if k != "_error"} for m in failed]
         p.poll(0.05)  # let the queue drain
 
 
@@ -1239,10 +1288,14 @@ class AcceleratedWriter:
             return Refused("writeStream", f"option(s) {other}: gpuwm's {self._format} sink does not apply them")
         if "continuous" in self._trigger:
             return Refused("writeStream", "a continuous trigger: gpuwm runs micro-batches")
-        if self._format == "kafka" and ("value" not in self._acc.df.columns
-                                        or set(self._acc.df.columns) - {"key", "value"}):
-            return Refused("writeStream", f"format 'kafka' with columns {self._acc.df.columns}: gpuwm writes "
-                                          "a value and a key (no topic, partition or headers columns)")
+        if self._format == "kafka":
+            types = {f.name: f.dataType.simpleString() for f in self._acc.df.schema}
+            bad = [f"{c} {t}" for c, t in types.items() if t not in KafkaAppend.COLUMNS.get(c, ())]
+            if bad or "value" not in types:
+                return Refused("writeStream", f"format 'kafka' with columns {', '.join(bad) or 'without value'}: "
+                                              "gpuwm writes Spark's Kafka sink columns (value, key: string or "
+                                              "binary; topic string; partition int; headers "
+                                              "array<struct<key:string,value:binary>>)")
         return None
 
     def _start_args(self, path: str | None, format: str | None, outputMode: str | None, partitionBy: Any,
@@ -1277,13 +1330,8 @@ class AcceleratedWriter:
                 ck = ck or tempfile.mkdtemp(prefix="gpuwm-console-")
                 if self._format in ("parquet", "delta") and not opts.get("path"):
                     raise ConfigError(f"the {self._format} sink needs a path: option('path', ...) or start(path)")
-                sink = ("parquet", opts["path"]) if self._format == "parquet" else \
-                    ("foreachBatch", self._func) if self._format == "foreachBatch" else \
-                    ("foreachBatch", DeltaAppend(self._options, ck)) if self._format == "delta" else \
-                    ("foreachBatch", KafkaAppend(self._options, ck)) if self._format == "kafka" else \
-                    ("console", int(opts.get("numrows", 20)))
                 try:
-                    p = acc.pipeline(ck, sink, name=self._name, mode=self._mode.lower())
+                    p = acc.pipeline(ck, self._sink(opts, ck), name=self._name, mode=self._mode.lower())
                 except Exception as e:  # Spark runs it, with every call as written
                     acc._refuse(refusal(e))
                 else:
@@ -1291,6 +1339,18 @@ class AcceleratedWriter:
             else:
                 acc._refuse(why)
         return self._spark_writer().start()
+
+    def _sink(self, opts: Mapping[str, str], ck: str) -> tuple:
+        """The sink :meth:`Accelerated.pipeline` takes for this writer's format."""
+        if self._format == "parquet":
+            return ("parquet", opts["path"])
+        if self._format == "foreachBatch":
+            return ("foreachBatch", self._func)
+        if self._format == "delta":
+            return ("foreachBatch", DeltaAppend(self._options, ck))
+        if self._format == "kafka":
+            return ("foreachBatch", KafkaAppend(self._options, ck, self._acc.df.columns))
+        return ("console", int(opts.get("numrows", 20)))
 
     def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,
                 partitionBy: Any = None, queryName: str | None = None, **options: Any):

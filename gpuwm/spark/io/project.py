@@ -11,10 +11,14 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
 - ``{"col": name}`` — a column of the step's input;
 - ``{"field": [expr, name]}`` — a struct's field (``e.ts``);
 - ``{"cast": [expr, type]}`` — ``binary → string`` (bytes as they are, as
-  Spark's cast), ``long → timestamp`` (seconds), integer widening;
+  Spark's cast), ``string → binary`` (UTF-8), ``long → timestamp``
+  (seconds), integer widening, an integer to ``int`` (ANSI: overflow fails);
 - ``{"ts": [expr, unit]}`` — ``timestamp_seconds/millis/micros``;
 - ``{"struct": [[field, expr], ...]}`` — a struct of the expressions
-  (``accelerate``'s ``window`` column from ``window_start``/``window_end``);
+  (``accelerate``'s ``window`` column from ``window_start``/``window_end``,
+  ``named_struct``);
+- ``{"array": [expr, ...]}`` — ``array(a, b, ...)``: each row's values as a
+  list (a Kafka sink's ``headers``);
 - ``{"from_json": [expr, [[field, type], ...]]}`` — Spark's ``from_json``
   with a struct of ``bigint``, ``int``, ``smallint``, ``tinyint``,
   ``double``, ``boolean`` and ``string`` fields, PERMISSIVE;
@@ -112,6 +116,11 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
         return _timestamp(_eval(arg[0], t, counts), arg[1])
     if op == "struct":
         return pa.StructArray.from_arrays([_eval(x, t, counts) for _, x in arg], [n for n, _ in arg])
+    if op == "array":  # array(a, b, ...): row i is [a[i], b[i], ...]
+        items = [_eval(x, t, counts) for x in arg]
+        n, k = t.num_rows, len(items)
+        values = pa.concat_arrays(items).take(pa.array(np.arange(n * k).reshape(k, n).T.ravel()))
+        return pa.ListArray.from_arrays(pa.array(np.arange(n + 1) * k, pa.int32()), values)
     if op == "from_json":
         got, bad = from_json(_eval(arg[0], t, counts), arg[1])
         if counts is not None:
@@ -184,6 +193,8 @@ def _cast(a: pa.Array, to: str) -> pa.Array:
         return a.cast(pa.string())  # integers: their decimal digits; strings as they are
     if to == "timestamp":  # from an integer: seconds
         return _timestamp(a, "seconds")
+    if to == "binary":  # from a string: its UTF-8 bytes
+        return a.cast(pa.binary())
     return a.cast(JSON_TYPES[to])
 
 
