@@ -65,7 +65,8 @@ def test_every_problem_of_a_spec_is_named_with_its_path_before_spark_starts(tmp_
     msg = r.stderr.removeprefix(f"gpuwm: error: pipeline spec '{tmp_path / 'q.json'}': 7 problems: ").rstrip()
     assert msg.split("; $.")[0] == "$.vnodes: a whole number >= 1 (the state partitions), got '4'", msg
     for part in ["$.trigger.availablenow: unknown key: did you mean 'availableNow'?",
-                 "$.sink: {\"parquet\": path} or {\"console\": rows}, got {'parquett': ",
+                 "$.sink: {\"parquet\": path}, {\"console\": rows}, {\"delta\": path} or {\"kafka\": {\"topic\": "
+                 "..., \"kafka.bootstrap.servers\": ...}}, got {'parquett': ",
                  "$.source.options.totalEvent: not a Nexmark option: did you mean 'totalEvents'?",
                  "$.source.options.splits: a whole number >= 1, got 0",
                  "$.watermark: unknown profile 'sprak'; expected one of ['flink', 'risingwave', 'spark']",

@@ -162,3 +162,32 @@ def test_to_table_writes_delta_tables_as_spark_s_to_table(spark, tmp_path, capsy
     assert ("gpuwm: warning: the query runs in Spark, not gpuwm: writeStream: toTable('plain_t'): a new parquet "
             "table; gpuwm writes Delta tables") in capsys.readouterr().err
     assert rows("plain_t") == want
+
+
+def test_gpuwm_run_with_a_delta_sink_sigkilled_lands_every_row_once(spark, tmp_path):
+    """A ``"sql"`` spec with ``"sink": {"delta": path}``, ``gpuwm run``
+    SIGKILLed twice mid-run and run to its end on its checkpoint: the
+    table reads back as Spark's own Delta sink's over the same files — 0
+    lost, 0 duplicated — and each Delta commit with rows is one batch's,
+    marked with the query's id and its batch id, each batch once."""
+    from .test_spark import sigkill_spec
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(34), 6, 40, step=6, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    (_query(spark, f"{tmp_path}/in", "tumble").writeStream.format("delta")
+     .option("checkpointLocation", f"{tmp_path}/nck").trigger(availableNow=True).start(f"{tmp_path}/native")
+     .awaitTermination())
+    spec = {"sources": {"t": {"format": "parquet", "path": f"{tmp_path}/in",
+                              "schema": "ts timestamp, k bigint, price bigint",
+                              "options": {"maxFilesPerTrigger": 1},
+                              "watermark": {"column": "ts", "delay": "10 seconds"}}},
+            "sql": "SELECT window(ts, '5 seconds') AS window, k, count(*) AS n, max(price) AS mx FROM t "
+                   "GROUP BY window(ts, '5 seconds'), k",
+            "checkpoint": f"{tmp_path}/ck", "sink": {"delta": f"{tmp_path}/out"}, "fallback": "error",
+            "trigger": {"availableNow": True}}
+    sigkill_spec(spec, tmp_path / "spec.json")
+    want = _rows(spark, f"{tmp_path}/native")
+    assert len(want) > 10 and _rows(spark, f"{tmp_path}/out") == want
+    marks = [m for m in _writes(f"{tmp_path}/out") if m is not None]
+    assert len(marks) > 2 and len({m["version"] for m in marks}) == len(marks)
+    assert {m["appId"] for m in marks} == {json.loads(Path(f"{tmp_path}/ck/metadata").read_text())["id"]}

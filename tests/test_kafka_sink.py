@@ -188,3 +188,45 @@ def test_kafka_messages_take_spark_s_sink_columns_and_refuse_a_null_topic():
     assert list(_messages(t, "opt")) == [("opt", 1), ("opt", None)]
     with pytest.raises(ValueError, match="^null topic present in the data: use the topic option"):
         _messages(t.set_column(0, "topic", pa.array(["a", None, "a"])), None)
+
+
+def test_gpuwm_run_with_a_kafka_sink_sigkilled_writes_every_row_once(spark, broker, tmp_path):
+    """A ``"sql"`` spec whose SELECT makes Spark's Kafka sink columns, with
+    ``"sink": {"kafka": {...}}``: ``gpuwm run`` SIGKILLed twice mid-run and
+    run to its end on its checkpoint. A ``read_committed`` consumer sees
+    the messages of Spark's own query over the same files, each once."""
+    from .test_accelerate import _source
+    from .test_spark import SCHEMA_TKP, sigkill_spec
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(43), 6, 40, step=6, behind=14, keys=4))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds").createOrReplaceTempView("t")
+    sql = ("SELECT CAST(k AS STRING) AS key, to_json(struct(window, k, n, mx)) AS value FROM (SELECT window(ts, "
+           "'5 seconds') AS window, k, count(*) AS n, max(price) AS mx FROM t GROUP BY window(ts, '5 seconds'), k)")
+    want: list = []
+    (spark.sql(sql).writeStream.foreachBatch(lambda b, i: want.extend((r.key, r.value) for r in b.collect()))
+     .option("checkpointLocation", f"{tmp_path}/nck").trigger(availableNow=True).start().awaitTermination())
+    topic = "killed"
+    create_topic(broker.bootstrap, topic, 3)
+    spec = {"sources": {"t": {"format": "parquet", "path": f"{tmp_path}/in", "schema": SCHEMA_TKP,
+                              "options": {"maxFilesPerTrigger": 1},
+                              "watermark": {"column": "ts", "delay": "10 seconds"}}},
+            "sql": sql, "checkpoint": f"{tmp_path}/ck", "fallback": "error", "trigger": {"availableNow": True},
+            "sink": {"kafka": {"topic": topic, "kafka.bootstrap.servers": broker.bootstrap}}}
+    sigkill_spec(spec, tmp_path / "spec.json")
+    assert len(want) > 10 and _read_committed(broker.bootstrap, topic, 3) == sorted(want)
+
+
+def test_a_spec_s_kafka_sink_is_named_field_by_field_when_wrong():
+    """A spec's Kafka sink needs the broker option and a ``"sql"`` query
+    (its SELECT names the sink's columns): each said with its path."""
+    from gpuwm.spark.front.spec import problems
+
+    base = {"source": {"format": "nexmark"}, "checkpoint": "ck", "watermark": {"column": "date_time", "delay": "1 s"},
+            "stages": [{"dedup": {"key": ["auction"]}}]}
+    got = problems({**base, "sink": {"kafka": {"topic": "t"}}})
+    assert got == ["$.sink.kafka: Spark's Kafka sink options, with \"kafka.bootstrap.servers\", got {'topic': 't'}"]
+    got = problems({**base, "sink": {"kafka": {"topic": "t", "kafka.bootstrap.servers": "b:9092"}}})
+    assert got == ["$.sink.kafka: a Kafka sink writes Spark's Kafka sink columns (value; key, topic, partition, "
+                   "headers): write the query as \"sql\", its SELECT naming them"]
+    assert problems({**base, "sink": {"delta": ""}}) == ["$.sink.delta: a path or URI, got ''"]

@@ -618,12 +618,14 @@ def _crash_script(tmp, name, fail_after=-1, chain=False):
     return path
 
 
-def kill_after_batches(path: str, n: int) -> None:
-    """Run the script ``path`` and SIGKILL it once it printed ``n`` BATCH lines."""
-    proc = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def kill_after_batches(path: str | list, n: int, mark: str = "BATCH") -> None:
+    """Run the script ``path`` (or the command, a list) and SIGKILL it once
+    it printed ``n`` lines starting with ``mark``."""
+    cmd = [sys.executable, path] if isinstance(path, str) else path
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     seen = 0
     for line in proc.stdout:
-        if line.startswith("BATCH"):
+        if line.startswith(mark):
             seen += 1
             if seen == n:
                 os.kill(proc.pid, signal.SIGKILL)
@@ -1143,3 +1145,19 @@ def test_spark_progress_counts_the_rows_gpuwm_reads_itself(spark, tmp_path):
     rows = [(m["batch_id"], m["input_rows"]) for m in p.history if m["input_rows"]]
     assert len(rows) == 6 and all(m["read"] == "direct" for m in p.history if m["input_rows"])
     assert [(b, progress[b]) for b, _ in rows] == rows
+
+
+def sigkill_spec(spec: dict, path, kills: tuple = (1, 2)) -> subprocess.CompletedProcess:
+    """``gpuwm run`` of ``spec`` (written to ``path``), SIGKILLed once it
+    printed each of ``kills``' numbers of batch lines (a run each), then
+    run to its end; that last run."""
+    import json
+
+    with open(path, "w") as fh:
+        json.dump(spec, fh)
+    gpuwm = [os.path.join(os.path.dirname(sys.executable), "gpuwm"), "run", str(path)]
+    for n in kills:
+        kill_after_batches(gpuwm, n, mark="batch ")
+    r = subprocess.run(gpuwm, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return r

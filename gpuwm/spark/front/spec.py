@@ -96,7 +96,12 @@ split); ``"profile"`` defaults to ``spark``. ``stages``, ``source``,
     }
 
 ``sink``:
-``{"parquet": path}`` or ``{"console": rows}``. ``late`` (optional):
+``{"parquet": path}``, ``{"console": rows}``, ``{"delta": path}`` (a Delta
+table, each batch committed once: ``format("delta")``'s sink) or
+``{"kafka": {"topic": ..., "kafka.bootstrap.servers": ..., ...}}`` (Spark's
+Kafka sink options; exactly once: ``format("kafka")``'s sink; the rows need
+a ``value`` column, and may have ``key``, ``topic``, ``partition`` and
+``headers`` — a ``"sql"`` spec's SELECT makes them). ``late`` (optional):
 ``{"parquet": path}`` keeps every row dropped as late aside, with its
 ``late_reason`` (``Pipeline.late_rows_to``). ``read`` (optional):
 ``auto``, ``direct`` or ``spark`` — see ``Pipeline(read=...)`` (default:
@@ -115,6 +120,7 @@ import re
 from ...errors import ConfigError, SchemaError, unknown_keys
 from ...operator import stage_class, stage_kinds
 
+_SINKS = ("parquet", "console", "delta", "kafka")
 _TOP = {"source", "checkpoint", "watermark", "stages", "sink", "trigger", "vnodes", "backend", "read", "late",
         "inputs", "conf", "sql", "sources", "profile", "fallback"}
 #: keys only a ``sql`` spec takes, and those it does not (its query says what they would)
@@ -232,11 +238,18 @@ def problems(spec: dict) -> list[str]:
             if k in _TRIGGERS and not isinstance(val, _TRIGGERS[k]):  # (Spark parses the interval itself)
                 bad(f"$.trigger.{k}", f"a {_TRIGGERS[k].__name__}, got {val!r}")
     sink = spec.get("sink")
-    if not (isinstance(sink, dict) and len(sink) == 1 and next(iter(sink)) in ("parquet", "console")):
-        near = near_miss(next(iter(sink)), ("parquet", "console")) if isinstance(sink, dict) and sink else ""
-        bad("$.sink", f"{{\"parquet\": path}} or {{\"console\": rows}}, got {sink!r}{near}")
-    elif "parquet" in sink and not (isinstance(sink["parquet"], str) and sink["parquet"]):
-        bad("$.sink.parquet", f"a path or URI, got {sink['parquet']!r}")
+    if not (isinstance(sink, dict) and len(sink) == 1 and next(iter(sink)) in _SINKS):
+        near = near_miss(next(iter(sink)), _SINKS) if isinstance(sink, dict) and sink else ""
+        bad("$.sink", f"{{\"parquet\": path}}, {{\"console\": rows}}, {{\"delta\": path}} or {{\"kafka\": "
+                      f"{{\"topic\": ..., \"kafka.bootstrap.servers\": ...}}}}, got {sink!r}{near}")
+    elif next(iter(sink)) in ("parquet", "delta") and not (isinstance(sink[next(iter(sink))], str)
+                                                          and sink[next(iter(sink))]):
+        bad(f"$.sink.{next(iter(sink))}", f"a path or URI, got {sink[next(iter(sink))]!r}")
+    elif "kafka" in sink and not (isinstance(sink["kafka"], dict) and "kafka.bootstrap.servers" in sink["kafka"]):
+        bad("$.sink.kafka", f"Spark's Kafka sink options, with \"kafka.bootstrap.servers\", got {sink['kafka']!r}")
+    elif "kafka" in sink and "sql" not in spec:
+        bad("$.sink.kafka", "a Kafka sink writes Spark's Kafka sink columns (value; key, topic, partition, "
+                            "headers): write the query as \"sql\", its SELECT naming them")
     elif "console" in sink and (isinstance(sink["console"], bool) and not sink["console"]
                                 or not isinstance(sink["console"], (bool, int)) or sink["console"] < 0):
         bad("$.sink.console", f"the rows to show per batch, got {sink['console']!r}")
@@ -446,10 +459,15 @@ def accelerated(spark, spec: dict, verbose: bool = True):
                       verbose=verbose)
 
 
-def _sink_tuple(sink: dict) -> tuple:
-    if "parquet" in sink:
-        return ("parquet", sink["parquet"])
-    return ("console", int(sink["console"]) if not isinstance(sink["console"], bool) else 20)
+def _sink_tuple(spec: dict, columns) -> tuple:
+    """The spec's sink as :meth:`Accelerated.pipeline` takes it, for rows of ``columns``."""
+    from .translate import sink_tuple
+
+    (kind, arg), = spec["sink"].items()
+    if kind == "console":
+        return ("console", int(arg) if not isinstance(arg, bool) else 20)
+    options = {"path": arg} if kind in ("parquet", "delta") else {k: str(v) for k, v in arg.items()}
+    return sink_tuple(kind, options, spec["checkpoint"], columns)
 
 
 def build(spark, spec: dict, verbose: bool = True):
@@ -460,7 +478,8 @@ def build(spark, spec: dict, verbose: bool = True):
     from .pipeline import Pipeline
 
     if "sql" in spec:
-        return accelerated(spark, spec, verbose).runner(spec["checkpoint"], _sink_tuple(spec["sink"]))
+        acc = accelerated(spark, spec, verbose)
+        return acc.runner(spec["checkpoint"], _sink_tuple(spec, acc.df.columns))
     if "inputs" in spec:
         dfs = {name: _read_source(spark, inp["source"], spec["checkpoint"]) for name, inp in spec["inputs"].items()}
         p = Pipeline(dfs, spec["checkpoint"], vnodes=spec.get("vnodes"), backend=spec.get("backend"), verbose=verbose,
@@ -486,9 +505,11 @@ def _single(df, spec: dict, verbose: bool):
 def _stages_and_sinks(p, spec: dict):
     for i, stage in enumerate(stages_of(spec)):
         add_stage(p, i, stage)
-    sink = _sink_tuple(spec["sink"])
+    sink = _sink_tuple(spec, ())  # (a kafka sink is a "sql" spec's: its SELECT names the columns)
     if sink[0] == "parquet":
         p.write_parquet(sink[1])
+    elif sink[0] == "foreachBatch":  # a Delta or Kafka sink of gpuwm's, run by the driver
+        p.foreach_batch(sink[1])
     else:
         p.write_console(sink[1])
     if "late" in spec:
@@ -618,7 +639,7 @@ def explain(spark, spec: dict) -> str:
     if "sql" not in spec:
         return build(spark, spec, verbose=False).explain(trigger=spec.get("trigger"))
     acc = accelerated(spark, spec, verbose=False)
-    runner = acc.runner(spec["checkpoint"], _sink_tuple(spec["sink"]))
+    runner = acc.runner(spec["checkpoint"], _sink_tuple(spec, acc.df.columns))
     return acc.explain(spec["checkpoint"]) + "\n" + runner.explain(trigger=spec.get("trigger"))
 
 

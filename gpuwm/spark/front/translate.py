@@ -1342,15 +1342,9 @@ class AcceleratedWriter:
 
     def _sink(self, opts: Mapping[str, str], ck: str) -> tuple:
         """The sink :meth:`Accelerated.pipeline` takes for this writer's format."""
-        if self._format == "parquet":
-            return ("parquet", opts["path"])
         if self._format == "foreachBatch":
             return ("foreachBatch", self._func)
-        if self._format == "delta":
-            return ("foreachBatch", DeltaAppend(self._options, ck))
-        if self._format == "kafka":
-            return ("foreachBatch", KafkaAppend(self._options, ck, self._acc.df.columns))
-        return ("console", int(opts.get("numrows", 20)))
+        return sink_tuple(self._format, self._options, ck, self._acc.df.columns)
 
     def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,
                 partitionBy: Any = None, queryName: str | None = None, **options: Any):
@@ -1389,6 +1383,23 @@ class AcceleratedWriter:
         for name, args, kwargs in self._calls:
             w = getattr(w, name)(*args, **kwargs)
         return w
+
+
+def sink_tuple(fmt: str, options: Mapping[str, str], ck: str, columns: Sequence[str]) -> tuple:
+    """The sink :meth:`Accelerated.pipeline` takes for ``format(fmt)`` with
+    ``options`` (a ``writeStream``'s or a spec's), on checkpoint ``ck``, of
+    rows with ``columns``: a path gpuwm's tasks write, the console, or a
+    driver sink (:class:`DeltaAppend`, :class:`KafkaAppend`)."""
+    if fmt == "parquet":
+        return ("parquet", next(v for k, v in options.items() if k.lower() == "path"))
+    if fmt == "delta":
+        return ("foreachBatch", DeltaAppend(options, ck))
+    if fmt == "kafka":
+        if "value" not in columns:
+            raise ConfigError(f"a kafka sink writes a value column (and key, topic, partition, headers: Spark's "
+                              f"Kafka sink columns); the query's are {list(columns)}: name them in a select")
+        return ("foreachBatch", KafkaAppend(options, ck, columns))
+    return ("console", int(next((v for k, v in options.items() if k.lower() == "numrows"), 20)))
 
 
 def _table(df, name: str, fmt: str | None, options: Mapping[str, str]) -> tuple[str | None, Refused | None]:
