@@ -965,3 +965,27 @@ def test_a_kafka_value_gpuwm_does_not_write_as_spark_falls_back_with_its_reason(
     why = ok.writeStream.format("kafka")._why_not()
     assert why.reason.startswith("format 'kafka' with columns partition bigint: gpuwm writes Spark's Kafka sink "
                                  "columns (value, key: string or binary; topic string; partition int;"), why
+
+
+def test_filter_aggregates_of_nexmark_q17_equal_spark_batch_for_batch(spark, tmp_path):
+    """Nexmark q17's ``agg(...) FILTER (WHERE ...)`` in a window, as Spark
+    runs it (count(*), sum, max, each with its own condition; one reading
+    a key): translated — each FILTER a column of the source, ``CASE WHEN
+    cond THEN x END`` — and equal to Spark batch for batch, late rows too.
+    first/last with FILTER, and DISTINCT, fall back, each with its reason."""
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(47), 6, 30, step=6, behind=14, keys=3))
+    _source(spark, src).withWatermark("ts", "10 seconds").createOrReplaceTempView("bid17")
+    df = spark.sql("SELECT window(ts, '5 seconds') AS window, k, count(*) AS total_bids, "
+                   "count(*) FILTER (WHERE price < 300) AS rank1_bids, "
+                   "count(*) FILTER (WHERE price >= 300 AND price < 700) AS rank2_bids, "
+                   "sum(price) FILTER (WHERE price >= 700) AS rank3_sum, "
+                   "max(price) FILTER (WHERE k = 1) AS key1_max, avg(price) AS avg_price "
+                   "FROM bid17 GROUP BY window(ts, '5 seconds'), k")
+    acc = accelerate(df, fallback="error")
+    assert "rank2_bids = count(*) FILTER (WHERE ((bid17.price >= CAST(300 AS BIGINT)) AND" in acc.explain()
+    _equals_spark(spark, df, acc, tmp_path)
+    for sql, why in [("first(price) FILTER (WHERE price > 5)", "first / last with FILTER (they take nulls too)"),
+                     ("count(DISTINCT price)", "DISTINCT is not gpuwm's")]:
+        acc = accelerate(spark.sql(f"SELECT k, {sql} AS x FROM bid17 GROUP BY window(ts, '5 seconds'), k"))
+        assert acc.translation is None and acc.refused.reason.endswith(why), acc.refused

@@ -403,10 +403,13 @@ def _aggregate(spark, agg) -> Translation:
                                            "and last")
             if fk in ("First", "Last"):
                 _positional(e, fn, win)
-            if e.isDistinct() or e.filter().isDefined():
-                raise Refused("Aggregate", f"the aggregate {e.sql()}: DISTINCT and FILTER are not gpuwm's")
+            if e.isDistinct():
+                raise Refused("Aggregate", f"the aggregate {e.sql()}: DISTINCT is not gpuwm's")
             args = list(scala_iter(fn.children()))
-            if fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None:
+            star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
+            if e.filter().isDefined():
+                what = _filtered(t, e, fk, None if star else args[0], len(aggs))
+            elif star:
                 what = "*"
             elif len(args) == 1 and _kind(args[0]) == "AttributeReference" and _id(args[0]) in cols:
                 what = cols[_id(args[0])]
@@ -415,7 +418,8 @@ def _aggregate(spark, agg) -> Translation:
             inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
             aggs[inner] = (what, _AGGS[fk])
             step.append([name, {"col": inner}])
-            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({args[0].name() if what != '*' else '*'})")
+            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({'*' if star else args[0].name()})" + (
+                f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
             columns[_id(ne)] = inner
         else:
             raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs the window, the keys and "
@@ -427,6 +431,38 @@ def _aggregate(spark, agg) -> Translation:
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.shown.append(f"aggregate  {shown_win} by {list(named.values())}: {', '.join(shown_aggs)}")
     return t
+
+
+def _filtered(t: Translation, e, fk: str, arg, j: int) -> str:
+    """``agg(x) FILTER (WHERE cond)`` as ``agg(CASE WHEN cond THEN x END)``
+    (``count(*)``'s: of ``1``), the same rows for count, sum, min, max and
+    avg, which skip nulls: the source gains that column (Spark computes it
+    under ``withWatermark``, a projection the watermark does not read;
+    gpuwm's tasks then take the source's rows from Spark's reader); its
+    name."""
+    from pyspark.sql import functions as F
+
+    if t.stages or t.inputs:
+        raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm computes a FILTER's column on the source, "
+                                   "not over a stage's or a join's rows")
+    if fk in ("First", "Last"):
+        raise Refused("Aggregate", f"the aggregate {e.sql()}: first / last with FILTER (they take nulls too)")
+    cond = e.filter().get()
+    refs = list(scala_iter(cond.references().toSeq())) + ([] if arg is None else [arg])
+    if any(_kind(a) != "AttributeReference" or t.columns.get(_id(a)) != str(a.name()) for a in refs):
+        raise Refused("Aggregate", f"the aggregate {e.sql()}: its FILTER reads a column renamed or computed "
+                                   "after withWatermark")
+    name = f"__gpuwm_filter{j}"
+    then = F.lit(1) if arg is None else _column(t.source, arg)
+    t.source = t.source.withColumn(name, F.when(_column(t.source, cond), then))
+    return name
+
+
+def _column(df, e):
+    """A Catalyst expression of ``df``'s plan's attributes as a PySpark Column."""
+    from pyspark.sql.classic.column import Column
+
+    return Column(df.sparkSession._jvm.org.apache.spark.sql.classic.ExpressionUtils.column(e))
 
 
 def _dedup(spark, node) -> Translation:
