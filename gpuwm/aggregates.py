@@ -32,7 +32,7 @@ AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
 #: the value of the first / last row in input order (Spark's ``first``/``last``; a row whose value is null counts:
 #: ``ignoreNulls`` false): tumbling and hopping windows, not sessions (Spark orders a session's rows by time)
 POSITIONAL = ("first", "last")
-EMIT_MODES = ("on-window-close", "on-update")
+EMIT_MODES = ("on-window-close", "on-update", "complete")
 _I64 = np.iinfo(np.int64)
 
 #: the output column a window adds when another stage follows it: Spark's
@@ -177,9 +177,9 @@ class AggregateSpec(OperatorSpec):
         return pa.schema(fields)
 
     def with_next(self, nxt: OperatorSpec) -> "AggregateSpec":
-        if self.emit == "on-update":
-            raise ConfigError("a stage cannot follow a window with emit='on-update': its rows are updates, "
-                              "not final values (use emit='on-window-close')")
+        if self.emit != "on-window-close":
+            raise ConfigError(f"a stage cannot follow a window with emit={self.emit!r}: its rows are not final "
+                              "values (use emit='on-window-close')")
         return self if self.window_time else type(self)(self.window, self.by, self.aggs, self.emit, True)
 
 

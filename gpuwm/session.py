@@ -159,9 +159,10 @@ class SessionSpec(AggregateSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.emit == "on-update":
-            raise ConfigError("session windows emit on window close only (emit='on-window-close'): a later row "
-                              "can merge sessions, which an update stream would have to retract")
+        if self.emit != "on-window-close":
+            raise ConfigError(f"session windows emit on window close only (emit='on-window-close', not "
+                              f"{self.emit!r}): a later row can merge sessions, which an update stream would have "
+                              "to retract")
         positional = [f"{name} = {fn}({col})" for name, col, fn in self.aggs if fn in POSITIONAL]
         if positional:
             raise ConfigError(f"{', '.join(positional)}: first / last over a session window are not gpuwm's "

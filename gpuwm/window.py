@@ -151,7 +151,11 @@ class WindowSpec(AggregateSpec):
                           emit=o.get("emit", "on-window-close"))
 
     def filter_lateness(self, profile: Any) -> Any:
-        """Spark drops a (row, window) pair once the window closed, so rows up to a window behind still count."""
+        """Spark drops a (row, window) pair once the window closed, so rows up
+        to a window behind still count; under ``emit="complete"`` no window
+        closes and no row is late (Spark's complete mode)."""
+        if self.emit == "complete":
+            return NEVER_LATE
         return self.window.size if profile.window_lateness == "window" else None
 
     def build(self, profile: Any, backend: str | None = None) -> "WindowAggregate":
@@ -160,6 +164,9 @@ class WindowSpec(AggregateSpec):
 
 
 WindowSpec.windows = (Tumble, Hop)
+
+#: the watermark filter's allowed lateness where no row is late (``emit="complete"``): 2,700 years
+NEVER_LATE = timedelta(days=1_000_000)
 
 
 class WindowAggregate(AggregateOperator):
@@ -175,9 +182,11 @@ class WindowAggregate(AggregateOperator):
         value is null — but ``first`` / ``last`` are the value of the
         window's first / last row as the rows arrived (Spark's ``first`` and
         ``last``: a null too; numbers and times; not over sessions).
-    emit : ``"on-window-close"`` (``drain`` returns final rows) or
+    emit : ``"on-window-close"`` (``drain`` returns final rows),
         ``"on-update"`` (``push`` returns the changed windows' current values;
-        ``drain`` only evicts).
+        ``drain`` only evicts) or ``"complete"`` (Spark's complete mode: no
+        window closes, no row is late, and ``drain`` returns every window's
+        current values and keeps them).
     profile : the window-close boundary (``flink`` closes at ``W >= end - 1``).
     close_minus_one : override the profile's boundary.
 
@@ -370,7 +379,10 @@ class WindowAggregate(AggregateOperator):
 
     # -- drain -----------------------------------------------------------------
     def drain(self, watermark: Any) -> pa.Table:
-        """Emit (``on-window-close``) and delete every window closed by ``watermark``."""
+        """Emit (``on-window-close``) and delete every window closed by
+        ``watermark``; under ``complete``, emit every window (none closes)."""
+        if self.emit == "complete":
+            return self._everything()
         w = self._drain_to(watermark)
         if w is None:
             return pa.table({}) if self._schema is None else self._empty_out()
@@ -388,6 +400,22 @@ class WindowAggregate(AggregateOperator):
         accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
         out = self._finalize(wins, keys, accs)  # decodes the keys: compact after
         self._compact_keys()
+        self.rows_out += out.num_rows
+        return out
+
+    def _everything(self) -> pa.Table:
+        """Every window's current values, the state kept."""
+        if self._schema is None:
+            return pa.table({})
+        starts = sorted(self._blocks)
+        if not starts:
+            return self._empty_out()
+        xp = self._backend.xp
+        blocks = [self._blocks[s] for s in starts]
+        wins = xp.concatenate([xp.full(blk[1][0].shape[0], s, dtype=xp.int64) for s, blk in zip(starts, blocks)])
+        keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
+        accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
+        out = self._finalize(wins, keys, accs)
         self.rows_out += out.num_rows
         return out
 

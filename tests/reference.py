@@ -289,6 +289,7 @@ class RefWindow:
     key_of: Callable[[tuple], tuple]
     aggs: dict  # out -> (index into row or "*", fn)
     on_update: bool = False
+    complete: bool = False  # Spark's complete mode: no window closes, a drain gives every window
     state: dict = field(default_factory=dict)  # (start, key) -> list of rows
     drained: Any = None
     late: int = 0
@@ -328,6 +329,8 @@ class RefWindow:
         return [self._row(s, k, self.state[(s, k)]) for s, k in sorted(changed, key=_none_first)]
 
     def drain(self, w: int) -> list[tuple]:
+        if self.complete:
+            return [self._row(s, k, self.state[(s, k)]) for s, k in sorted(self.state, key=_none_first)]
         self.drained = w
         closed = sorted((k for k in self.state if self._closed(k[0], w)), key=_none_first)
         out = [self._row(s, k, self.state.pop((s, k))) for s, k in closed]

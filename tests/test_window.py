@@ -73,6 +73,18 @@ def _cmp(got: pa.Table, exp: list[tuple], by: bool, keytype: str, aggs: dict = A
 @pytest.mark.parametrize("keys", ["int", "str", "none"])
 @given(ops=ops_st)
 def test_window_matches_reference(backend, window, profile, emit, keys, ops, monkeypatch):
+    _matches_reference(backend, window, profile, emit, keys, ops, monkeypatch)
+
+
+@pytest.mark.parametrize("window,keys", [((10, 10), "str"), ((12, 4), "int"), ((10, 5), "none")])
+@given(ops=ops_st)
+def test_complete_window_matches_reference(backend, window, keys, ops, monkeypatch):
+    """``emit="complete"`` (Spark's complete mode): no row is late, every
+    drain gives every window's values so far, the state is kept."""
+    _matches_reference(backend, window, "risingwave", "complete", keys, ops, monkeypatch)
+
+
+def _matches_reference(backend, window, profile, emit, keys, ops, monkeypatch):
     if keys == "str":  # compact the key dictionary at every drain that can
         monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
     size, slide = window
@@ -82,7 +94,8 @@ def test_window_matches_reference(backend, window, profile, emit, keys, ops, mon
                               emit=emit, profile=profile, backend=backend)
     # reference rows: (t, k, v) -> the key sorts like the column (strings sort like their ints here)
     ref = RefWindow(size=size, slide=slide, close_minus_one=profile == "flink",
-                    key_of=(lambda r: (r[1],)) if by else (lambda r: ()), aggs=AGGS, on_update=emit == "on-update")
+                    key_of=(lambda r: (r[1],)) if by else (lambda r: ()), aggs=AGGS, on_update=emit == "on-update",
+                    complete=emit == "complete")
     w = 0
     for op, arg in ops:
         if op == "push":

@@ -470,8 +470,8 @@ class Driver:
         run even without new data, and whether it ends the input; (None,
         False): not before new data."""
         plan = self.plan
-        if filt.ended and filt.profile.end_of_input == "all":
-            return None, False  # everything was released; later rows are late
+        if not plan.drains or filt.ended and filt.profile.end_of_input == "all":
+            return None, False  # complete mode: no such batch; ended: everything was released
         due: float | None = None
         w, drained = filt.watermark_raw, filt.output_watermark_raw
         if w is not None and w != drained:  # spark's lag: the next batch drains with a newer watermark
@@ -504,7 +504,7 @@ class Driver:
         final watermark and it has not run; True when asked."""
         plan = self.plan
         committed = self.checkpoint.committed_batches()
-        if not committed:
+        if not committed or not plan.drains:
             return False
         last = committed[-1]
         filt = driver_filter(plan.watermark, plan.input_schema, self.checkpoint.filter_state(last))

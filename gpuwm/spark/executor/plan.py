@@ -111,6 +111,13 @@ class Plan:
         return self.input_schema.remove(self.input_schema.get_field_index(EXPR_COLUMN))
 
     @property
+    def drains(self) -> bool:
+        """Whether the query runs micro-batches without data (drains): not
+        with a window that emits ``complete`` (Spark's complete mode runs
+        none: its output changes with data alone)."""
+        return not any(getattr(st, "emit", None) == "complete" for st in self.stages)
+
+    @property
     def aligned(self) -> bool:
         """Some input's watermark has a ``max_drift``: rows of splits ahead are held in the filter's state."""
         wms = [w for _, w in self.watermark.inputs] if self.multi else [self.watermark]

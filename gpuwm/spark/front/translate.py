@@ -840,8 +840,9 @@ class Accelerated:
             p.watermark(i.column, delay=i.delay, profile=self.profile, input=n)
         try:
             for st in t.stages:
-                if st[0] == "window":  # update mode: each batch's changed (window, key) rows, as Spark's
-                    p.window(st[1], by=st[2], aggs=st[3], emit="on-update" if mode == "update" else "on-window-close")
+                if st[0] == "window":  # update / complete: each batch's changed / all (window, key) rows, as Spark's
+                    p.window(st[1], by=st[2], aggs=st[3], emit={"update": "on-update", "complete": "complete"}.get(
+                        mode, "on-window-close"))
                 elif st[0] == "join":
                     p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6])
                 else:
@@ -909,14 +910,22 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
     for one tumbling or hopping window alone (each batch's changed rows, as
     Spark's update mode gives them; Spark allows no other stateful operator
     beside an aggregation in update mode) or a dedup alone (its rows are
-    final: update is append). Update over a session window is refused in
-    one line, as Spark's checker refuses it."""
+    final: update is append); complete for one tumbling or hopping window
+    alone (every window's values each batch, none closing, no row late).
+    Update over a session window is refused in one line, as Spark's
+    checker refuses it."""
     from ...session import Session
 
     if mode == "append":
         return
+    kinds = [st[0] for st in stages]
+    if mode == "complete":
+        if kinds == ["window"] and not isinstance(stages[0][1], Session):
+            return
+        raise Refused("writeStream", f"output mode 'complete' with {' then '.join(kinds)}"
+                                     + (" (a session window)" if kinds == ["window"] else "")
+                                     + ": gpuwm runs complete for one tumbling or hopping window")
     if mode == "update":
-        kinds = [st[0] for st in stages]
         if kinds == ["window"] and not isinstance(stages[0][1], Session) or kinds == ["dedup"]:
             return
         if "window" in kinds and any(st[0] == "window" and isinstance(st[1], Session) for st in stages):
@@ -924,7 +933,7 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
                               "(STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION); use append")
         raise Refused("writeStream", f"output mode 'update' with {' then '.join(kinds)}: gpuwm runs one window "
                                      "or one dedup in update mode")
-    raise Refused("writeStream", f"output mode {mode!r}: gpuwm runs append, and update for one window")
+    raise Refused("writeStream", f"output mode {mode!r}: gpuwm runs append, update and complete")
 
 
 class SparkRun:
@@ -1236,7 +1245,7 @@ class AcceleratedWriter:
     (:meth:`gpuwm.spark.Pipeline.foreach_batch`), with ``option``/
     ``options`` ``checkpointLocation`` (``path`` for Parquet, ``numRows``
     for the console), ``outputMode`` ``append`` (``update`` for one window
-    or dedup alone), any ``trigger`` but a
+    or dedup alone, ``complete`` for one window alone), any ``trigger`` but a
     continuous one, ``queryName``, ``start``, and ``toTable`` of a Delta
     table. Any other call —
     ``foreach``, ``toTable`` of another table, ``partitionBy`` or ``clusterBy`` with
