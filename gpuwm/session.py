@@ -159,10 +159,10 @@ class SessionSpec(AggregateSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.emit != "on-window-close":
-            raise ConfigError(f"session windows emit on window close only (emit='on-window-close', not "
-                              f"{self.emit!r}): a later row can merge sessions, which an update stream would have "
-                              "to retract")
+        if self.emit == "on-update":
+            raise ConfigError("session windows emit on window close (emit='on-window-close') or every session "
+                              "each drain (emit='complete'), not on update: a later row can merge sessions, which "
+                              "an update stream would have to retract")
         positional = [f"{name} = {fn}({col})" for name, col, fn in self.aggs if fn in POSITIONAL]
         if positional:
             raise ConfigError(f"{', '.join(positional)}: first / last over a session window are not gpuwm's "
@@ -414,7 +414,12 @@ class SessionAggregate(AggregateOperator):
 
     # -- drain -----------------------------------------------------------------
     def drain(self, watermark: Any) -> pa.Table:
-        """Emit and delete every session closed by ``watermark`` (end <= W)."""
+        """Emit and delete every session closed by ``watermark`` (end <= W);
+        under ``emit="complete"`` (Spark's complete mode) emit every session
+        and keep them (none closes: a row the watermark filter let through
+        merges with any)."""
+        if self.emit == "complete":
+            return self._everything()
         w = self._drain_to(watermark)
         if w is None:
             return pa.table({}) if self._schema is None else self._empty_out()
@@ -442,6 +447,19 @@ class SessionAggregate(AggregateOperator):
                     lv.s.keys[i] = k
                     lv.saved = False
                     lv.filter = None
+        self.rows_out += out.num_rows
+        return out
+
+    def _everything(self) -> pa.Table:
+        """Every open session's values, the state kept."""
+        if self._schema is None:
+            return pa.table({})
+        xp = self._backend.xp
+        s = self._all()
+        if not s.rows:
+            return self._empty_out()
+        s = s.take(order_indices(xp, [s.start, *s.keys]))
+        out = self._finalize(s.start, s.keys, s.vals, ends=s.end)
         self.rows_out += out.num_rows
         return out
 

@@ -352,6 +352,7 @@ class RefSession:
     close_minus_one: bool
     key_of: Callable[[tuple], tuple]
     aggs: dict  # out -> (index into row or "*", fn)
+    complete: bool = False  # Spark's complete mode: no session closes, a drain gives every session
     sessions: dict = field(default_factory=dict)  # key -> [[start, end, rows], ...]
     drained: Any = None
     late: int = 0
@@ -390,17 +391,18 @@ class RefSession:
             self.sessions[key] = keep
 
     def drain(self, w: int) -> list[tuple]:
-        self.drained = w
+        if not self.complete:
+            self.drained = w
         out = []
         for key in list(self.sessions):
             for s, e, rr in self.sessions[key]:
-                if e - self._c <= w:
+                if self.complete or e - self._c <= w:
                     vals = []
                     for _, (idx, fn) in self.aggs.items():
                         col = [None] * len(rr) if idx == "*" else [r[idx] for r in rr]
                         vals.append(_agg(fn, col, idx == "*"))
                     out.append((s, e, *key, *vals))
-            self.sessions[key] = [x for x in self.sessions[key] if x[1] - self._c > w]
+            self.sessions[key] = [x for x in self.sessions[key] if self.complete or x[1] - self._c > w]
             if not self.sessions[key]:
                 del self.sessions[key]
         return sorted(out, key=lambda r: (r[0], tuple((v is not None, v if v is not None else 0)

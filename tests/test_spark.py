@@ -759,7 +759,7 @@ def test_run_spec_file(spark, tmp_path):
     op, f = plan.build(0), plan.watermark.build("cpu")
     assert isinstance(op.window, gpuwm.Session) and op.window.gap == timedelta(seconds=3)
     assert f.allowed_lateness == timedelta(seconds=3)
-    with pytest.raises(gpuwm.ConfigError, match="on window close only"):
+    with pytest.raises(gpuwm.ConfigError, match="not on update: a later row can merge sessions"):
         build(spark, dict(spec, checkpoint=f"{tmp_path}/ck3",
                           window={"session": "3 seconds", "by": ["bidder"], "emit": "on-update"}), verbose=False)
 

@@ -910,8 +910,9 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
     for one tumbling or hopping window alone (each batch's changed rows, as
     Spark's update mode gives them; Spark allows no other stateful operator
     beside an aggregation in update mode) or a dedup alone (its rows are
-    final: update is append); complete for one tumbling or hopping window
-    alone (every window's values each batch, none closing, no row late).
+    final: update is append); complete for one window alone (every
+    window's values each batch, none closing; no row late, a session's as
+    late as in append mode).
     Update over a session window is refused in one line, as Spark's
     checker refuses it."""
     from ...session import Session
@@ -920,11 +921,10 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
         return
     kinds = [st[0] for st in stages]
     if mode == "complete":
-        if kinds == ["window"] and not isinstance(stages[0][1], Session):
+        if kinds == ["window"]:
             return
-        raise Refused("writeStream", f"output mode 'complete' with {' then '.join(kinds)}"
-                                     + (" (a session window)" if kinds == ["window"] else "")
-                                     + ": gpuwm runs complete for one tumbling or hopping window")
+        raise Refused("writeStream", f"output mode 'complete' with {' then '.join(kinds)}: gpuwm runs complete "
+                                     "for one window")
     if mode == "update":
         if kinds == ["window"] and not isinstance(stages[0][1], Session) or kinds == ["dedup"]:
             return
