@@ -230,3 +230,39 @@ def test_a_spec_s_kafka_sink_is_named_field_by_field_when_wrong():
     assert got == ["$.sink.kafka: a Kafka sink writes Spark's Kafka sink columns (value; key, topic, partition, "
                    "headers): write the query as \"sql\", its SELECT naming them"]
     assert problems({**base, "sink": {"delta": ""}}) == ["$.sink.delta: a path or URI, got ''"]
+
+
+def test_a_topic_that_does_not_exist_stops_the_query_in_one_line_and_a_rerun_completes(spark, broker, tmp_path):
+    """The sink's topic missing (the broker creates none): the query stops
+    on its first batch with rows, in a line naming the batch and the topic;
+    nothing of that batch is committed; once the topic exists, the rerun
+    writes every message once."""
+    import re
+
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.storage.checkpoint import Checkpoint, Location
+
+    from .test_accelerate import _source
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(44), 5, 20, step=6, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    agg = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds").groupBy(
+        F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"))
+    df = agg.select(F.col("k").cast("string").alias("key"), F.to_json(F.struct("*")).alias("value"))
+    want: list = []
+    (df.writeStream.foreachBatch(lambda b, i: want.extend((r.key, r.value) for r in b.collect()))
+     .option("checkpointLocation", f"{tmp_path}/nck").trigger(availableNow=True).start().awaitTermination())
+
+    def run():
+        (accelerate(df, fallback="error").writeStream.format("kafka").option("topic", "missing")
+         .option("kafka.bootstrap.servers", broker.bootstrap).option("checkpointLocation", f"{tmp_path}/ck")
+         .trigger(availableNow=True).start().awaitTermination())
+
+    with pytest.raises(Exception, match=r"the sink failed on batch (\d+): \w+: topic 'missing' does not exist") as got:
+        run()
+    failed = int(re.search(r"failed on batch (\d+)", str(got.value)).group(1))
+    assert max(Checkpoint(Location.of(f"{tmp_path}/ck")).committed_batches(), default=-1) == failed - 1
+    create_topic(broker.bootstrap, "missing", 2)
+    run()
+    assert len(want) > 5 and _read_committed(broker.bootstrap, "missing", 2) == sorted(want)

@@ -1052,6 +1052,7 @@ class KafkaAppend(_DriverSink):
             raise ConfigError("the kafka sink needs option('kafka.bootstrap.servers', ...), and option('topic', "
                               "...) or a topic column")
         self._producer = None
+        self._known: set[str] = set()  # topics the broker has
 
     def write_arrow(self, table, batch_id: int, spark) -> None:
         import pyarrow.compute as pc
@@ -1065,6 +1066,7 @@ class KafkaAppend(_DriverSink):
         consumer = Consumer({**self.conf, "group.id": group, "enable.auto.commit": False,
                              "isolation.level": "read_committed"})
         try:
+            self._check_topics(consumer, [self.topic] if self.topic else pc.unique(table.column("topic")).to_pylist())
             done = _committed(consumer, marker)
             if done >= batch_id + 1:  # written before a crash that gpuwm's commit did not outlive
                 return
@@ -1086,6 +1088,20 @@ class KafkaAppend(_DriverSink):
                 raise
         finally:
             consumer.close()
+
+    def _check_topics(self, consumer, topics: list) -> None:
+        """Each of ``topics`` exists (a topic the broker does not have fails
+        the batch in one line, before its transaction), asked once a topic."""
+        from confluent_kafka import KafkaError
+
+        for t in topics:
+            if t is None or t in self._known:
+                continue
+            meta = consumer.list_topics(t, timeout=30).topics.get(t)
+            if meta is None or meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise ValueError(f"topic {t!r} does not exist on {self.conf['bootstrap.servers']} (create it; "
+                                 "gpuwm's Kafka sink does not)")
+            self._known.add(t)
 
     def close(self) -> None:
         """Once the query stopped: send what is queued and let the producer go."""
