@@ -870,3 +870,26 @@ def test_accelerate_survives_spark_s_kafka_replay_failure(broker, tmp_path):
     got, want = (rows_of(read_out(f"{tmp_path}/{d}").flatten(), ["window.start", "k", "n", "mx"])
                  for d in ("out", "out-first"))
     assert len(want) > 10 and len(set(want)) == len(want) and got == want
+
+
+def test_a_kafka_source_answered_is_not_probed_again_at_once(broker, monkeypatch):
+    """``gpuwm run`` probes a spec's Kafka sources before Spark starts, and
+    ``Pipeline.start`` probes the query's: the second, within a minute of
+    the first answer, asks the brokers nothing; an unanswered probe is not
+    remembered."""
+    from gpuwm.spark.driver import kafka
+    from gpuwm.spark.driver.kafka import KafkaProbeError, probe
+
+    made = []  # the probes that went to the brokers
+    real = kafka.source_conf
+    monkeypatch.setattr(kafka, "source_conf", lambda options: made.append(options) or real(options))
+    monkeypatch.setattr(kafka, "_ANSWERED", {})
+    topic = _topic(broker, 1)
+    options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic}
+    probe(options)
+    probe(dict(options))
+    assert len(made) == 1
+    for _ in range(2):
+        with pytest.raises(KafkaProbeError, match="does not exist"):
+            probe({**options, "subscribe": "nope"})
+    assert len(made) == 3

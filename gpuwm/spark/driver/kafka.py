@@ -231,6 +231,9 @@ def probe(options: dict[str, str]) -> None:
     servers = opts.get("kafka.bootstrap.servers")
     if not servers:
         raise ConfigError("Kafka source: option kafka.bootstrap.servers is required (host:port[,host:port...])")
+    said = json.dumps(sorted(opts.items()))
+    if time.monotonic() - _ANSWERED.get(said, -1e9) < PROBE_AGAIN_S:  # (gpuwm run asked before Spark started)
+        return
     conf, why = source_conf(options)
     if why is not None:  # settings only Spark's consumer knows (e.g. a JAAS login): Spark checks for itself
         return
@@ -273,6 +276,12 @@ def probe(options: dict[str, str]) -> None:
         missing = sorted(p for p in ps if not 0 <= p < topics[t])
         if missing:
             raise KafkaProbeError(f"Kafka topic {t!r} has partitions 0..{topics[t] - 1}, not {missing} (assign)")
+    _ANSWERED[said] = time.monotonic()
+
+
+#: when each source's options were last probed and answered (this process)
+_ANSWERED: dict[str, float] = {}
+PROBE_AGAIN_S = 60.0  # a probe answered this recently is not asked again
 
 
 def _security_error(errors: list, conf: dict, servers: str) -> str | None:
