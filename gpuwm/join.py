@@ -117,7 +117,7 @@ class _JoinSpec(OperatorSpec):
         if self.left == self.right:
             raise ConfigError(f"a join needs two different inputs, got {self.left!r} twice")
         on = tuple(tuple(p) for p in self.on)
-        if not on or not all(len(p) == 2 and all(isinstance(c, str) for c in p) for p in on):
+        if not all(len(p) == 2 and all(isinstance(c, str) for c in p) for p in on):
             raise ConfigError(f"join 'on' must be pairs [left column, right column], e.g. [['a_id', 'b_aid']], "
                               f"got {self.on!r}")
         object.__setattr__(self, "on", on)
@@ -142,9 +142,6 @@ class _JoinSpec(OperatorSpec):
             if isinstance(o["on"], (list, tuple)) else o["on"]
         if between is None and window is None and isinstance(on, list) and [lw.column, rw.column] in on:
             keys = [p for p in on if p != [lw.column, rw.column]]
-            if not keys:
-                raise ConfigError(f"a join on the event times alone ({lw.column} = {rw.column}): add a key pair "
-                                  "to 'on' (gpuwm joins on equal keys)")
             ts = ctx.inputs[left].field(lw.column).type if lw.column in ctx.inputs[left].names else None
             zero = timedelta(0) if ts is not None and pa.types.is_timestamp(ts) else 0
             return IntervalJoinSpec(left, right, tuple(tuple(p) for p in keys), lw.column, rw.column, zero, zero,

@@ -44,6 +44,7 @@ def run_ranges(xp: Any, run_keys: Sequence[Any], run_ts: Any, probe_keys: Sequen
     if not int(run_ts.shape[0]) or not int(lo.shape[0]):
         z = xp.zeros(int(lo.shape[0]), dtype=xp.int64)
         return Ranges(z, z.copy(), None)
+    run_keys, probe_keys = _keyed(xp, run_keys, run_ts, probe_keys, lo)
     cols = [*run_keys, run_ts]
     block = key_blocks(xp, cols[0], probe_keys[0])  # one block of equal first keys for both bounds
     start = lex_search(xp, cols, [*probe_keys, lo], block=block)
@@ -72,6 +73,7 @@ def interval_ranges(xp: Any, build_keys: Sequence[Any], build_ts: Any, probe_key
     if npr == 0 or nb == 0:
         z = xp.zeros(npr, dtype=xp.int64)
         return Ranges(z, z.copy(), xp.zeros(0, dtype=xp.int64))
+    build_keys, probe_keys = _keyed(xp, build_keys, build_ts, probe_keys, lo)
     # build rows tag 1; a lower query (tag 0) sorts before build rows with its
     # (keys, lo), an upper query (tag 2) after those with its (keys, hi)
     cols = [xp.concatenate([b, p, p]) for b, p in zip(build_keys, probe_keys)]
@@ -132,3 +134,12 @@ def interval_pairs(xp: Any, build_keys: Sequence[Any], build_ts: Any, probe_keys
                    lo: Any, hi: Any) -> tuple[Any, Any]:
     """:func:`interval_ranges` then :func:`expand`: every matching pair."""
     return expand(xp, interval_ranges(xp, build_keys, build_ts, probe_keys, lo, hi))
+
+
+def _keyed(xp: Any, build_keys: Sequence[Any], build_ts: Any, probe_keys: Sequence[Any],
+           lo: Any) -> tuple[Sequence[Any], Sequence[Any]]:
+    """The key columns as given, or — a join on the times alone — one key
+    every row shares."""
+    if build_keys:
+        return build_keys, probe_keys
+    return [xp.zeros(int(build_ts.shape[0]), dtype=xp.int64)], [xp.zeros(int(lo.shape[0]), dtype=xp.int64)]

@@ -527,6 +527,7 @@ class RefIntervalJoin:
     how: str
     inclusive: bool = True
     margin: int = 1
+    keyed: bool = True  # False: the times alone decide (a join with no key pair), a null key too
     left: list = field(default_factory=list)  # [row, matched]
     right: list = field(default_factory=list)
     new_left: list = field(default_factory=list)
@@ -541,14 +542,15 @@ class RefIntervalJoin:
                 self.nulls += 1
             elif self.drained is not None and (r[1] <= self.drained if self.inclusive else r[1] < self.drained):
                 self.late += 1
-            elif r[0] is None and self.how not in (("left", "full") if side == "left" else ("right", "full")):
+            elif self.keyed and r[0] is None and self.how not in (("left", "full") if side == "left"
+                                                                   else ("right", "full")):
                 pass  # a null key never matches: only an outer side keeps it (for its null row)
             else:
                 (self.new_left if side == "left" else self.new_right).append([r, False])
 
     def _match(self, left: list, right: list) -> bool:
         (lk, lt, _), (rk, rt, _) = left[0], right[0]
-        return lk is not None and lk == rk and lt + self.lo <= rt <= lt + self.hi
+        return (not self.keyed or lk is not None and lk == rk) and lt + self.lo <= rt <= lt + self.hi
 
     def drain(self, w: Any) -> list[tuple]:
         out = []
@@ -606,6 +608,7 @@ class RefWindowJoin:
     how: str
     close_minus_one: int = 0
     on_match: bool = False
+    keyed: bool = True  # False: the window alone decides (a join with no key pair), a null key too
     rows: dict = field(default_factory=lambda: {"left": [], "right": []})  # side -> [[row, start, matched, new]]
     drained: Any = None
     late: int = 0
@@ -613,6 +616,9 @@ class RefWindowJoin:
 
     def _closed(self, s: int, w: int) -> bool:
         return s + self.size - self.close_minus_one <= w
+
+    def _same(self, left: tuple, right: tuple) -> bool:
+        return not self.keyed or left[0] is not None and left[0] == right[0]
 
     def push(self, side: str, rows: list[tuple]) -> None:
         for r in rows:
@@ -623,7 +629,8 @@ class RefWindowJoin:
             while s > r[1] - self.size:
                 if self.drained is not None and self._closed(s, self.drained):
                     self.late += 1
-                elif r[0] is not None or self.how in (("left", "full") if side == "left" else ("right", "full")):
+                elif not self.keyed or r[0] is not None or self.how in (("left", "full") if side == "left"
+                                                                       else ("right", "full")):
                     self.rows[side].append([r, s, False, True])
                 s -= self.slide
 
@@ -632,8 +639,7 @@ class RefWindowJoin:
         if self.on_match:  # every pair with a row new since the last drain, once
             for lrow in self.rows["left"]:
                 for rrow in self.rows["right"]:
-                    if (lrow[3] or rrow[3]) and lrow[1] == rrow[1] and lrow[0][0] is not None \
-                            and lrow[0][0] == rrow[0][0]:
+                    if (lrow[3] or rrow[3]) and lrow[1] == rrow[1] and self._same(lrow[0], rrow[0]):
                         out.append((lrow[1], lrow[1] + self.size) + lrow[0] + rrow[0])
                         lrow[2] = rrow[2] = True
             for side in self.rows.values():
@@ -649,7 +655,7 @@ class RefWindowJoin:
             hit_l, hit_r = {i for i, (_, m) in enumerate(left) if m}, {j for j, (_, m) in enumerate(right) if m}
             for i, (lr, _) in enumerate(left):
                 for j, (rr, _) in enumerate(right):
-                    if lr[0] is not None and lr[0] == rr[0]:
+                    if self._same(lr, rr):
                         if not self.on_match:
                             out.append((s, s + self.size) + lr + rr)
                         hit_l.add(i)

@@ -224,9 +224,10 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Join: gpuwm's join needs both a lower and an upper bound": w.join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
             F.expr("k = k2 AND ts2 >= ts")),
-        "Join: gpuwm's join needs equal keys (column = column) besides the event times": w.join(
+        "Join: gpuwm's join needs equal keys (column = column), equal event times or equal windows besides a "
+        "time range": w.join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
-            F.expr("ts = ts2")),
+            F.expr("ts2 BETWEEN ts AND ts + interval 5 seconds")),
         "Join: a join on equal event times with a time range as well": w.join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
             F.expr("k = k2 AND ts = ts2 AND ts2 <= ts + interval 1 second")),
@@ -268,8 +269,9 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         accelerate(df, fallback="error")
     spark.conf.set("spark.gpuwm.fallback", "error")
     try:
-        with pytest.raises(gpuwm.ConfigError, match="output mode 'complete'"):
-            accelerate(ok).writeStream.outputMode("complete").format("console").start()
+        with pytest.raises(gpuwm.ConfigError, match="output mode 'complete' with dedup"):
+            accelerate(w.dropDuplicatesWithinWatermark(["k"])).writeStream.outputMode("complete").format(
+                "console").start()
         with pytest.raises(gpuwm.ConfigError, match="spark.gpuwm.fallback must be one of"):
             accelerate(ok, fallback="maybe")
     finally:
@@ -481,14 +483,25 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
             right.select(F.col("k2").alias("rk"), "p2", F.window("ts2", "10 seconds").alias("w2")),
             F.expr("k = rk AND w = w2"), "fullOuter"),
         "time": left.join(right, F.expr("k = k2 AND ts = ts2"), "leftOuter"),
+        # no key besides the times (Spark's MultiStatefulOperatorsSuite: an equi-join on the event times,
+        # then a window on the left time), or besides the window
+        "time-alone": left.join(right, F.expr("ts = ts2")).groupBy(F.window("ts", "5 seconds")).agg(
+            F.count("*").alias("n"), F.max("p2").alias("p")),
+        "window-alone": left.select("k", "price", F.window("ts", "10 seconds").alias("w")).join(
+            right.select("p2", F.window("ts2", "10 seconds").alias("w2")), F.expr("w = w2"), "leftOuter"),
     }
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     for name, df in queries.items():
         _native(df, f"{tmp_path}/native-{name}", f"{tmp_path}/nck-{name}")
         want = _batches(f"{tmp_path}/native-{name}")
         rows = [r for b in want.values() for r in b]
-        assert len(rows) > 30 and sum(r[3] is None for r in rows) > 3, name  # pairs, and rows without a partner
-        vnodes = 2 if name == "window" else 1
+        if name == "time-alone":
+            assert len(want) > 2 and sum(r[1] for r in rows) > 30
+        elif name == "window-alone":  # every window has rows of both sides: each row of one with all of the other
+            assert len(rows) > 1000
+        else:  # pairs, and rows without a partner
+            assert len(rows) > 30 and sum(r[3] is None for r in rows) > 3, name
+        vnodes = 2 if name in ("window", "time-alone") else 1
         acc = accelerate(df, vnodes=vnodes)
         assert acc.translation is not None, acc.refused
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}{vnodes}").trigger(

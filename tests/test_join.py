@@ -120,21 +120,24 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="defau
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
-@pytest.mark.parametrize("keys", ["int", "str"])
+@pytest.mark.parametrize("keys", ["int", "str", "none"])
 @given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8), profile=st.sampled_from(["spark", "risingwave"]),
        bounds=st.sampled_from([(0, 20), (-5, 5), (3, 9), (-10, -2), (0, 0), "key"]),
        tiers=st.sampled_from(list(TIERS)))
 def test_join_matches_reference(backend, how, keys, batches, stop, profile, bounds, tiers):
     """``bounds`` "key": the event times a join key (equal times, the state
-    watermark without the range's margin)."""
+    watermark without the range's margin). ``keys`` "none": no key pair, the
+    times alone (Spark's ``a.ts = b.ts``)."""
     time_key = bounds == "key"
     lo, hi = (0, 0) if time_key else bounds
-    ls, rs = (LEFT, RIGHT) if keys == "int" else (SLEFT, SRIGHT)
-    spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", lo, hi, how, time_key=time_key)
+    ls, rs = (SLEFT, SRIGHT) if keys == "str" else (LEFT, RIGHT)
+    spec = IntervalJoinSpec("a", "b", [] if keys == "none" else [("k", "rk")], "lt", "rt", lo, hi, how,
+                            time_key=time_key)
     j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
     inclusive = gpuwm.resolve_profile(profile).late_inclusive
     # a time key: state leaves at the watermark (one unit behind it where a row at the watermark is on time)
-    ref = RefIntervalJoin(lo, hi, how, inclusive=inclusive, margin=(0 if inclusive else 1) if time_key else 1)
+    ref = RefIntervalJoin(lo, hi, how, inclusive=inclusive, margin=(0 if inclusive else 1) if time_key else 1,
+                          keyed=keys != "none")
     j = _drive(j, ref, batches, stop, backend, profile, ls, rs, tiers=tiers)
     # a snapshot() round trip continues identically
     again = spec.build(profile, backend).restore(j.snapshot())
@@ -197,18 +200,19 @@ def test_time_bounds_and_types_are_checked():
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
-@pytest.mark.parametrize("keys", ["int", "str"])
+@pytest.mark.parametrize("keys", ["int", "str", "none"])
 @given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8),
        profile=st.sampled_from(["spark", "flink", "risingwave"]),
        window=st.sampled_from([(10, 10), (10, 5), (6, 2), (1, 1)]), tiers=st.sampled_from(list(TIERS)))
 def test_window_join_matches_reference(backend, how, keys, batches, stop, profile, window, tiers):
+    """``keys`` "none": no key pair, the window alone (Spark's ``w1 = w2``)."""
     size, slide = window
-    ls, rs = (LEFT, RIGHT) if keys == "int" else (SLEFT, SRIGHT)
-    spec = WindowJoinSpec("a", "b", [("k", "rk")], "lt", "rt", size, slide, how)
+    ls, rs = (SLEFT, SRIGHT) if keys == "str" else (LEFT, RIGHT)
+    spec = WindowJoinSpec("a", "b", [] if keys == "none" else [("k", "rk")], "lt", "rt", size, slide, how)
     j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
     prof = gpuwm.resolve_profile(profile)
     ref = RefWindowJoin(size, slide, how, close_minus_one=int(prof.close_minus_one),
-                        on_match=prof.window_join == "match")
+                        on_match=prof.window_join == "match", keyed=keys != "none")
     j = _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=2, tiers=tiers)
     again = spec.build(profile, backend).restore(j.snapshot())
     assert again.state_rows == j.state_rows and again.counters() == j.counters()

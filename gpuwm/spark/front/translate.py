@@ -367,7 +367,8 @@ def _aggregate(spark, agg) -> Translation:
                                    "rows by window_time(window))")
     # a join's right time instead of its left: the one the window's own expressions read (the node's, not
     # its children's: the plan below names both times)
-    text = " ".join(str(e.toString()) for e in scala_iter(made.expressions()))
+    text = " ".join(str(e.toString()) for e in scala_iter(made.expressions())
+                    if _kind(e) != "AttributeReference")  # (not the columns it passes on)
     for other in t.other_times:
         ids = [i for i, c in t.columns.items() if c == other[1]]
         if any(re.search(rf"#{i}\b", text) for i in ids):
@@ -663,8 +664,9 @@ def _join(spark, node) -> Translation:
                 raise Refused("Join", f"two {which} bounds on the time between the sides")
             bounds[which] = value
     left, right = sides["left"], sides["right"]
-    if not on:
-        raise Refused("Join", "gpuwm's join needs equal keys (column = column) besides the event times")
+    if not on and not equal:
+        raise Refused("Join", "gpuwm's join needs equal keys (column = column), equal event times or equal "
+                              "windows besides a time range")
     (lwin, lshown, _), (rwin, rshown, _) = windows["left"], windows["right"]
     between, window, time = None, None, left.time
     if lwin is not None or rwin is not None:
