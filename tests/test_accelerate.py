@@ -1029,3 +1029,35 @@ def test_filter_aggregates_of_nexmark_q17_equal_spark_batch_for_batch(spark, tmp
                      ("count(DISTINCT price)", "DISTINCT is not gpuwm's")]:
         acc = accelerate(spark.sql(f"SELECT k, {sql} AS x FROM bid17 GROUP BY window(ts, '5 seconds'), k"))
         assert acc.translation is None and acc.refused.reason.endswith(why), acc.refused
+
+
+def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_kept(spark, tmp_path):
+    """Nexmark q3 as written: an inner join on keys alone (``a_id =
+    b_aid``, no time range), Spark's filter above it. Spark runs it keeping
+    every row in state; its join drops a side's rows behind the watermark
+    only where the query reads that side's event time (else its optimizer
+    prunes the column, and the join finds no watermark: q3 selects no
+    time). gpuwm's interval join with no bound does the same in both forms
+    — equal batch for batch — and ``explain`` says the state is kept. A
+    window or a dedup over it, and an outer join without a bound (Spark
+    refuses it), fall back with their reason."""
+    from pyspark.sql import functions as F
+
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=10)
+    joined = a.join(b, F.expr("a_id = b_aid")).filter("seller IN (1, 3, 5) OR price > 500")
+    for name, cols in [("q3", ["a_id", "seller", "price"]), ("times", ["a_id", "seller", "price", "a_ts", "b_ts"])]:
+        df = joined.select(*cols)
+        acc = accelerate(df, fallback="error")
+        text = acc.explain()
+        assert "join       inner on [['a_id', 'b_aid']], no time bound: every row kept in state" in text
+        assert ("late rows  none: the query reads neither event time" in text) == (name == "q3"), text
+        _equals_spark(spark, df, acc, tmp_path / name)
+    one = joined.select("a_id", "price", "b_ts")  # one side's time read, not the other's
+    assert "reads one side's event time and not the other's" in accelerate(one).refused.reason
+    for q, why in [(a.join(b, F.expr("a_id = b_aid"), "leftOuter"), "an inner join may have none"),
+                   (a.join(b, F.expr("a_id = b_aid")).groupBy(F.window("b_ts", "10 seconds")).count(),
+                    "a window over the rows of a stage that gives no event time"),
+                   (a.join(b, F.expr("a_id = b_aid")).dropDuplicatesWithinWatermark(["a_id"]),
+                    "a dedup over a join with no time bound")]:
+        got = accelerate(q)
+        assert got.translation is None and why in got.refused.reason, got.refused

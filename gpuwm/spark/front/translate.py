@@ -176,6 +176,8 @@ def translate(df) -> Translation:
     else:
         raise Refused(kind, "gpuwm translates one withWatermark, then groupBy(window | session_window, "
                             "keys).agg(...) or dropDuplicatesWithinWatermark (chained), then projections")
+    if t.stages and t.stages[-1][0] == "join" and t.stages[-1][4] is not None and t.stages[-1][4][3] == UNBOUNDED:
+        _unbounded_lateness(df, t)
     from ..driver.kafka import Untranslatable
     from ..driver.kafka import translate as expr
 
@@ -475,6 +477,8 @@ def _dedup(spark, node) -> Translation:
     (its event time + the delay) and drops the same late rows, gives the
     same rows."""
     t = _input(spark, node.child())
+    if t.stages and t.stages[-1][0] == "join" and t.stages[-1][4] is not None and t.stages[-1][4][3] == UNBOUNDED:
+        raise Refused(_kind(node), "a dedup over a join with no time bound (its rows have no watermark to drain by)")
     if any(_id(a) not in t.columns for a in scala_iter(node.keys())):
         raise Refused(_kind(node), "a key the stage below does not give as a column")
     keys = [t.columns[_id(a)] for a in scala_iter(node.keys())]
@@ -491,6 +495,11 @@ def _dedup(spark, node) -> Translation:
     return t
 
 
+#: a join's time bound no two event times are beyond (2,700 years): Spark's inner join without one keeps every row
+UNBOUNDED = timedelta(days=1_000_000)
+#: the watermark delay of a join's inputs whose rows Spark never drops as late: a century (the watermark stays a
+#: time pandas holds, from 1678 on)
+NO_LATE_ROWS = timedelta(days=36_525)
 _HOWS = {"Inner": "inner", "LeftOuter": "left", "RightOuter": "right", "FullOuter": "full"}
 _BOUND = {"GreaterThanOrEqual": (">=", 0), "GreaterThan": (">=", 1), "LessThanOrEqual": ("<=", 0),
           "LessThan": ("<=", 1)}
@@ -685,11 +694,14 @@ def _join(spark, node) -> Translation:
             raise Refused("Join", "a join on equal event times with a time range as well")
         on.append([left.time[1], right.time[1]])
         shown = f"join       {how} on {on} (equal event times)"
+    elif not bounds and how == "inner":  # no time bound (Nexmark q3 as written): every pair, state kept forever
+        between = [right.time[1], left.time[1], -UNBOUNDED, UNBOUNDED]
+        shown = f"join       {how} on {on}, no time bound: every row kept in state (as Spark keeps it)"
     else:
         if set(bounds) != {"lower", "upper"}:
             raise Refused("Join", "gpuwm's join needs both a lower and an upper bound of one side's event time "
-                                  "around the other's, equal event times or equal windows (Spark keeps unbounded "
-                                  "state otherwise)")
+                                  "around the other's, equal event times or equal windows (an inner join may "
+                                  "have none: its state is kept; Spark refuses an outer one)")
         between = [right.time[1], left.time[1], timedelta(microseconds=bounds["lower"]),
                    timedelta(microseconds=bounds["upper"])]
 
@@ -715,8 +727,40 @@ def _join(spark, node) -> Translation:
         else:
             step.append([ids[_id(a)], _WINDOW_STRUCT])
     return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, how, window)],
-                       [step], left.shown + right.shown + [shown], ids, columns, time=time, inputs=sides,
+                       [step], left.shown + right.shown + [shown], ids, columns,
+                       time=None if between is not None and between[3] == UNBOUNDED else time, inputs=sides,
                        other_times=[] if time is None else [right.time])
+
+
+def _unbounded_lateness(df, t: Translation) -> None:
+    """An inner join without a time bound drops a side's rows behind the
+    watermark only where its input still has the side's event-time column:
+    Spark's optimizer prunes the column when nothing above reads it (Nexmark
+    q3 selects no time), and its join then finds no watermark column and
+    drops no row. gpuwm does as Spark's plan does: with both times pruned,
+    no row is late (a delay of :data:`NO_LATE_ROWS`); with one pruned and
+    not the other, it refuses."""
+    qe = df._jdf.queryExecution()  # (optimizedPlan() refuses a streaming query: the optimizer itself does not)
+    plan, join = df.sparkSession._jsparkSession.sessionState().optimizer().execute(qe.analyzed()), None
+    stack = [plan]
+    while stack and join is None:
+        node = stack.pop()
+        if _kind(node) == "Join":
+            join = node
+        stack.extend(scala_iter(node.children()))
+    if join is None:
+        return
+    kept = [any(a.metadata().contains("spark.watermarkDelayMs") for a in scala_iter(c.output()))
+            for c in (join.left(), join.right())]
+    if all(kept):
+        return
+    if any(kept):
+        raise Refused("Join", "a join with no time bound whose query reads one side's event time and not the "
+                              "other's: Spark drops one side's late rows and keeps the other's")
+    for side in t.inputs.values():
+        side.delay = NO_LATE_ROWS
+    t.shown.append("late rows  none: the query reads neither event time, so Spark's join finds no watermark "
+                   "column and drops no row")
 
 
 def _conjuncts(e) -> list:
