@@ -69,6 +69,12 @@ def test_session_matches_reference(backend, levels, gap, profile, keys, ops, mon
     assert isinstance(a, SessionAggregate)
     ref = RefSession(gap=gap, close_minus_one=profile == "flink", key_of=(lambda r: (r[1],)) if by else (lambda r: ()),
                      aggs=AGGS)
+    _drive(a, ref, ops, keys, bool(by))
+    assert (a.late_rows, a.null_rows) == (ref.late, ref.nulls)
+
+
+def _drive(a, ref, ops, keys: str, by: bool) -> None:
+    """Push and drain both the operator and the reference as ``ops`` say, comparing every drain and the state."""
     w = 0
     for op, arg in ops:
         if op == "push":
@@ -76,9 +82,8 @@ def test_session_matches_reference(backend, levels, gap, profile, keys, ops, mon
             ref.push(arg)
         else:
             w += arg
-            _cmp(a.drain(w), ref.drain(w), bool(by), keys, aggs=AGGS)
+            _cmp(a.drain(w), ref.drain(w), by, keys, aggs=AGGS)
         assert a.state_rows == ref.open_sessions
-    assert (a.late_rows, a.null_rows) == (ref.late, ref.nulls)
 
 
 @pytest.mark.parametrize("levels,keys", [("tiered", "str"), ("many", "int")])
@@ -91,15 +96,7 @@ def test_complete_sessions_match_reference(backend, levels, keys, ops, monkeypat
     _levels(monkeypatch, levels)
     a = gpuwm.WindowAggregate(gpuwm.Session("t", 7), by=["k"], aggs=_aggs(), emit="complete", backend=backend)
     ref = RefSession(gap=7, close_minus_one=False, key_of=lambda r: (r[1],), aggs=AGGS, complete=True)
-    w = 0
-    for op, arg in ops:
-        if op == "push":
-            assert a.push(_table(arg, keys)) is None
-            ref.push(arg)
-        else:
-            w += arg
-            _cmp(a.drain(w), ref.drain(w), True, keys, aggs=AGGS)
-        assert a.state_rows == ref.open_sessions
+    _drive(a, ref, ops, keys, True)
     assert (a.late_rows, a.null_rows) == (0, ref.nulls)
 
 
