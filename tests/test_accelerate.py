@@ -487,8 +487,8 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
         # then a window on the left time), or besides the window
         "time-alone": left.join(right, F.expr("ts = ts2")).groupBy(F.window("ts", "5 seconds")).agg(
             F.count("*").alias("n"), F.max("p2").alias("p")),
-        "window-alone": left.select("k", "price", F.window("ts", "10 seconds").alias("w")).join(
-            right.select("p2", F.window("ts2", "10 seconds").alias("w2")), F.expr("w = w2"), "leftOuter"),
+        "window-alone": left.select("k", "price", F.window("ts", "2 seconds").alias("w")).join(
+            right.select("p2", F.window("ts2", "2 seconds").alias("w2")), F.expr("w = w2"), "leftOuter"),
     }
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     for name, df in queries.items():
@@ -497,8 +497,8 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
         rows = [r for b in want.values() for r in b]
         if name == "time-alone":
             assert len(want) > 2 and sum(r[1] for r in rows) > 30
-        elif name == "window-alone":  # every window has rows of both sides: each row of one with all of the other
-            assert len(rows) > 1000
+        elif name == "window-alone":  # each row of one side with all of the other's in its window
+            assert len(rows) > 500
         else:  # pairs, and rows without a partner
             assert len(rows) > 30 and sum(r[3] is None for r in rows) > 3, name
         vnodes = 2 if name in ("window", "time-alone") else 1
@@ -929,7 +929,7 @@ def test_update_mode_equals_spark_batch_for_batch(spark, tmp_path, shape, vnodes
     assert history[-1]["state_rows"] < max(m["state_rows"] for m in history)
 
 
-@pytest.mark.parametrize("shape,vnodes", [("tumble", 2), ("hop", 1), ("session", 2)])
+@pytest.mark.parametrize("shape,vnodes", [("tumble", 2), ("session", 1)])  # (hop: test_window's reference)
 def test_complete_mode_equals_spark_batch_for_batch(spark, tmp_path, shape, vnodes):
     """``outputMode("complete")`` on one window runs in gpuwm: each
     micro-batch with data gives every (window, key) with its values so far
