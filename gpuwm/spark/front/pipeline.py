@@ -612,21 +612,20 @@ def restarting(start: Callable[[], Any], ck: Checkpoint):
             self._jsq, self.restarted = start()._jsq, True
             return True
 
-        def awaitTermination(self, timeout: float | None = None):
+        def _waiting(self, wait: Callable[[], Any]) -> Any:
+            """``wait()`` on the run, and again on the one a SPARK-57438 failure restarted."""
             while True:
                 try:
-                    return StreamingQuery.awaitTermination(self, timeout)
+                    return wait()
                 except StreamingQueryException:
                     if not self._again():
                         raise
 
+        def awaitTermination(self, timeout: float | None = None):
+            return self._waiting(lambda: StreamingQuery.awaitTermination(self, timeout))
+
         def processAllAvailable(self) -> None:
-            while True:
-                try:
-                    return StreamingQuery.processAllAvailable(self)
-                except StreamingQueryException:
-                    if not self._again():
-                        raise
+            return self._waiting(lambda: StreamingQuery.processAllAvailable(self))
 
         def exception(self):
             self._again()
