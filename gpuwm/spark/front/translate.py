@@ -176,7 +176,7 @@ def translate(df) -> Translation:
     else:
         raise Refused(kind, "gpuwm translates one withWatermark, then groupBy(window | session_window, "
                             "keys).agg(...) or dropDuplicatesWithinWatermark (chained), then projections")
-    if t.stages and t.stages[-1][0] == "join" and t.stages[-1][4] is not None and t.stages[-1][4][3] == UNBOUNDED:
+    if _unbounded_join(t):
         _unbounded_lateness(df, t)
     from ..driver.kafka import Untranslatable
     from ..driver.kafka import translate as expr
@@ -477,7 +477,7 @@ def _dedup(spark, node) -> Translation:
     (its event time + the delay) and drops the same late rows, gives the
     same rows."""
     t = _input(spark, node.child())
-    if t.stages and t.stages[-1][0] == "join" and t.stages[-1][4] is not None and t.stages[-1][4][3] == UNBOUNDED:
+    if _unbounded_join(t):
         raise Refused(_kind(node), "a dedup over a join with no time bound (its rows have no watermark to drain by)")
     if any(_id(a) not in t.columns for a in scala_iter(node.keys())):
         raise Refused(_kind(node), "a key the stage below does not give as a column")
@@ -730,6 +730,12 @@ def _join(spark, node) -> Translation:
                        [step], left.shown + right.shown + [shown], ids, columns,
                        time=None if between is not None and between[3] == UNBOUNDED else time, inputs=sides,
                        other_times=[] if time is None else [right.time])
+
+
+def _unbounded_join(t: Translation) -> bool:
+    """Whether ``t``'s last stage is an inner join without a time bound."""
+    return bool(t.stages) and t.stages[-1][0] == "join" and t.stages[-1][4] is not None \
+        and t.stages[-1][4][3] == UNBOUNDED
 
 
 def _unbounded_lateness(df, t: Translation) -> None:
