@@ -17,18 +17,24 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import pyarrow as pa
 
+from kernels import group_reduce
+from kernels.xp import mask_index
+
 from . import staging
 from .backend import Backend, get_backend
 from .drained import Drained
 from .errors import ConfigError, SchemaError
 from .frame import Frame, _fixed_dtype, numpy_to_arrow, sort_table
-from .keys import KeyCodec, dictionary_tables, load_dictionaries
+from .keys import NULL_CODE, KeyCodec, dictionary_tables, load_dictionaries
 from .operator import Capabilities, Operator, OperatorSpec, StageContext
 from .profiles import Profile, resolve
 from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import event_time_domain
 
-AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
+#: exact distinct aggregates (SQL's ``count(DISTINCT x)``, ``sum(DISTINCT x)``, ``avg(DISTINCT x)``): tumbling and
+#: hopping windows keep each (window, key)'s distinct values in their state (:meth:`AggregateOperator._distinct_keys`)
+DISTINCT = ("count_distinct", "sum_distinct", "mean_distinct")
+AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last", *DISTINCT)
 #: the value of the first / last row in input order (Spark's ``first``/``last``; a row whose value is null counts:
 #: ``ignoreNulls`` false): tumbling and hopping windows, not sessions (Spark orders a session's rows by time)
 POSITIONAL = ("first", "last")
@@ -67,7 +73,15 @@ def check_aggs(aggs: Mapping[str, tuple[str, str]] | None) -> tuple[tuple[str, s
         if col == "*" and fn != "count":
             raise ConfigError(f"aggregate {name!r}: '*' only works with count, not {fn!r}")
         out.append((name, col, fn))
+    if any(fn in DISTINCT for _, _, fn in out) and any(fn in POSITIONAL for _, _, fn in out):
+        raise ConfigError("first / last beside a distinct aggregate are not gpuwm's (a window's rows are kept once "
+                          "per distinct value, out of arrival order); use min / max")
     return tuple(out)
+
+
+def distinct_columns(aggs: Mapping[str, tuple[str, str]]) -> list[str]:
+    """The columns the distinct aggregates of ``aggs`` read, once each, in order."""
+    return list(dict.fromkeys(col for col, fn in aggs.values() if fn in DISTINCT))
 
 
 def plan_aggs(aggs: Mapping[str, tuple[str, str]], schema: pa.Schema) -> tuple[list[Acc], list[pa.Field]]:
@@ -79,6 +93,19 @@ def plan_aggs(aggs: Mapping[str, tuple[str, str]], schema: pa.Schema) -> tuple[l
         if col != "*" and col not in schema.names:
             raise SchemaError(f"aggregate {name!r}: column {col!r} not found; the table has columns {schema.names}")
         t = None if col == "*" else schema.field(col).type
+        if fn in DISTINCT:  # no accumulator: the distinct values are state keys
+            if fn != "count_distinct" and not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+                raise SchemaError(f"aggregate {name!r}: {fn} needs a numeric column, {col!r} is {t}")
+            if fn == "count_distinct" and _fixed_dtype(t) is None and not (pa.types.is_string(t)
+                                                                           or pa.types.is_large_string(t)
+                                                                           or pa.types.is_binary(t)):
+                raise SchemaError(f"aggregate {name!r}: count_distinct needs a key-like column (numbers, times, "
+                                  f"strings, binary), {col!r} is {t}")
+            isf = t is not None and pa.types.is_floating(t)
+            out_t = pa.int64() if fn == "count_distinct" else (
+                pa.float64() if fn == "mean_distinct" or isf else pa.int64())
+            out_fields.append(pa.field(name, out_t))
+            continue
         if fn == "count":
             accs.append(Acc(name, "n", np.dtype(np.int64), "add"))
             out_fields.append(pa.field(name, pa.int64()))
@@ -141,6 +168,10 @@ class AggregateSpec(OperatorSpec):
             aggs = check_aggs({name: (col, fn) for name, col, fn in aggs})
         object.__setattr__(self, "by", by)
         object.__setattr__(self, "aggs", aggs)
+        distinct = [f"{name} = {fn}({col})" for name, col, fn in aggs if fn in DISTINCT]
+        if distinct and self.emit == "on-update":
+            raise ConfigError(f"{', '.join(distinct)}: a distinct aggregate is emitted on window close or "
+                              "complete, not on update")
         names = [n for n, _, _ in aggs]
         clash = ({"window_start", "window_end", WINDOW_TIME} & (set(names) | set(by))) | (set(names) & set(by))
         if clash:
@@ -216,6 +247,8 @@ class AggregateOperator(Operator, Drained):
         self._size, self._slide = self.window.raw(dom)
         self._close = 1 if self.profile.close_minus_one else 0
         self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.by]
+        #: one state key per distinct aggregate's column (``__distinct_<column>``), after the group keys
+        self._dcodecs = [KeyCodec(f"__distinct_{c}", schema.field(c).type) for c in distinct_columns(self.aggs)]
         self._accs = plan_aggs(self.aggs, schema)[0]
         self._domain = dom
         self._schema = schema
@@ -246,6 +279,51 @@ class AggregateOperator(Operator, Drained):
             out.append(v)
         return out
 
+    def _distinct_keys(self, xp: Any, keys: list[Any], dcodes: list[Any], accs: list[Any]) -> tuple[list, list]:
+        """The rows of a chunk grouped with their distinct values: each row once
+        with every distinct key null (it carries the accumulators), and once
+        per distinct column whose value is not null, with that key set and
+        identity accumulators (SQL's Expand, as Spark rewrites distinct
+        aggregates). A (window, key)'s state rows then hold its distinct
+        values once each; :meth:`_collapse` folds them back into one row."""
+        n = int(keys[0].shape[0])
+        nulls = xp.full(n, NULL_CODE, dtype=xp.int64)
+        sels = [mask_index(xp, d != NULL_CODE, int(xp.count_nonzero(d != NULL_CODE))) for d in dcodes]
+        out_k = [xp.concatenate([k] + [k[s] for s in sels]) for k in keys]
+        out_k += [xp.concatenate([nulls] + [d[s] if i == j else nulls[s] for j, s in enumerate(sels)])
+                  for i, d in enumerate(dcodes)]
+        out_a = []
+        for acc, a in zip(self._accs, accs):
+            first = xp.ones(n, dtype=xp.int64) if a is None else a
+            ident = 0 if acc.op == "add" else self._identity(acc)
+            out_a.append(xp.concatenate([first] + [xp.full(int(s.shape[0]), ident, dtype=first.dtype)
+                                                  for s in sels]))
+        return out_k, out_a
+
+    def _collapse(self, wins: Any, keys: list[Any], accs: list[Any], ends: Any) -> tuple:
+        """State rows with distinct keys (:meth:`_distinct_keys`) folded into
+        one row per (window, group key): the accumulators reduced (the extra
+        rows hold identities), and per distinct column the count of its
+        non-null values and (for sum / mean) their sum. Returns (wins, keys,
+        accs, ends, {column: (count, sum or None)})."""
+        xp = self._backend.xp
+        nby = len(self.by)
+        summed = {col for col, fn in self.aggs.values() if fn in ("sum_distinct", "mean_distinct")}
+        names, extra = [], []
+        for c, d in zip(self._dcodecs, keys[nby:]):
+            col = c.name.removeprefix("__distinct_")
+            has = d != NULL_CODE
+            names.append(col)
+            extra.append(has.astype(xp.int64))
+            if col in summed:
+                extra.append(xp.where(has, c.device_values(xp, d), 0))
+        group = [wins] + ([] if ends is None else [ends]) + keys[:nby]
+        gk, ga, _, _ = group_reduce(xp, group, list(accs) + extra, [a.op for a in self._accs] + ["add"] * len(extra))
+        k = 1 if ends is None else 2
+        it = iter(ga[len(accs):])
+        dist = {col: (next(it), next(it) if col in summed else None) for col in names}
+        return gk[0], gk[k:], ga[:len(accs)], (None if ends is None else gk[1]), dist
+
     @staticmethod
     def _identity(acc: Acc) -> Any:
         if acc.dtype.kind == "f":
@@ -266,15 +344,30 @@ class AggregateOperator(Operator, Drained):
         b = self._backend
         t = self._domain.type
         wdt = np.dtype(np.int64) if self._domain.is_timestamp else np.dtype(t.to_pandas_dtype())
+        dist: dict[str, tuple[Any, Any]] = {}
+        if self._dcodecs:
+            wins, keys, accs, ends, dist = self._collapse(wins, keys, accs, ends)
+        dnames = list(dist)
         # every output array to the host in one copy
-        w, e, *host = staging.download_arrays(b, [wins, ends, *keys, *accs])
+        w, e, *host = staging.download_arrays(b, [wins, ends, *keys, *accs, *(a for c in dnames for a in dist[c])])
         hkeys, host = host[:len(keys)], host[len(keys):]
+        hdist = {c: (host[len(accs) + 2 * i], host[len(accs) + 2 * i + 1]) for i, c in enumerate(dnames)}
         e = w + self._size if ends is None else e
         cols = [numpy_to_arrow(t, w.astype(wdt), None), numpy_to_arrow(t, e.astype(wdt), None)]
         cols += [c.decode(k) for c, k in zip(self._codecs, hkeys)]
         j = 0
         for name, (col, fn) in self.aggs.items():
             field = self._out_schema.field(name)
+            if fn in DISTINCT:
+                n, total = hdist[col]
+                if fn == "count_distinct":
+                    cols.append(pa.array(n, pa.int64()))
+                    continue
+                valid = n > 0
+                v = total / np.where(valid, n, 1) if fn == "mean_distinct" else total
+                v = v.astype(field.type.to_pandas_dtype())
+                cols.append(numpy_to_arrow(field.type, np.where(valid, v, 0).astype(v.dtype), valid))
+                continue
             if fn == "count":
                 cols.append(pa.array(host[j], pa.int64()))
                 j += 1
@@ -301,7 +394,7 @@ class AggregateOperator(Operator, Drained):
         if meta["schema"] is None:
             return False
         self._bind(schema_from_text(meta["schema"]))
-        load_dictionaries(self._codecs, snapshot)
+        load_dictionaries(self._codecs + self._dcodecs, snapshot)
         return True
 
     def _snapshot_tables(self, tag: str, first: str, columns: Any,
@@ -314,6 +407,6 @@ class AggregateOperator(Operator, Drained):
         cols: dict[str, Any] = {first: pa.array([], pa.int64())}
         if self._schema is not None:
             cols = columns()
-            out.update(dictionary_tables(self._codecs))
+            out.update(dictionary_tables(self._codecs + self._dcodecs))
         out["state"] = pa.table(cols).replace_schema_metadata({tag: json.dumps(meta)})
         return out

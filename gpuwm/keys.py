@@ -103,6 +103,15 @@ class KeyCodec:
         idx = pa.array(np.where(valid, codes, 0), mask=~valid)
         return dictionary.take(idx)
 
+    def device_values(self, xp: Any, codes: Any) -> Any:
+        """A numeric column's values from their codes, on the codes' device
+        (int64, or float64 for floating columns; a null's code is no value)."""
+        if self.dtype is None or self.dtype.kind not in "iuf":
+            raise TypeError(f"{self.name}: only a numeric column's codes are values")
+        if self.dtype.kind == "f":
+            return xp.where(codes < 0, codes ^ xp.int64(0x7FFFFFFFFFFFFFFF), codes).view(xp.float64)
+        return codes
+
     # -- dictionary size ----------------------------------------------------------
     def __len__(self) -> int:
         """Entries in the dictionary (0 for value-coded columns)."""

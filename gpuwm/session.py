@@ -43,7 +43,7 @@ from kernels.join import Ranges, expand
 from kernels.xp import INT64_MAX, mask_index
 
 from . import staging
-from .aggregates import POSITIONAL, AggregateOperator, AggregateSpec
+from .aggregates import DISTINCT, POSITIONAL, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .schema import same_schema
@@ -163,6 +163,10 @@ class SessionSpec(AggregateSpec):
             raise ConfigError("session windows emit on window close (emit='on-window-close') or every session "
                               "each drain (emit='complete'), not on update: a later row can merge sessions, which "
                               "an update stream would have to retract")
+        distinct = [f"{name} = {fn}({col})" for name, col, fn in self.aggs if fn in DISTINCT]
+        if distinct:
+            raise ConfigError(f"{', '.join(distinct)}: distinct aggregates over session windows are not gpuwm's yet "
+                              "(merging sessions would merge their sets of values); use a tumbling or hopping window")
         positional = [f"{name} = {fn}({col})" for name, col, fn in self.aggs if fn in POSITIONAL]
         if positional:
             raise ConfigError(f"{', '.join(positional)}: first / last over a session window are not gpuwm's "

@@ -177,11 +177,15 @@ class WindowAggregate(AggregateOperator):
     window : :class:`Tumble` or :class:`Hop`.
     by : group key columns (may be empty).
     aggs : ``{output: (column, fn)}`` with fn in count, sum, min, max, mean,
-        first, last; ``("*", "count")`` counts rows, ``(col, "count")``
+        first, last, count_distinct, sum_distinct, mean_distinct;
+        ``("*", "count")`` counts rows, ``(col, "count")``
         non-null values. Nulls are ignored; an aggregate over no non-null
         value is null — but ``first`` / ``last`` are the value of the
         window's first / last row as the rows arrived (Spark's ``first`` and
-        ``last``: a null too; numbers and times; not over sessions).
+        ``last``: a null too; numbers and times; not over sessions). The
+        ``_distinct`` ones (SQL's ``count(DISTINCT x)``...) are exact: a
+        window's state keeps each key's distinct values once, until it
+        closes; not with ``first`` / ``last``, not on update.
     emit : ``"on-window-close"`` (``drain`` returns final rows),
         ``"on-update"`` (``push`` returns the changed windows' current values;
         ``drain`` only evicts) or ``"complete"`` (Spark's complete mode: no
@@ -272,6 +276,9 @@ class WindowAggregate(AggregateOperator):
         # one sort word with the group keys
         keys = [widx] + [c if identity else c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, None if identity else rows)
+        if self._dcodecs:
+            dcodes = [c.encode(xp, frame.columns[c.name.removeprefix("__distinct_")], b) for c in self._dcodecs]
+            keys, accs = self._distinct_keys(xp, keys, [d if identity else d[rows] for d in dcodes], accs)
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
         return gkeys, gaccs
 
@@ -294,7 +301,7 @@ class WindowAggregate(AggregateOperator):
         """Columns of :meth:`partials`: ``__widx``, the ``by`` columns, ``__acc<i>``."""
         if self._schema is None:
             raise SchemaError("partial_schema() needs the input schema: call bind(schema) first")
-        fields = [pa.field("__widx", pa.int64())] + [self._schema.field(k) for k in self.by]
+        fields = [pa.field("__widx", pa.int64())] + [pa.field(c.name, c.type) for c in self._keys]
         fields += [pa.field(f"__acc{j}", pa.from_numpy_dtype(a.dtype)) for j, a in enumerate(self._accs)]
         return pa.schema(fields)
 
@@ -311,7 +318,7 @@ class WindowAggregate(AggregateOperator):
         gkeys, gaccs = grouped
         to_np = self._backend.to_numpy
         cols = [pa.array(to_np(gkeys[0]))]
-        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, gkeys[1:])]
+        cols += [c.decode(to_np(k)) for c, k in zip(self._keys, gkeys[1:])]
         cols += [pa.array(to_np(a)) for a in gaccs]
         return pa.Table.from_arrays(cols, schema=self.partial_schema())
 
@@ -327,7 +334,7 @@ class WindowAggregate(AggregateOperator):
         frame = Frame.from_arrow(partials, b)
         widx = frame.values("__widx")[0]
         accs = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
-        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        codes = [c.encode(xp, frame.columns[c.name], b) for c in self._keys]
         if self._drained is not None and widx.shape[0]:
             open_ = self._open(widx)
             nlate = int(accs[-1][~open_].sum())
@@ -355,7 +362,7 @@ class WindowAggregate(AggregateOperator):
         if existing:
             blocks = [self._blocks[w * slide] for w in existing]
             parts_k = [[xp.full(blk[1][0].shape[0], w, dtype=xp.int64) for w, blk in zip(existing, blocks)]]
-            for i in range(len(self.by)):
+            for i in range(len(self._keys)):
                 parts_k.append([blk[0][i] for blk in blocks])
             parts_a = [[blk[1][j] for blk in blocks] for j in range(len(self._accs))]
             allk = [xp.concatenate(p + [g]) for p, g in zip(parts_k, gkeys)]
@@ -396,7 +403,7 @@ class WindowAggregate(AggregateOperator):
             return self._empty_out()
         nrows = [blk[1][0].shape[0] for blk in blocks]
         wins = xp.concatenate([xp.full(n, s, dtype=xp.int64) for s, n in zip(closed, nrows)])
-        keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
+        keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self._keys))]
         accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
         out = self._finalize(wins, keys, accs)  # decodes the keys: compact after
         self._compact_keys()
@@ -413,7 +420,7 @@ class WindowAggregate(AggregateOperator):
         xp = self._backend.xp
         blocks = [self._blocks[s] for s in starts]
         wins = xp.concatenate([xp.full(blk[1][0].shape[0], s, dtype=xp.int64) for s, blk in zip(starts, blocks)])
-        keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
+        keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self._keys))]
         accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
         out = self._finalize(wins, keys, accs)
         self.rows_out += out.num_rows
@@ -437,17 +444,20 @@ class WindowAggregate(AggregateOperator):
         b = self._backend
         starts = list(self._blocks)
         rows = self.state_rows
-        for i, c in enumerate(self._codecs):
+        for i, c in enumerate(self._keys):
             new = c.compact_codes(b.xp, [self._blocks[s][0][i] for s in starts], rows, b.to_numpy)
             if new is not None:  # every window's key codes changed
                 self._dirty.update(starts)
             for s, codes in zip(starts, new or ()):
                 self._blocks[s][0][i] = codes
 
-    # -- output ----------------------------------------------------------------
-
-
     # -- state -----------------------------------------------------------------
+    @property
+    def _keys(self) -> list:
+        """The codecs of the state's keys: the group keys, then one per
+        distinct aggregate's column (:meth:`_distinct_keys`)."""
+        return self._codecs + self._dcodecs
+
     @property
     def state_rows(self) -> int:
         return sum(blk[1][0].shape[0] for blk in self._blocks.values())
@@ -502,7 +512,7 @@ class WindowAggregate(AggregateOperator):
             return None
         cols = self._state_columns(sorted(self._blocks))
         arrays = [pa.array(np.asarray(cols["window_start"]) // self._slide, pa.int64())]
-        arrays += [c.decode(np.asarray(cols[f"key.{k}"])) for c, k in zip(self._codecs, self.by)]
+        arrays += [c.decode(np.asarray(cols[f"key.{c.name}"])) for c in self._keys]
         arrays += [pa.array(np.asarray(cols[f"acc.{a.agg}.{a.role}"])) for a in self._accs]
         return pa.Table.from_arrays(arrays, schema=self.partial_schema())
 
@@ -515,11 +525,11 @@ class WindowAggregate(AggregateOperator):
         blocks = [self._blocks[s] for s in starts]
         n = [blk[1][0].shape[0] for blk in blocks]
         cols: dict[str, Any] = {"window_start": np.repeat(np.asarray(starts, dtype=np.int64), n)}
-        names = [f"key.{k}" for k in self.by] + [f"acc.{acc.agg}.{acc.role}" for acc in self._accs]
+        names = [f"key.{c.name}" for c in self._keys] + [f"acc.{acc.agg}.{acc.role}" for acc in self._accs]
         if not blocks:
-            dtypes = [np.int64] * len(self.by) + [acc.dtype for acc in self._accs]
+            dtypes = [np.int64] * len(self._keys) + [acc.dtype for acc in self._accs]
             return {**cols, **{c: np.zeros(0, d) for c, d in zip(names, dtypes)}}
-        dev = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self.by))]
+        dev = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self._keys))]
         dev += [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
         return {**cols, **dict(zip(names, staging.download_arrays(b, dev)))}  # one copy, one synchronisation
 
@@ -539,7 +549,7 @@ class WindowAggregate(AggregateOperator):
         if self._restore_bind(meta, snapshot):
             b = self._backend
             wins = state.column("window_start").to_numpy()
-            keys = [b.asarray(state.column(f"key.{k}").to_numpy()) for k in self.by]
+            keys = [b.asarray(state.column(f"key.{c.name}").to_numpy()) for c in self._keys]
             accs = [b.asarray(state.column(f"acc.{a.agg}.{a.role}").to_numpy()) for a in self._accs]
             starts, first = np.unique(wins, return_index=True)
             bounds = list(first) + [wins.shape[0]]

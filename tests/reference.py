@@ -270,6 +270,10 @@ def _agg(fn: str, vals: list, star: bool) -> Any:
     if fn in ("first", "last"):
         return vals[0 if fn == "first" else -1] if vals else None
     vs = [v for v in vals if v is not None]
+    if fn.endswith("_distinct"):
+        fn, vs = fn.removesuffix("_distinct"), list(set(vs))
+        if fn == "count":
+            return len(vs)
     if not vs:
         return None
     if fn == "sum":

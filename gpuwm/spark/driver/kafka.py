@@ -24,6 +24,7 @@ reads the batches and ``--dry-run`` says why.
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -375,6 +376,28 @@ _TS = {"MillisToTimestamp": "millis", "SecondsToTimestamp": "seconds", "MicrosTo
 _CMP = {"EqualTo": "=", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">", "GreaterThanOrEqual": ">="}
 
 
+_PATTERN = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+
+
+def strftime_format(pattern: str) -> str | None:
+    """Spark's ``date_format`` pattern as strftime's, for the patterns whose
+    text the two write alike (``yyyy-MM-dd``, ``HH:mm``; years 1000 to
+    9999); None for any other.
+
+    >>> strftime_format("yyyy-MM-dd HH:mm"), strftime_format("yyyy-MM-dd'T'HH"), strftime_format("MMM")
+    ('%Y-%m-%d %H:%M', None, None)
+    """
+    out = ""
+    for token in re.findall(r"(y+|M+|d+|H+|m+|s+|.)", pattern):
+        if token in _PATTERN:
+            out += _PATTERN[token]
+        elif token in " -:/.":
+            out += token
+        else:
+            return None
+    return out
+
+
 def translate(e, ids: dict[int, str]) -> dict:
     """A Catalyst expression as a :mod:`gpuwm.spark.io.project` expression."""
     kind = e.getClass().getSimpleName()
@@ -428,6 +451,12 @@ def translate(e, ids: dict[int, str]) -> dict:
         return out
     if kind in ("Not", "IsNull", "IsNotNull"):
         return {{"Not": "not", "IsNull": "is_null", "IsNotNull": "is_not_null"}[kind]: translate(e.child(), ids)}
+    if kind == "DateFormatClass" and _utc(e) and e.right().getClass().getSimpleName() == "Literal" \
+            and str(e.left().dataType().simpleString()) == "timestamp" and e.right().value() is not None:
+        fmt = strftime_format(str(e.right().value().toString()))
+        if fmt is None:
+            raise Untranslatable(f"{e.sql()} (patterns of yyyy, MM, dd, HH, mm, ss and ' -:/.')")
+        return {"date_format": [translate(e.left(), ids), fmt]}
     if kind == "StructsToJson" and e.child().getClass().getSimpleName() == "CreateNamedStruct" \
             and not e.options().size() and _utc(e):
         names = [str(n.eval(None).toString()) for n in scala_iter(e.child().nameExprs())]

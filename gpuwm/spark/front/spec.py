@@ -50,7 +50,9 @@ Operators: ``stages``, a list of stages, each one of
 - ``{"window": {"tumble": size | "hop": size, "slide": s | "session": gap,
   "by": [...], "aggs": {out: [column, fn]}, "emit": ..., "on": column}}``
   (``fn``: count, sum, min, max, mean, first, last — first / last the value
-  of the window's first / last row as it arrived, not over sessions;
+  of the window's first / last row as it arrived, not over sessions —,
+  count_distinct, sum_distinct, mean_distinct — exact, tumbling and hopping
+  windows, not beside first / last, not on update;
   ``on``: the window's column, default the event-time column of the
   stage's input — the watermark's column, ``window_time`` after a window),
 - ``{"sort": {"key": [...]}}`` (the last stage),

@@ -351,6 +351,8 @@ def _positional(e, fn, win) -> None:
 
 
 def _aggregate(spark, agg) -> Translation:
+    from ...session import Session
+
     groups = list(scala_iter(agg.groupingExpressions()))
     if any(_kind(g) != "AttributeReference" for g in groups):
         bad = next(g for g in groups if _kind(g) != "AttributeReference")
@@ -406,9 +408,16 @@ def _aggregate(spark, agg) -> Translation:
                                            "and last")
             if fk in ("First", "Last"):
                 _positional(e, fn, win)
-            if e.isDistinct():
-                raise Refused("Aggregate", f"the aggregate {e.sql()}: DISTINCT is not gpuwm's")
             args = list(scala_iter(fn.children()))
+            fn_name = _AGGS[fk]
+            if e.isDistinct() and fk not in ("Min", "Max"):  # min / max of the distinct values: of all
+                if fk not in ("Count", "Sum", "Average") or len(args) != 1:
+                    raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm's DISTINCT aggregates are count, "
+                                               "sum and avg of one column")
+                if isinstance(win, Session):
+                    raise Refused("Aggregate", f"the aggregate {e.sql()}: DISTINCT over a session window is not "
+                                               "gpuwm's yet (a tumbling or hopping window is)")
+                fn_name += "_distinct"
             star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
             if e.filter().isDefined():
                 what = _filtered(t, e, fk, None if star else args[0], len(aggs))
@@ -419,14 +428,14 @@ def _aggregate(spark, agg) -> Translation:
             else:
                 raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
             inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
-            aggs[inner] = (what, _AGGS[fk])
+            aggs[inner] = (what, fn_name)
             step.append([name, {"col": inner}])
-            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({'*' if star else args[0].name()})" + (
+            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({'DISTINCT ' if e.isDistinct() else ''}"
+                              f"{'*' if star else args[0].name()})" + (
                 f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
             columns[_id(ne)] = inner
         else:
-            raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs the window, the keys and "
-                                       "aggregates (compute on them in a select after)")
+            step.append([name, _of_groups(e, win_id, {i: cols[i] for i in named})])
         ids[_id(ne)] = name
     if len({n for n, _ in step}) != len(step):
         raise Refused("Aggregate", f"two output columns share a name ({[n for n, _ in step]})")
@@ -434,6 +443,37 @@ def _aggregate(spark, agg) -> Translation:
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.shown.append(f"aggregate  {shown_win} by {list(named.values())}: {', '.join(shown_aggs)}")
     return t
+
+
+def _of_groups(e, win_id: int, keys: dict[int, str]) -> dict:
+    """An output expression of an aggregation over its window and keys alone
+    (``window.start``, ``date_format(window.start, 'yyyy-MM-dd')``, ``k + 1``):
+    evaluated on each output row, as the select Spark puts it in."""
+    from ..driver.kafka import Untranslatable
+    from ..driver.kafka import translate as expr
+
+    def window(x: Any) -> Any:  # the window column as the struct gpuwm's rows make it
+        if isinstance(x, dict):
+            return _WINDOW_STRUCT if x == {"col": "\0window"} else {k: window(v) for k, v in x.items()}
+        return [window(v) for v in x] if isinstance(x, list) else x
+
+    if any(_kind(a) == "AggregateExpression" for a in _descendants(e)):
+        raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs aggregates as they are "
+                                   "(compute on them in a select after)")
+    try:
+        return window(expr(e, {win_id: "\0window", **keys}))
+    except Untranslatable as u:
+        raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm does not evaluate `{u}`") from None
+
+
+def _descendants(e) -> list:
+    """``e`` and every expression under it."""
+    out, todo = [], [e]
+    while todo:
+        x = todo.pop()
+        out.append(x)
+        todo.extend(scala_iter(x.children()))
+    return out
 
 
 def _filtered(t: Translation, e, fk: str, arg, j: int) -> str:
@@ -978,6 +1018,9 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
         raise Refused("writeStream", f"output mode 'complete' with {' then '.join(kinds)}: gpuwm runs complete "
                                      "for one window")
     if mode == "update":
+        if any(st[0] == "window" and any(fn.endswith("_distinct") for _, fn in st[3].values()) for st in stages):
+            raise ConfigError("output mode 'update' with a DISTINCT aggregate: Spark refuses DISTINCT on a stream, "
+                              "and gpuwm emits it when its window closes; use append (or complete)")
         if kinds == ["window"] and not isinstance(stages[0][1], Session) or kinds == ["dedup"]:
             return
         if "window" in kinds and any(st[0] == "window" and isinstance(st[1], Session) for st in stages):

@@ -28,6 +28,9 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
   ``{"is_not_null": a}`` — Spark's predicates: null in, null out (three-valued
   ``and``/``or``), and for floating point Spark's order (NaN equals NaN and
   is above every other value);
+- ``{"date_format": [expr, format]}`` — Spark's ``date_format`` of a UTC
+  timestamp, for the patterns strftime writes alike (``format`` is
+  strftime's: ``yyyy-MM-dd`` is ``%Y-%m-%d``);
 - ``{"when": [predicate, expr]}`` — ``expr`` where the predicate is true,
   else null (an outer join's window column: null where its side is absent);
 - ``{"to_json": [[field, expr], ...]}`` — Spark's ``to_json(struct(...))``
@@ -140,6 +143,9 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
         return pc.is_null(a) if op == "is_null" else pc.is_valid(a)
     if op == "to_json":
         return to_json([(n, _eval(x, t, counts)) for n, x in arg], t.num_rows)
+    if op == "date_format":  # a UTC timestamp's text in a strftime pattern (translate checked it is Spark's)
+        whole = pc.floor_temporal(_eval(arg[0], t, counts), unit="second").cast(pa.timestamp("s", tz="UTC"))
+        return pc.strftime(whole, format=arg[1], locale="C")  # (arrow's %S of a finer unit has a fraction)
     if op == "when":
         v = _eval(arg[1], t, counts)
         return pc.if_else(pc.fill_null(_eval(arg[0], t, counts), False), v, pa.scalar(None, v.type))
