@@ -15,7 +15,7 @@ _LAZY = {
     "PROFILES": "profiles", "Profile": "profiles", "resolve_profile": "profiles",
     "Dedup": "dedup", "Over": "over", "StreamSort": "sort", "WatermarkFilter": "watermark",
     "WatermarkMerger": "watermark", "Session": "session", "Hop": "window", "Tumble": "window",
-    "WindowAggregate": "window",
+    "WindowAggregate": "window", "TopN": "topn",
 }
 
 
@@ -57,6 +57,7 @@ __all__ = [
     "StateError",
     "Session",
     "StreamSort",
+    "TopN",
     "Tumble",
     "WatermarkError",
     "WatermarkFilter",

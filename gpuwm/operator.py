@@ -153,7 +153,7 @@ class StageContext:
 #: kind -> the spec class whose ``from_json`` parses that kind's JSON stages
 _REGISTRY: dict[str, type] = {}
 #: the modules whose specs are gpuwm's own stages (imported on the first look-up)
-_BUILTIN = ("gpuwm.window", "gpuwm.sort", "gpuwm.dedup", "gpuwm.over", "gpuwm.join", "gpuwm.union")
+_BUILTIN = ("gpuwm.window", "gpuwm.sort", "gpuwm.dedup", "gpuwm.over", "gpuwm.join", "gpuwm.union", "gpuwm.topn")
 
 
 def stage_kinds() -> dict[str, type]:

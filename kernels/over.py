@@ -78,3 +78,25 @@ def last_rows(xp: Any, s: Segments, h: int) -> Any:
     [False, True, True, True, True]
     """
     return s.size - s.pos <= h
+
+
+def ranks(xp: Any, s: Segments, ties: Any, fn: str) -> Any:
+    """``row_number`` / ``rank`` / ``dense_rank`` (int64, from 1) of rows
+    sorted by (partition, order): ``s`` the partitions' segments, ``ties``
+    the mask of each run of equal (partition, order) values' first row.
+
+    >>> import numpy as np
+    >>> s = segments(np, np.array([1, 0, 0, 0, 1, 0], bool))
+    >>> ties = np.array([1, 0, 1, 1, 1, 1], bool)
+    >>> [ranks(np, s, ties, f).tolist() for f in ("row_number", "rank", "dense_rank")]
+    [[1, 2, 3, 4, 1, 2], [1, 1, 3, 4, 1, 2], [1, 1, 2, 3, 1, 2]]
+    """
+    if fn == "row_number":
+        return s.pos + 1
+    n = int(ties.shape[0])
+    if fn == "rank":  # the position of the row's run's first row (runs start at every partition too)
+        run = xp.maximum.accumulate(xp.where(ties, xp.arange(n, dtype=xp.int64), 0)) if n else xp.zeros(0, xp.int64)
+        return run - (xp.arange(n, dtype=xp.int64) - s.pos) + 1
+    if fn == "dense_rank":
+        return segmented_cumsum(xp, ties.astype(xp.int64), s)
+    raise ValueError(f"unknown rank function {fn!r}")

@@ -677,3 +677,52 @@ class RefWindowJoin:
     @property
     def state_rows(self) -> int:
         return sum(len(v) for v in self.rows.values())
+
+
+@dataclass
+class RefTopN:
+    """Rows ranked <= n per (tumbling window of r[0], key_of(r)) by ``order``
+    (``[(index, descending, nulls_first)]``, ties by arrival), emitted with
+    their rank when the window closes."""
+
+    size: int
+    key_of: Callable[[tuple], tuple]
+    order: list
+    n: int
+    fn: str = "row_number"
+    state: dict = field(default_factory=dict)  # (window, key) -> rows in arrival order
+    drained: Any = None
+    late: int = 0
+    nulls: int = 0
+
+    def push(self, rows: list[tuple]) -> None:
+        for r in rows:
+            if r[0] is None:
+                self.nulls += 1
+                continue
+            w = r[0] // self.size
+            if self.drained is not None and (w + 1) * self.size <= self.drained:
+                self.late += 1
+                continue
+            self.state.setdefault((w, self.key_of(r)), []).append(r)
+
+    def _sort_key(self, r: tuple) -> tuple:
+        out = []
+        for i, desc, nulls_first in self.order:
+            v = r[i]
+            out += [(0 if nulls_first else 1) if v is None else (1 if nulls_first else 0),
+                    0 if v is None else (-v if desc else v)]
+        return tuple(out)
+
+    def drain(self, w: int) -> list[tuple]:
+        self.drained = w
+        out = []
+        for part in [p for p in self.state if (p[0] + 1) * self.size <= w]:
+            rows = sorted(self.state.pop(part), key=self._sort_key)  # stable: ties by arrival
+            keys = [self._sort_key(r) for r in rows]
+            for j, r in enumerate(rows):
+                rank = {"row_number": j + 1, "rank": keys.index(keys[j]) + 1,
+                        "dense_rank": len(set(keys[:j + 1]))}[self.fn]
+                if rank <= self.n:
+                    out.append((*r, rank))
+        return out
