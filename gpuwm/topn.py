@@ -129,8 +129,13 @@ class TopNSpec(OperatorSpec):
         tumbling window of the stage's slide."""
         from .window import Tumble
 
-        slide = getattr(window, "slide", None) or window.size
-        return cls(Tumble(column, slide), *args)
+        return cls(Tumble(column, window.slide), *args)
+
+    def filter_lateness(self, profile: Any) -> Any:
+        """As a first stage: under ``window_lateness="window"`` (Spark) a row
+        behind the watermark still counts while its window is open (rows of a
+        closed window are late here), as in a windowed aggregation."""
+        return self.window.size if profile.window_lateness == "window" else None
 
     def build(self, profile: Any, backend: str | None = None) -> "TopN":
         return TopN(self.window, self.by, self.order, self.n, self.fn, self.output, profile, backend=backend)

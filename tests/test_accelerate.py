@@ -32,6 +32,8 @@ def _norm(v):
     """A value as Spark's and gpuwm's Parquet files both give it: naive UTC datetimes, structs as tuples."""
     if isinstance(v, dict):
         return tuple(_norm(x) for x in v.values())
+    if isinstance(v, tuple):  # a collected Row
+        return tuple(_norm(x) for x in v)
     if hasattr(v, "to_pydatetime"):  # Spark's INT96 timestamps come back as pandas' nanosecond Timestamps
         v = v.to_pydatetime()
     if isinstance(v, datetime):
@@ -1069,6 +1071,87 @@ def test_distinct_aggregates_of_nexmark_q15_q16_equal_spark_batch(spark, tmp_pat
     with pytest.raises(ConfigError, match="^output mode 'update' with a DISTINCT aggregate: Spark refuses DISTINCT "
                                           "on a stream"):
         acc.writeStream.outputMode("update").option("checkpointLocation", f"{tmp_path}/ck2").start(f"{tmp_path}/o2")
+
+
+def _topn_queries(spark, s, view: str) -> dict:
+    """Top-N per window as users write them over ``s`` (a watermarked stream,
+    or the same rows as a batch): over a windowed aggregation (Flink's
+    Window Top-N after a window aggregation), over the rows with a window
+    column (DataFrame), and Nexmark q19 with an event-time window (SQL)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    agg = s.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+    s.createOrReplaceTempView(view)
+    return {
+        "aggregation": agg.withColumn("rn", F.dense_rank().over(Window.partitionBy("window").orderBy(F.desc("n"))))
+        .filter("rn <= 2"),
+        "rows": s.withColumn("w", F.window("ts", "10 seconds")).withColumn(
+            "rn", F.rank().over(Window.partitionBy("w", "k").orderBy(F.desc("price"), "ts"))).filter(F.col("rn") < 3),
+        "q19": spark.sql("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window(ts, '10 seconds'), k "
+                         f"ORDER BY price DESC, ts) AS rownum FROM {view}) WHERE rownum <= 3")}
+
+
+@pytest.mark.parametrize("vnodes", [1, 2])
+def test_top_n_per_window_equals_spark_batch(spark, tmp_path, vnodes):
+    """Top-N per window — row_number, rank and dense_rank under a filter on
+    the rank — over an aggregation's windows and over a source's rows
+    partitioned by window(ts, ...): Spark refuses them on a stream
+    (NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING); its batch run of the same
+    query over the whole input (no row late) is the oracle for every window
+    the stream closed (all but the last batch's), at vnodes 1 and 2."""
+    from pyspark.sql import functions as F
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(19), 5, 40, step=6, behind=8, keys=3)
+                   + [[(600, 0, 1)]])  # closes every window before it
+    stream = _topn_queries(spark, _source(spark, src).withWatermark("ts", "10 seconds"), f"bid19s{vnodes}")
+    batch = _topn_queries(spark, spark.read.schema(SCHEMA_TKP).parquet(src), f"bid19b{vnodes}")
+    last = T0 + timedelta(seconds=600)
+    for name, df in stream.items():
+        acc = accelerate(df, vnodes=vnodes, fallback="error")
+        assert "top-n " in acc.explain()
+        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
+            f"{tmp_path}/out-{name}").awaitTermination()
+        got = sorted((r for rows in _batches(f"{tmp_path}/out-{name}").values() for r in rows), key=repr)
+        first = batch[name].columns[0]  # the window's start, or the event time
+        when = F.col("window.start") if first == "window" else F.col("ts")
+        want = sorted((tuple(_norm(v) for v in r) for r in batch[name].filter(when < F.lit(last)).collect()),
+                      key=repr)
+        assert len(want) > 5 and got == want, name
+
+
+def test_a_rank_gpuwm_does_not_run_falls_back_with_its_reason(spark, tmp_path):
+    """Nexmark q18 as written (the last bid per key, no window: its state
+    would never be cleaned), a rank with no filter on it, another window
+    function, a hopping window, a rank over an aggregation's rows not
+    partitioned by its window: each refused in one line saying why."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(18), 1, 5, step=6, behind=0, keys=2))
+    s = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds")
+    s.createOrReplaceTempView("bid18")
+    over = "OVER (PARTITION BY window(ts, '10 seconds') ORDER BY ts DESC)"
+    cases = [
+        ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM bid18) WHERE rn = 1",
+         "a rank over a source's rows needs a window(ts, ...) of its event time among the partition keys: its "
+         "state would never be cleaned otherwise"),
+        (f"SELECT *, ROW_NUMBER() {over} AS rn FROM bid18", "a rank needs a filter on it right above (rank <= N, "
+         "rank < N or rank = 1): gpuwm runs top-N per window, emitted when the window closes"),
+        (f"SELECT * FROM (SELECT *, lag(price) {over} AS p FROM bid18) WHERE p > 1",
+         "other window functions on a stream are not gpuwm's"),
+        ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window(ts, '10 seconds', '5 seconds') "
+         "ORDER BY ts DESC) AS rn FROM bid18) WHERE rn <= 2", "gpuwm's top-N partitions a source's rows by a "
+         "tumbling window")]
+    for sql, why in cases:
+        acc = accelerate(spark.sql(sql))
+        assert acc.translation is None and acc.refused.operator == "Window" and acc.refused.reason.endswith(why), \
+            acc.refused
+    agg = s.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"))
+    acc = accelerate(agg.withColumn("rn", F.row_number().over(Window.partitionBy("k").orderBy("n"))).filter("rn < 2"))
+    assert acc.refused.reason == ("a rank over an aggregation's rows not partitioned by its window: its state "
+                                  "would never be cleaned (add the window to PARTITION BY)"), acc.refused
 
 
 def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_kept(spark, tmp_path):

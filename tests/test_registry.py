@@ -26,7 +26,7 @@ def test_gpuwms_own_stages_are_registered_by_their_spec_classes():
     from gpuwm.window import Hop, Tumble, WindowSpec
 
     kinds = stage_kinds()
-    assert {"window", "sort", "dedup", "over", "join", "union"} <= set(kinds)
+    assert {"window", "sort", "dedup", "over", "join", "union", "topn"} <= set(kinds)
     assert stage_from_json("window", {"tumble": 10, "by": ["k"]}, CTX) == \
         WindowSpec(Tumble("ts", 10), by=("k",), aggs={"count": ("*", "count")})
     assert stage_from_json("window", {"hop": 10, "slide": 5}, CTX).window == Hop("ts", 10, 5)
@@ -43,6 +43,15 @@ def test_gpuwms_own_stages_are_registered_by_their_spec_classes():
                            two) == IntervalJoinSpec("a", "b", (("id", "aid"),), "at", "bt", 0, 9)
     assert stage_from_json("join", {"left": "a", "right": "b", "on": [["id", "aid"]], "window": {"tumble": 10}},
                            two) == WindowJoinSpec("a", "b", (("id", "aid"),), "at", "bt", 10, 10)
+    from gpuwm.topn import TopNSpec
+
+    assert stage_from_json("topn", {"window": 10, "by": ["k"], "order": ["-v"], "n": 3, "output": "rn"}, CTX) == \
+        TopNSpec(Tumble("ts", 10), ("k",), (("v", True, False),), 3, "row_number", "rn")
+    after = StageContext("window_time", CTX.watermarks, previous=WindowSpec(Hop("ts", 10, 5), by=("k",)))
+    assert stage_from_json("topn", {"order": [["count", "desc"]], "n": 2, "fn": "dense_rank"}, after) == \
+        TopNSpec(Tumble("window_time", 5), (), (("count", True, False),), 2, "dense_rank")
+    with pytest.raises(gpuwm.ConfigError, match="without 'window' ranks a tumbling or hopping window stage's rows"):
+        stage_from_json("topn", {"order": ["v"], "n": 1}, CTX)
     with pytest.raises(gpuwm.ConfigError, match="watermarks on one column"):
         stage_from_json("union", {}, two)
     same = StageContext(None, {"a": WatermarkSpec("at", 5), "b": WatermarkSpec("at", 9)},

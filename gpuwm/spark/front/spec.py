@@ -61,6 +61,11 @@ Operators: ``stages``, a list of stages, each one of
   ["row_number"] | ["sum" | "count" | "min" | "max", col]}}}`` right after a
   sort (an over-window on the ordered stream),
 
+- ``{"topn": {"window": size, "by": [...], "order": ["-price", "ts"], "n": 3,
+  "fn": "row_number" | "rank" | "dense_rank", "output": "rn"}}`` — the rows
+  ranked ``<= n`` per (tumbling window of the event time, keys), emitted
+  when the window closes (after a window stage, no ``window``: its
+  windows),
 - ``{"join": {"left": name, "right": name, "on": [[left col, right col], ...],
   "between": [t1, t2, lower, upper] | "window": {"tumble": size} | {"hop":
   size, "slide": s}, "how": "inner" | "left" | "right" | "full"}}`` as the

@@ -170,7 +170,9 @@ def translate(df) -> Translation:
                                            f"{'withWatermark' if kind == 'EventTimeWatermark' else 'the source'}, "
                                            "only projections and filters: Spark runs it as written, and gpuwm has "
                                            "nothing of its own to run")
-    elif kind in ("Expand", "Generate", "Window", "Sort", "Limit"):
+    elif kind == "Window":
+        t = _topn(df.sparkSession, node, tops)
+    elif kind in ("Expand", "Generate", "Sort", "Limit"):
         raise Refused(kind, "gpuwm runs the operators after a windowed aggregation or a dedup as projections "
                             "and filters only (columns, struct fields, renames, casts, comparisons)")
     else:
@@ -193,6 +195,8 @@ def translate(df) -> Translation:
             continue
         step, names = [], {}
         for ne in scala_iter(p.projectList()):
+            if _kind(ne) == "AttributeReference" and _id(ne) in names:  # Spark's Window adds its column twice
+                continue
             try:
                 step.append([str(ne.name()), expr(ne.child() if _kind(ne) == "Alias" else ne, ids)])
             except Untranslatable as e:
@@ -506,6 +510,179 @@ def _column(df, e):
     from pyspark.sql.classic.column import Column
 
     return Column(df.sparkSession._jvm.org.apache.spark.sql.classic.ExpressionUtils.column(e))
+
+
+_RANKS = {"RowNumber": "row_number", "Rank": "rank", "DenseRank": "dense_rank"}
+_NO_RANK_FILTER = ("a rank needs a filter on it right above (rank <= N, rank < N or rank = 1): gpuwm runs top-N "
+                   "per window, emitted when the window closes")
+_RANK_COLUMN = "__gpuwm_rank"
+
+
+def _topn(spark, node, tops: list) -> Translation:
+    """``row_number()`` / ``rank()`` / ``dense_rank()`` ``OVER (PARTITION BY
+    <window>, keys ORDER BY ...)`` under a filter ``rank <= N``: the filter
+    (taken out of ``tops``) and the ranking are a top-N stage
+    (:class:`gpuwm.topn.TopNSpec`) over a windowed aggregation's rows (its
+    window among the partition keys) or over a watermarked source's rows
+    (a tumbling ``window(ts, ...)`` of its event time among them). Spark's
+    analyzer makes these plans; its streaming checker refuses them
+    (``NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING``)."""
+    from ...aggregates import WINDOW_TIME
+    from ...session import Session
+    from ...topn import TopNSpec
+    from ...window import Tumble
+
+    exprs = list(scala_iter(node.windowExpressions()))
+    if len(exprs) != 1:
+        raise Refused("Window", f"{len(exprs)} window functions: gpuwm ranks by one (row_number, rank or "
+                                "dense_rank)")
+    ne = exprs[0]
+    we = ne.child() if _kind(ne) == "Alias" else ne
+    fk = _kind(we.windowFunction()) if _kind(we) == "WindowExpression" else _kind(we)
+    if fk not in _RANKS:
+        raise Refused("Window", f"the window function {we.sql()}: gpuwm ranks (row_number, rank, dense_rank) "
+                                "for a top-N per window; other window functions on a stream are not gpuwm's")
+    fn, rank_id = _RANKS[fk], _id(ne)
+    n = _rank_limit(tops, rank_id)
+    part = list(scala_iter(node.partitionSpec()))
+    if any(_kind(p) != "AttributeReference" for p in part):
+        raise Refused("Window", "a PARTITION BY expression: partition by columns (a window column among them)")
+    probe = node.child()
+    while _kind(probe) in ("Project",) + _TRANSPARENT:
+        probe = probe.child()
+    source = _kind(probe) not in _STATEFUL  # else a stage's rows: a source's, with a window column made over them
+    win_stage = None
+    if not source:
+        t = _input(spark, node.child())
+        win_stage = t.stages[-1] if t.stages and t.stages[-1][0] == "window" else None
+    if win_stage is not None:  # over an aggregation: its window is one of the partition keys
+        if not any(_id(p) == t.window_id for p in part):
+            raise Refused("Window", "a rank over an aggregation's rows not partitioned by its window: its state "
+                                    "would never be cleaned (add the window to PARTITION BY)")
+        if isinstance(win_stage[1], Session):
+            raise Refused("Window", "a rank over session windows: gpuwm's top-N partitions by tumbling and hopping "
+                                    "windows")
+        cols = t.columns
+        ts = WINDOW_TIME
+    elif source:
+        t, ts, win_attr, shown_win = _topn_source(spark, node, part)
+        cols = t.columns
+    else:
+        raise Refused("Window", "a rank over a dedup's or a join's rows: gpuwm's top-N partitions by a window")
+    by = []
+    for p in part:
+        if win_stage is not None and _id(p) == t.window_id or source and _id(p) == win_attr[0]:
+            continue
+        if _id(p) not in cols:
+            raise Refused("Window", f"the partition column {p.name()}: not a column of the rows below")
+        by.append(cols[_id(p)])
+    order, shown_order = [], []
+    for so in scala_iter(node.orderSpec()):
+        c = so.child()
+        if _kind(c) != "AttributeReference" or _id(c) not in cols:
+            raise Refused("Window", f"the ORDER BY expression {so.sql()}: gpuwm orders by columns")
+        desc = _kind(so.direction()).startswith("Descending")
+        nulls_first = _kind(so.nullOrdering()).startswith("NullsFirst")
+        order.append((cols[_id(c)], "desc" if desc else "asc", "nulls_first" if nulls_first else "nulls_last"))
+        shown_order.append(str(so.sql()))
+    if win_stage is not None:
+        spec = TopNSpec.after_window(win_stage[1], ts, by, order, n, fn, _RANK_COLUMN)
+        step = t.output[-1]
+        shown_win = "the aggregation's window"
+    else:
+        spec = TopNSpec(Tumble(ts, win_attr[1]), by, order, n, fn, _RANK_COLUMN)
+        step = []
+        for a in scala_iter(node.child().output()):
+            if _id(a) == win_attr[0]:
+                step.append([str(a.name()), {"tumble": [{"col": ts}, win_attr[1] // timedelta(microseconds=1)]}])
+            elif _id(a) in cols:
+                step.append([str(a.name()), {"col": cols[_id(a)]}])
+            else:
+                raise Refused("Window", f"the column {a.name()}: computed after withWatermark")
+            t.output_ids[_id(a)] = str(a.name())
+        t.output = [step]
+    step.append([str(ne.name()), {"col": _RANK_COLUMN}])
+    t.output_ids[rank_id] = str(ne.name())
+    if len({name for name, _ in step}) != len(step):
+        raise Refused("Window", f"two output columns share a name ({[name for name, _ in step]})")
+    t.stages.append(("topn", spec))
+    t.shown.append(f"top-n      {fn}() <= {n} per {shown_win}"
+                   + (f", {[str(p.name()) for p in part if _id(p) in cols]}" if by else "")
+                   + f" ORDER BY {', '.join(shown_order)}: emitted when the window closes")
+    return t
+
+
+def _rank_limit(tops: list, rank_id: int) -> int:
+    """N of the filter ``rank <= N`` (``< N``, ``= 1``, ``N >= rank``) right
+    above the ranking (only selects of columns between): taken out of
+    ``tops``."""
+    below = [i for i, p in enumerate(tops) if _kind(p) == "Filter"]
+    if not below:
+        raise Refused("Window", _NO_RANK_FILTER)
+    i = below[-1]
+    if any(_kind(e) != "AttributeReference" for p in tops[i + 1:] for e in scala_iter(p.projectList())):
+        raise Refused("Window", _NO_RANK_FILTER)
+    cond = tops[i].condition()
+    k = _kind(cond)
+    flip = {"GreaterThanOrEqual": "LessThanOrEqual", "GreaterThan": "LessThan", "EqualTo": "EqualTo"}
+    if k not in ("LessThanOrEqual", "LessThan", *flip):
+        raise Refused("Window", _NO_RANK_FILTER + f" (the filter is {cond.sql()})")
+    left, right = cond.left(), cond.right()
+    if k in ("GreaterThanOrEqual", "GreaterThan") or (k == "EqualTo" and _kind(left) == "Literal"):
+        left, right, k = right, left, flip[k]
+    if _kind(left) != "AttributeReference" \
+            or _id(left) != rank_id or _kind(right) != "Literal" or right.value() is None \
+            or str(right.dataType().simpleString()) not in ("int", "bigint"):
+        raise Refused("Window", _NO_RANK_FILTER + f" (the filter is {cond.sql()})")
+    v = int(right.value())
+    n = v if k == "LessThanOrEqual" else v - 1 if k == "LessThan" else (1 if v == 1 else 0)
+    if n < 1:
+        raise Refused("Window", f"the filter {cond.sql()}: gpuwm keeps ranks 1 to N, N >= 1")
+    del tops[i]
+    return n
+
+
+def _topn_source(spark, node, part: list) -> tuple[Translation, str, tuple[int, timedelta], str]:
+    """The rows of a watermarked source with a tumbling ``window(ts, size)``
+    column among the partition keys: (the source's translation, gpuwm's
+    event-time column, (the window column's id, size), its text)."""
+    from ...window import Tumble
+
+    below, renamed = node.child(), {}  # an alias's id -> the id it renames
+    while _kind(below) in ("Project",) + _TRANSPARENT:  # down to the Project that makes the window
+        if _kind(below) == "Project":
+            for e in scala_iter(below.projectList()):
+                if _kind(e) == "Alias" and _kind(e.child()) == "AttributeReference":
+                    renamed[_id(e)] = _id(e.child())
+            if _kind(below.child()) == "Filter":
+                break
+        below = below.child()
+    if _kind(below) != "Project":
+        raise Refused("Window", "a rank over a source's rows needs a window(ts, ...) of its event time among the "
+                                "partition keys: its state would never be cleaned otherwise")
+    made, out, under = _windowing(below, "Window")
+    if _kind(under) == "Expand":
+        raise Refused("Window", "a hopping window in PARTITION BY: gpuwm's top-N partitions a source's rows by a "
+                                "tumbling window")
+    t = _input(spark, under)
+    ids = {_id(p): _id(p) for p in part}
+    for i in list(ids):
+        while ids[i] in renamed:
+            ids[i] = renamed[ids[i]]
+    hit = [i for i, j in ids.items() if j == _id(out)]
+    if not hit or t.time is None:
+        raise Refused("Window", "a rank over a source's rows needs a window(ts, ...) of its event time among the "
+                                "partition keys: its state would never be cleaned otherwise")
+    win, shown = _window(spark, below, made, out, under, t.time[0], None, t.time[1])
+    for i in renamed:  # a source column renamed on the way up is that column
+        j = i
+        while j in renamed:
+            j = renamed[j]
+        if j in t.columns:
+            t.columns[i] = t.columns[j]
+    if not isinstance(win, Tumble):
+        raise Refused("Window", f"{shown}: gpuwm's top-N partitions a source's rows by a tumbling window")
+    return t, t.time[1], (hit[0], win.size), shown
 
 
 def _dedup(spark, node) -> Translation:
@@ -937,6 +1114,8 @@ class Accelerated:
                         mode, "on-window-close"))
                 elif st[0] == "join":
                     p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6])
+                elif st[0] == "topn":
+                    p.stage(st[1])
                 else:
                     p.dedup(key=st[1])
         except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make

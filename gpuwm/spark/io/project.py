@@ -28,6 +28,8 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
   ``{"is_not_null": a}`` — Spark's predicates: null in, null out (three-valued
   ``and``/``or``), and for floating point Spark's order (NaN equals NaN and
   is above every other value);
+- ``{"tumble": [expr, size]}`` — ``window(ts, size)``'s ``struct<start,
+  end>`` of a timestamp (``size`` in microseconds; offset 0);
 - ``{"date_format": [expr, format]}`` — Spark's ``date_format`` of a UTC
   timestamp, for the patterns strftime writes alike (``format`` is
   strftime's: ``yyyy-MM-dd`` is ``%Y-%m-%d``);
@@ -143,6 +145,13 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
         return pc.is_null(a) if op == "is_null" else pc.is_valid(a)
     if op == "to_json":
         return to_json([(n, _eval(x, t, counts)) for n, x in arg], t.num_rows)
+    if op == "tumble":  # window(ts, size)'s struct<start, end> of a UTC timestamp: start = ts - ts mod size
+        ts = _eval(arg[0], t, counts)
+        us = ts.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+        start = us - np.mod(us, arg[1])
+        mask = None if ts.null_count == 0 else ts.is_null()
+        cols = [pa.array(v, pa.timestamp("us", tz="UTC")) for v in (start, start + arg[1])]
+        return pa.StructArray.from_arrays(cols, ["start", "end"], mask=mask)
     if op == "date_format":  # a UTC timestamp's text in a strftime pattern (translate checked it is Spark's)
         whole = pc.floor_temporal(_eval(arg[0], t, counts), unit="second").cast(pa.timestamp("s", tz="UTC"))
         return pc.strftime(whole, format=arg[1], locale="C")  # (arrow's %S of a finer unit has a fraction)
