@@ -1059,10 +1059,15 @@ def test_distinct_aggregates_of_nexmark_q15_q16_equal_spark_batch(spark, tmp_pat
     _source(spark, src).withWatermark("ts", "10 seconds").createOrReplaceTempView(view)
     spark.read.schema(SCHEMA_TKP).parquet(src).createOrReplaceTempView(f"{view}_batch")
     sql = _Q15.format(keys="k AS channel, " if keys else "", size=size, group=", k" if keys else "", view="{}")
-    acc = accelerate(spark.sql(sql.format(view)), vnodes=vnodes, fallback="error")
+    history: list[dict] = []
+    acc = accelerate(spark.sql(sql.format(view)), vnodes=vnodes, fallback="error", on_batch=history.append)
     assert "total_bidders = count(DISTINCT k)" in acc.explain()
+    assert "(its input read by gpuwm's tasks)" in acc.explain()
     acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
         f"{tmp_path}/out").awaitTermination()
+    # the FILTER columns (CASE WHEN cond THEN x END over the source) are computed in gpuwm's tasks, which read
+    # the files themselves
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
     got = sorted((r for rows in _batches(f"{tmp_path}/out").values() for r in rows), key=repr)
     last = (T0 + timedelta(seconds=600)).strftime("%Y-%m-%d %H:%M:%S")
     want = sorted((tuple(_norm(v) for v in r) for r in spark.sql(sql.format(f"{view}_batch")).collect()

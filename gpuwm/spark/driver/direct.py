@@ -57,11 +57,18 @@ _LISTING_OPTIONS = {
 
 
 def parquet_source(df) -> str | None:
-    """Why ``df`` (a streaming DataFrame) cannot be read directly, or None when it can."""
+    """Why ``df`` (a streaming DataFrame) cannot be read directly, or None
+    when it can: a Parquet source, or selects over one whose expressions
+    gpuwm's tasks evaluate (:func:`parquet_projection`)."""
     try:
+        got = parquet_projection(df)
+        if isinstance(got, str):
+            return got
         plan = df._jdf.queryExecution().analyzed()
+        while plan.getClass().getSimpleName() == "Project":
+            plan = plan.child()
         if plan.getClass().getSimpleName() != "StreamingRelation":
-            return "the pipeline's input is not the source itself (projections, filters or columns added)"
+            return "the pipeline's input is not the source itself (filters or columns added)"
         ds = plan.dataSource()
         fmt = str(ds.className()).lower()
         if fmt not in ("parquet", "org.apache.spark.sql.execution.datasources.parquet.parquetfileformat"):
@@ -76,6 +83,37 @@ def parquet_source(df) -> str | None:
     except Exception as e:  # not classic PySpark (Spark Connect) or a plan shape we do not know
         return f"the source plan cannot be inspected ({type(e).__name__})"
     return None
+
+
+def parquet_projection(df) -> tuple[list, pa.Schema] | str | None:
+    """The selects over a file source under ``df`` as the steps its tasks
+    evaluate on each file's rows, with the source's schema — ``None`` when
+    ``df`` is the source itself, a reason (str) when they cannot (an
+    expression they do not evaluate, columns other than Spark's)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    from ..io.project import evaluate
+    from .kafka import Untranslatable, projection_steps, same_columns
+
+    plan = df._jdf.queryExecution().analyzed()
+    projects = []
+    while plan.getClass().getSimpleName() == "Project":
+        projects.append(plan)
+        plan = plan.child()
+    if not projects or plan.getClass().getSimpleName() != "StreamingRelation":
+        return None
+    try:
+        steps, why = projection_steps(projects, list(scala_iter(plan.output())))
+    except Untranslatable as e:
+        return f"the task cannot evaluate `{e}` of the select on the source"
+    if why is not None:
+        return why
+    source = to_arrow_schema(_parse_datatype_json_string(str(plan.schema().json())))
+    got, want = evaluate(steps, source.empty_table()).schema, to_arrow_schema(df.schema)
+    if not same_columns(got, want):
+        return f"the task's columns ({got}) would not be the query's ({want})"
+    return steps, source
 
 
 def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str | None, list[str], dict | None]:

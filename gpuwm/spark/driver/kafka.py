@@ -158,18 +158,9 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
         if name != "StreamingRelationV2":
             return None, "the Kafka source is not Spark's v2 Kafka source"
         out = list(scala_iter(node.output()))
-        ids = {int(a.exprId().id()): str(a.name()) for a in out}
-        steps = []
-        for p in reversed(projects):
-            step, names = [], {}
-            for ne in scala_iter(p.projectList()):
-                expr = translate(ne.child() if ne.getClass().getSimpleName() == "Alias" else ne, ids)
-                step.append([str(ne.name()), expr])
-                names[int(ne.exprId().id())] = str(ne.name())
-            if len(set(n for n, _ in step)) != len(step):
-                return None, f"a select gives two columns one name ({[n for n, _ in step]})"
-            steps.append(step)
-            ids = names
+        steps, why = projection_steps(projects, out)
+        if why is not None:
+            return None, why
         options = java_map(node.extraOptions())
         conf, why = source_conf(options)
         if why is not None:
@@ -182,6 +173,26 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
         return None, f"the task cannot evaluate `{e}` of the select on the Kafka source"
     except Exception as e:  # not classic PySpark, or a plan shape we do not know
         return None, f"the Kafka source's plan cannot be inspected ({type(e).__name__})"
+
+
+def projection_steps(projects: list, out: list) -> tuple[list, str | None]:
+    """The selects ``projects`` (top first) over a source with output
+    attributes ``out``, as :mod:`gpuwm.spark.io.project` steps (bottom
+    first), and why not (None: they are); raises :class:`Untranslatable`
+    for an expression gpuwm's tasks do not evaluate."""
+    ids = {int(a.exprId().id()): str(a.name()) for a in out}
+    steps = []
+    for p in reversed(projects):
+        step, names = [], {}
+        for ne in scala_iter(p.projectList()):
+            step.append([str(ne.name()), translate(ne.child() if ne.getClass().getSimpleName() == "Alias" else ne,
+                                                   ids)])
+            names[int(ne.exprId().id())] = str(ne.name())
+        if len(set(n for n, _ in step)) != len(step):
+            return [], f"a select gives two columns one name ({[n for n, _ in step]})"
+        steps.append(step)
+        ids = names
+    return steps, None
 
 
 def source_options(df) -> list[dict[str, str]]:
@@ -451,6 +462,11 @@ def translate(e, ids: dict[int, str]) -> dict:
         return out
     if kind in ("Not", "IsNull", "IsNotNull"):
         return {{"Not": "not", "IsNull": "is_null", "IsNotNull": "is_not_null"}[kind]: translate(e.child(), ids)}
+    if kind == "CaseWhen" and e.branches().size() == 1 and (
+            not e.elseValue().isDefined() or e.elseValue().get().getClass().getSimpleName() == "Literal"
+            and e.elseValue().get().value() is None):  # CASE WHEN p THEN x END (an aggregate's FILTER)
+        branch = e.branches().head()
+        return {"when": [translate(branch._1(), ids), translate(branch._2(), ids)]}
     if kind == "DateFormatClass" and _utc(e) and e.right().getClass().getSimpleName() == "Literal" \
             and str(e.left().dataType().simpleString()) == "timestamp" and e.right().value() is not None:
         fmt = strftime_format(str(e.right().value().toString()))

@@ -23,6 +23,7 @@ from ...backend import log
 from ...errors import ConfigError, SinkError, StateError
 from ...frame import bytes_to_table
 from ...inputs import input_schemas
+from ...schema import schema_to_text
 from ..executor import tasks
 from ..executor.exchange import FLOW_SCHEMA, merge_task
 from ..executor.plan import Plan, is_timestamp
@@ -248,6 +249,16 @@ class Driver:
         from ..io.nexmark import nexmark_source
 
         self._nexmark = nexmark_source(df)  # a Nexmark stream's options: its tasks generate each batch
+        from .direct import parquet_projection
+
+        got = None if inputs or self._nexmark is not None or kafka is not None else parquet_projection(df)
+        #: the selects over a Parquet source its tasks evaluate on each file's rows, and the files' schema
+        self._files_steps = None
+        if isinstance(got, tuple):  # (only the columns the selects read are read)
+            from ..io.project import inputs_of
+
+            need = inputs_of(got[0])
+            self._files_steps = got[0], pa.schema([f for f in got[1] if f.name in need])
         self.checkpoint = plan.checkpoint
         self.inputs = inputs
         self.read = read
@@ -605,10 +616,13 @@ class Driver:
             files = batch_files(df)
             if files == []:
                 return None, 0
+            steps, schema = self._files_steps or (None, plan.input_schema)
             why = "its files could not be found in the batch's scan" if files is None else \
-                check_files(files, plan.input_schema, plan.checkpoint.loc.options)
+                check_files(files, schema, plan.checkpoint.loc.options)
             if why is None:
-                return {"files": files}, len(files)
+                if steps is None:
+                    return {"files": files}, len(files)
+                return {"files": files, "steps": steps, "schema": schema_to_text(schema)}, len(files)
         if self.read == "direct":
             raise ConfigError(f"read='direct' cannot read this micro-batch itself: {why}")
         if not self._warned_direct:

@@ -170,7 +170,8 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None,
     if plan.multi:
         return read_union_files(plan, direct["files"], batches, options)
     if "files" in direct:
-        return read_files(direct["files"], plan.input_schema, batches, options)
+        return read_files(direct["files"], plan.input_schema, batches, options, direct.get("steps"),
+                          direct.get("schema"), counts)
     if "kafka" in direct:
         return read_kafka(direct["kafka"], batches, counts)
     return generate_nexmark(direct["nexmark"], batches)

@@ -29,14 +29,24 @@ def file_of(uri: str, options: tuple = ()) -> tuple[Any, str]:
 
 
 def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch],
-               options: tuple = ()) -> Iterator[pa.RecordBatch]:
+               options: tuple = (), steps: list | None = None, read: str | None = None,
+               counts: dict | None = None) -> Iterator[pa.RecordBatch]:
     """In a task: the rows of the files whose indexes (into ``paths``) the
-    task's input carries, in order, cast to the stream's schema."""
+    task's input carries, in order, cast to the stream's schema — or, with
+    ``steps`` (the selects over the source, :mod:`gpuwm.spark.io.project`),
+    the files' columns ``read`` (a schema's text) with the selects applied."""
+    from gpuwm.schema import schema_from_text
+
+    from .project import evaluate
+
+    source = schema if steps is None else schema_from_text(read)
     for b in ids:
         for i in b.column(0).to_pylist():
             fs, path = file_of(paths[i], options)
-            t = pq.read_table(path, columns=schema.names, filesystem=fs)
-            yield from t.cast(schema).to_batches()
+            t = pq.read_table(path, columns=source.names, filesystem=fs).cast(source)
+            if steps is not None:
+                t = evaluate(steps, t, counts).cast(schema)
+            yield from t.to_batches()
 
 
 def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch],
