@@ -738,6 +738,130 @@ def test_generated_queries_give_spark_s_rows_batch_for_batch(spark, tmp_path):
     check()
 
 
+def _generated_plan(spark, src: str, ops: list, delay: int):
+    """A query from a random list of operations over the source (``ops``):
+    renames, selects, filters, new columns, a watermark, windows, a
+    window's ``window_time``, dedups, ranks with a filter, DISTINCT and
+    FILTER aggregates, a join with a second watermarked source — each
+    applied where the columns allow, in the order drawn."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    df = _source(spark, src)
+    cols, time, win, marked = ["ts", "k", "price"], "ts", None, False
+    if not any(op == "watermark" for op, _ in ops):
+        ops = [("watermark", 0)] + list(ops)
+    for op, arg in ops:
+        if op == "watermark" and not marked and time:
+            df, marked = df.withWatermark(time, f"{delay} seconds"), True
+        elif op == "rename" and arg % len(cols) < len(cols):
+            c = cols[arg % len(cols)]
+            df = df.withColumnRenamed(c, f"{c}_{arg}")
+            cols = [f"{c}_{arg}" if x == c else x for x in cols]
+            time, win = (f"{c}_{arg}" if time == c else time), (f"{c}_{arg}" if win == c else win)
+        elif op == "select" and len(cols) > 2:
+            cols = [c for i, c in enumerate(cols) if i % 3 != arg % 3 or c in (time, win)]
+            df = df.select(*cols)
+        elif op == "filter":
+            num = [c for c in cols if c not in (time, win)]
+            if num:
+                df = df.filter(F.col(num[arg % len(num)]) > arg % 7)
+        elif op == "compute":
+            num = [c for c in cols if c not in (time, win)]
+            if num:
+                df, cols = df.withColumn(f"x{arg}", F.col(num[0]) + arg), cols + [f"x{arg}"]
+        elif op in ("window", "distinct") and marked and time and win is None:
+            keys = [c for c in cols if c not in (time,)][: arg % 2]
+            vals = [c for c in cols if c not in (time, *keys)]
+            aggs = [F.count("*").alias("n")] + ([F.max(vals[0]).alias("m")] if vals else [])
+            if op == "distinct" and vals:
+                aggs += [F.count_distinct(vals[0]).alias("d"),
+                         F.expr(f"count(*) FILTER (WHERE {vals[0]} > 3)").alias("f")]
+            df = df.groupBy(F.window(time, f"{2 + arg % 5} seconds"), *keys).agg(*aggs)
+            cols, time, win = ["window", *keys, *[a._jc.toString().split(" AS ")[-1].strip("`") for a in aggs]], \
+                None, "window"
+            cols = [c for c in df.columns]
+        elif op == "window_time" and win is not None and time is None:
+            df = df.select(F.window_time(win).alias("wt"), *[c for c in cols if c != win])
+            cols, time, win = [c for c in df.columns], "wt", None
+        elif op == "dedup" and marked and time and win is None:
+            df = df.dropDuplicatesWithinWatermark([c for c in cols if c != time][: 1 + arg % 2])
+        elif op == "rank" and marked:
+            order = [c for c in cols if c not in (time, win)]
+            if not order:
+                continue
+            part = F.col(win) if win else F.window(time, f"{2 + arg % 5} seconds") if time else None
+            if part is None:
+                continue
+            w = Window.partitionBy(part).orderBy(F.desc(order[arg % len(order)]))
+            df = df.withColumn("rn", F.row_number().over(w)).filter(F.col("rn") <= 1 + arg % 3)
+            cols = [c for c in df.columns]
+        elif op == "join" and marked and time and win is None and "k" in cols and "o_k" not in cols:
+            other = _source(spark, src).select(F.col("ts").alias("o_ts"), F.col("k").alias("o_k"),
+                                               F.col("price").alias("o_price")).withWatermark("o_ts", "5 seconds")
+            df = df.join(other, F.expr(f"k = o_k AND o_ts BETWEEN {time} - INTERVAL {1 + arg % 4} SECONDS AND "
+                                       f"{time} + INTERVAL 2 SECONDS"))
+            cols = [c for c in df.columns]
+    return df
+
+
+_PLAN_OPS = ["watermark", "rename", "select", "filter", "compute", "window", "distinct", "window_time", "dedup",
+             "rank", "join", "window", "dedup", "join"]
+
+
+def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
+    """Hypothesis over plans as users build them — sources, renames,
+    selects, filters, new columns, windows, DISTINCT and FILTER aggregates,
+    window_time, dedups, ranks, joins, in random order —: ``accelerate``
+    translates each or refuses it with its reason; no exception of gpuwm's
+    own ever escapes translation or planning (``refusal`` names those as
+    bugs), and ``explain`` reads. Then a few (fixed) of the translated
+    ones, where Spark runs them too, run both ways on the same files: the
+    same rows batch for batch."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(29), 4, 30, step=5, behind=8, keys=3))
+    ops_st = st.lists(st.tuples(st.sampled_from(_PLAN_OPS), st.integers(0, 11)), min_size=1, max_size=7)
+    seen = {"translated": 0, "refused": 0}
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(ops=ops_st, delay=st.integers(0, 10))
+    def check(ops, delay):
+        from pyspark.errors import AnalysisException
+
+        try:
+            df = _generated_plan(spark, src, ops, delay)
+        except AnalysisException:  # a plan Spark's analyzer rejects (two columns of one name): no user's query
+            return
+        acc = accelerate(df)
+        if acc.translation is None:
+            seen["refused"] += 1
+            assert "a gpuwm bug" not in acc.refused.reason, (ops, acc.refused)
+            return
+        text = acc.explain()
+        assert "a gpuwm bug" not in text, (ops, text)
+        seen["translated" if text.startswith("gpuwm runs") else "refused"] += 1
+
+    check()
+    assert seen["translated"] >= 8 and seen["refused"] >= 8, seen
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    ran = 0
+    for n, ops in enumerate([[("rename", 2), ("filter", 1), ("watermark", 0), ("window", 1)],
+                             [("compute", 3), ("watermark", 0), ("dedup", 0), ("select", 1)],
+                             [("watermark", 0), ("join", 1), ("select", 0)]]):
+        df = _generated_plan(spark, src, ops, 6)
+        acc = accelerate(df, vnodes=1 + n % 2, fallback="error")
+        _native(df, f"{tmp_path}/native-{n}", f"{tmp_path}/nck-{n}")
+        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{n}").trigger(availableNow=True).start(
+            f"{tmp_path}/out-{n}").awaitTermination()
+        want = _batches(f"{tmp_path}/native-{n}")
+        assert len(want) > 0 and _batches(f"{tmp_path}/out-{n}") == want, ops
+        ran += 1
+    assert ran == 3
+
+
 def test_the_readmes_accelerate_block_runs_as_printed_and_equals_spark(spark, tmp_path):
     """The README's "Your Spark query, plus one call" block, run as printed
     (on this module's session: ``local_session()`` gets it) over files in
