@@ -1283,6 +1283,28 @@ def test_a_rank_gpuwm_does_not_run_falls_back_with_its_reason(spark, tmp_path):
                                   "would never be cleaned (add the window to PARTITION BY)"), acc.refused
 
 
+def test_a_stream_static_join_is_named_as_such_and_runs_where_gpuwm_can(spark, tmp_path):
+    """Nexmark q13 (the stream joined with a side table): refused as a
+    stream–static join Spark runs — not blamed on another operator —
+    alone, below a window and after one; joined before withWatermark, the
+    window over its rows runs in gpuwm and equals Spark batch for batch."""
+    from pyspark.sql import functions as F
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(13), 9, 20, step=5, behind=12, keys=4))
+    side = spark.createDataFrame([(0, "a"), (1, "b"), (2, "c")], "k long, name string")
+    s = _source(spark, src).withWatermark("ts", "10 seconds")
+    for df in (s.join(side, "k"), s.join(side, "k").groupBy(F.window("ts", "5 seconds"), "name").count(),
+               s.groupBy(F.window("ts", "5 seconds"), "k").count().join(side, "k")):
+        acc = accelerate(df)
+        assert acc.refused.operator == "Join" and acc.refused.reason.startswith(
+            "a stream–static join (its right side is a table, not a stream): it keeps no state and Spark runs it "
+            "as written; for a window or a dedup over its rows, join before withWatermark"), acc.refused
+    df = _source(spark, src).join(side, "k").withWatermark("ts", "10 seconds").groupBy(
+        F.window("ts", "5 seconds"), "name").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+    _equals_spark(spark, df, accelerate(df, fallback="error"), tmp_path)
+
+
 def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_kept(spark, tmp_path):
     """Nexmark q3 as written: an inner join on keys alone (``a_id =
     b_aid``, no time range), Spark's filter above it. Spark runs it keeping

@@ -843,7 +843,14 @@ def _join(spark, node) -> Translation:
       w2`` among the keys): gpuwm's window join, which under profile
       ``spark`` emits each pair as it matches, as Spark's does.
 
-    Inner, left, right or full outer."""
+    Inner, left, right or full outer. A join with a static table (Nexmark
+    q13's side input) is refused with its own reason."""
+    static = [name for name, child in (("left", node.left()), ("right", node.right())) if not child.isStreaming()]
+    if static:
+        raise Refused("Join", f"a stream–static join (its {static[0]} side is a table, not a stream): it keeps no "
+                              "state and Spark runs it as written; for a window or a dedup over its rows, join "
+                              "before withWatermark (the watermark then sees the joined rows, in Spark and gpuwm "
+                              "alike) and gpuwm runs the rest")
     jt = _kind(node.joinType()).rstrip("$")
     if jt not in _HOWS:
         raise Refused("Join", f"a {jt} join: gpuwm joins streams inner, left, right or full outer")
