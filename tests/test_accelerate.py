@@ -1283,6 +1283,24 @@ def test_a_rank_gpuwm_does_not_run_falls_back_with_its_reason(spark, tmp_path):
                                   "would never be cleaned (add the window to PARTITION BY)"), acc.refused
 
 
+def test_renames_between_operators_equal_spark(spark, tmp_path):
+    """Columns renamed between withWatermark and a window (``ts AS t2``),
+    and a window's ``window_time`` renamed before the window over it: the
+    same columns of gpuwm's under Spark's names, equal batch for batch."""
+    from pyspark.sql import functions as F
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(37), 10, 15, step=5, behind=12, keys=3))
+    first = _source(spark, src).withWatermark("ts", "10 seconds").select(
+        F.col("ts").alias("t2"), F.col("k").alias("key"), "price").groupBy(F.window("t2", "5 seconds"), "key").agg(
+        F.count("*").alias("n"), F.max("price").alias("mx"))
+    df = first.select(F.window_time("window").alias("wt"), "key", "n").groupBy(
+        F.window("wt", "10 seconds"), "key").agg(F.sum("n").alias("total"))
+    acc = accelerate(df, fallback="error")
+    assert "aggregate  window(t2, 0:00:05) by ['key']" in acc.explain()
+    _equals_spark(spark, df, acc, tmp_path, batches=1)
+
+
 def test_a_stream_static_join_is_named_as_such_and_runs_where_gpuwm_can(spark, tmp_path):
     """Nexmark q13 (the stream joined with a side table): refused as a
     stream–static join Spark runs — not blamed on another operator —

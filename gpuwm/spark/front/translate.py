@@ -235,10 +235,13 @@ def _input(spark, node) -> Translation:
                                time=(str(ts.name()), str(ts.name())))
         if kind in _STATEFUL:
             return _STATEFUL[kind](spark, node)
-        if kind == "Project":  # columns, and window_time(window) of a window stage below
-            made = {}
+        if kind == "Project":  # columns, renames, and window_time(window) of a window stage below
+            made, renamed = {}, {}
             for e in scala_iter(node.projectList()):
                 if _kind(e) == "AttributeReference":
+                    continue
+                if _kind(e) == "Alias" and _kind(e.child()) == "AttributeReference":
+                    renamed[_id(e)] = (_id(e.child()), str(e.name()))
                     continue
                 m = _WINDOW_TIME.fullmatch(str(e.child().toString())) if _kind(e) == "Alias" else None
                 if m is None:
@@ -246,14 +249,20 @@ def _input(spark, node) -> Translation:
                     break
                 made[_id(e)] = int(m.group(1))
             if made is not None:
-                if made:
+                if made or renamed:
                     below = _input(spark, node.child())
                     if any(w != below.window_id for w in made.values()):
                         raise Refused("Project", "window_time() of a column that is not the window of the "
                                                  "aggregation below")
-                    below.columns.update({i: WINDOW_TIME for i in made})
-                    below.time = next(str(e.name()) for e in scala_iter(node.projectList()) if _id(e) in made), \
-                        WINDOW_TIME
+                    if made:
+                        below.columns.update({i: WINDOW_TIME for i in made})
+                        below.time = next(str(e.name()) for e in scala_iter(node.projectList())
+                                          if _id(e) in made), WINDOW_TIME
+                    for new, (old, name) in renamed.items():  # the same column of gpuwm's under another name
+                        if old in below.columns:
+                            below.columns[new] = below.columns[old]
+                            if below.time is not None and below.columns[old] == below.time[1]:
+                                below.time = name, below.time[1]
                     return below
                 node = node.child()
                 continue
