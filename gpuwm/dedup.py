@@ -36,7 +36,7 @@ from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
-from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
+from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options, snapshot_meta
 from .runs import Tiers
 from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import TimeDomain, check_delay, event_time_domain
@@ -341,10 +341,7 @@ class Dedup(Operator, Drained, Tiers):
         if self._schema is not None and (self._runs or self.rows_in):
             raise WatermarkError("restore() must be called on a fresh Dedup")
         state = snapshot["state"]
-        md = state.schema.metadata or {}
-        if b"gpuwm.dedup" not in md:
-            raise StateError("this snapshot is not of a Dedup")
-        meta = json.loads(md[b"gpuwm.dedup"])
+        meta = snapshot_meta(snapshot, "dedup", "a Dedup")
         schema = schema_from_text(meta["schema"])
         if schema is not None:
             self.bind(schema)

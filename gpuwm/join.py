@@ -76,7 +76,7 @@ from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .inputs import input_schemas, inputs_schema  # noqa: F401  (inputs_schema: the join's input form)
 from .keys import KeyCodec
-from .operator import Operator, OperatorSpec, StageContext, json_options
+from .operator import Operator, OperatorSpec, StageContext, json_options, snapshot_meta
 from .profiles import Profile, resolve
 from .runs import Tiers
 from .schema import same_schema, schema_from_text, schema_to_text
@@ -802,10 +802,7 @@ class _Join(Operator, Drained, Tiers):
         """Continue exactly where the snapshotted operator stopped."""
         if self.rows_in or self.state_rows:
             raise WatermarkError(f"restore() must be called on a fresh {type(self).__name__}")
-        md = snapshot["state"].schema.metadata or {}
-        if b"gpuwm.join" not in md:
-            raise StateError(f"this snapshot is not of a {type(self).__name__}")
-        meta = json.loads(md[b"gpuwm.join"])
+        meta = snapshot_meta(snapshot, "join", f"a {type(self).__name__}")
         schema = schema_from_text(meta["schema"])
         parts = snapshot if parts is None else parts
         self._load_drained_meta(meta)

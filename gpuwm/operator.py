@@ -50,12 +50,13 @@ before), so the runtime and the JSON spec know no operator by name.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from .errors import ConfigError, near_miss, unknown_keys
+from .errors import ConfigError, StateError, near_miss, unknown_keys
 
 
 class Released(NamedTuple):
@@ -296,6 +297,17 @@ def _plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
     return repr(v)
+
+
+def snapshot_meta(snapshot: Mapping[str, pa.Table], tag: str, what: str) -> dict:
+    """The metadata an operator's :meth:`snapshot` put on its ``state``
+    table under ``gpuwm.<tag>``; a :class:`~gpuwm.StateError` naming
+    ``what`` the operator is when the snapshot is another's."""
+    md = snapshot["state"].schema.metadata or {}
+    key = f"gpuwm.{tag}".encode()
+    if key not in md:
+        raise StateError(f"this snapshot is not of {what}")
+    return json.loads(md[key])
 
 
 class Operator:

@@ -30,7 +30,7 @@ from .drained import Drained
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Column, Frame, _fixed_dtype, _to_cudf, sort_table
 from .keys import KeyCodec, dictionary_tables, load_dictionaries
-from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
+from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options, snapshot_meta
 from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import TimeDomain, event_time_domain
 
@@ -474,10 +474,7 @@ class Over(Operator, Drained):
         ``snapshot()``, or from ``snapshot(rows=False)`` and its parts."""
         if self._schema is not None and self.rows_in:
             raise WatermarkError("restore() must be called on a fresh Over")
-        md = snapshot["state"].schema.metadata or {}
-        if b"gpuwm.over" not in md:
-            raise StateError("this snapshot is not of an over-window")
-        meta = json.loads(md[b"gpuwm.over"])
+        meta = snapshot_meta(snapshot, "over", "an over-window")
         parts = {k.removeprefix("part."): v for k, v in snapshot.items() if k.startswith("part.")} \
             if parts is None else parts
         schema = schema_from_text(meta["schema"])

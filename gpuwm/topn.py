@@ -29,10 +29,10 @@ from kernels.over import ranks, segments
 
 from .backend import Backend, get_backend
 from .drained import Drained
-from .errors import ConfigError, SchemaError, StateError, WatermarkError
+from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame, _fixed_dtype
 from .keys import NULL_CODE, KeyCodec
-from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
+from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options, snapshot_meta
 from .profiles import Profile, resolve
 from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import TimeDomain, event_time_domain
@@ -337,10 +337,7 @@ class TopN(Operator, Drained):
         if self._schema is not None:
             raise WatermarkError("restore() must be called on a fresh TopN")
         state = snapshot["state"]
-        md = state.schema.metadata or {}
-        if b"gpuwm.topn" not in md:
-            raise StateError("this snapshot is not of a TopN")
-        meta = json.loads(md[b"gpuwm.topn"])
+        meta = snapshot_meta(snapshot, "topn", "a TopN")
         schema = schema_from_text(meta["schema"])
         if schema is not None:
             self.bind(schema)
