@@ -774,14 +774,12 @@ def _generated_plan(spark, src: str, ops: list, delay: int):
         elif op in ("window", "distinct") and marked and time and win is None:
             keys = [c for c in cols if c not in (time,)][: arg % 2]
             vals = [c for c in cols if c not in (time, *keys)]
-            aggs = [F.count("*").alias("n")] + ([F.max(vals[0]).alias("m")] if vals else [])
+            aggs = [F.count("*").alias(f"n{arg}")] + ([F.max(vals[0]).alias(f"m{arg}")] if vals else [])
             if op == "distinct" and vals:
-                aggs += [F.count_distinct(vals[0]).alias("d"),
-                         F.expr(f"count(*) FILTER (WHERE {vals[0]} > 3)").alias("f")]
+                aggs += [F.count_distinct(vals[0]).alias(f"d{arg}"),
+                         F.expr(f"count(*) FILTER (WHERE {vals[0]} > 3)").alias(f"f{arg}")]
             df = df.groupBy(F.window(time, f"{2 + arg % 5} seconds"), *keys).agg(*aggs)
-            cols, time, win = ["window", *keys, *[a._jc.toString().split(" AS ")[-1].strip("`") for a in aggs]], \
-                None, "window"
-            cols = [c for c in df.columns]
+            cols, time, win = [c for c in df.columns], None, "window"
         elif op == "window_time" and win is not None and time is None:
             df = df.select(F.window_time(win).alias("wt"), *[c for c in cols if c != win])
             cols, time, win = [c for c in df.columns], "wt", None
@@ -818,7 +816,9 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
     own ever escapes translation or planning (``refusal`` names those as
     bugs), and ``explain`` reads. Then a few (fixed) of the translated
     ones, where Spark runs them too, run both ways on the same files: the
-    same rows batch for batch."""
+    same rows batch for batch (renames between operators among them: a
+    renamed event time, ``window_time(window) AS wt`` before the window
+    over it)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
@@ -827,7 +827,7 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
     ops_st = st.lists(st.tuples(st.sampled_from(_PLAN_OPS), st.integers(0, 11)), min_size=1, max_size=7)
     seen = {"translated": 0, "refused": 0}
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(ops=ops_st, delay=st.integers(0, 10))
     def check(ops, delay):
         from pyspark.errors import AnalysisException
@@ -849,9 +849,10 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
     assert seen["translated"] >= 8 and seen["refused"] >= 8, seen
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     ran = 0
-    for n, ops in enumerate([[("rename", 2), ("filter", 1), ("watermark", 0), ("window", 1)],
-                             [("compute", 3), ("watermark", 0), ("dedup", 0), ("select", 1)],
-                             [("watermark", 0), ("join", 1), ("select", 0)]]):
+    # renames between operators (the event time after withWatermark, window_time before the window over it)
+    # in a chain of windows at vnodes 1; a join at vnodes 2
+    for n, ops in enumerate([[("watermark", 0), ("rename", 0), ("window", 1), ("window_time", 0), ("window", 3)],
+                             [("compute", 3), ("watermark", 0), ("join", 1), ("select", 0)]]):
         df = _generated_plan(spark, src, ops, 6)
         acc = accelerate(df, vnodes=1 + n % 2, fallback="error")
         _native(df, f"{tmp_path}/native-{n}", f"{tmp_path}/nck-{n}")
@@ -860,7 +861,7 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
         want = _batches(f"{tmp_path}/native-{n}")
         assert len(want) > 0 and _batches(f"{tmp_path}/out-{n}") == want, ops
         ran += 1
-    assert ran == 3
+    assert ran == 2
 
 
 def test_the_readmes_accelerate_block_runs_as_printed_and_equals_spark(spark, tmp_path):
@@ -1284,24 +1285,6 @@ def test_a_rank_gpuwm_does_not_run_falls_back_with_its_reason(spark, tmp_path):
                                   "would never be cleaned (add the window to PARTITION BY)"), acc.refused
 
 
-def test_renames_between_operators_equal_spark(spark, tmp_path):
-    """Columns renamed between withWatermark and a window (``ts AS t2``),
-    and a window's ``window_time`` renamed before the window over it: the
-    same columns of gpuwm's under Spark's names, equal batch for batch."""
-    from pyspark.sql import functions as F
-
-    src = f"{tmp_path}/in"
-    _write_batches(src, _random_batches(np.random.default_rng(37), 10, 15, step=5, behind=12, keys=3))
-    first = _source(spark, src).withWatermark("ts", "10 seconds").select(
-        F.col("ts").alias("t2"), F.col("k").alias("key"), "price").groupBy(F.window("t2", "5 seconds"), "key").agg(
-        F.count("*").alias("n"), F.max("price").alias("mx"))
-    df = first.select(F.window_time("window").alias("wt"), "key", "n").groupBy(
-        F.window("wt", "10 seconds"), "key").agg(F.sum("n").alias("total"))
-    acc = accelerate(df, fallback="error")
-    assert "aggregate  window(t2, 0:00:05) by ['key']" in acc.explain()
-    _equals_spark(spark, df, acc, tmp_path, batches=1)
-
-
 def test_a_stream_static_join_is_named_as_such_and_runs_where_gpuwm_can(spark, tmp_path):
     """Nexmark q13 (the stream joined with a side table): refused as a
     stream–static join Spark runs — not blamed on another operator —
@@ -1310,7 +1293,7 @@ def test_a_stream_static_join_is_named_as_such_and_runs_where_gpuwm_can(spark, t
     from pyspark.sql import functions as F
 
     src = f"{tmp_path}/in"
-    _write_batches(src, _random_batches(np.random.default_rng(13), 9, 20, step=5, behind=12, keys=4))
+    _write_batches(src, _random_batches(np.random.default_rng(13), 7, 20, step=5, behind=12, keys=4))
     side = spark.createDataFrame([(0, "a"), (1, "b"), (2, "c")], "k long, name string")
     s = _source(spark, src).withWatermark("ts", "10 seconds")
     for df in (s.join(side, "k"), s.join(side, "k").groupBy(F.window("ts", "5 seconds"), "name").count(),
@@ -1321,7 +1304,7 @@ def test_a_stream_static_join_is_named_as_such_and_runs_where_gpuwm_can(spark, t
             "as written; for a window or a dedup over its rows, join before withWatermark"), acc.refused
     df = _source(spark, src).join(side, "k").withWatermark("ts", "10 seconds").groupBy(
         F.window("ts", "5 seconds"), "name").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
-    _equals_spark(spark, df, accelerate(df, fallback="error"), tmp_path)
+    _equals_spark(spark, df, accelerate(df, fallback="error"), tmp_path, batches=2)
 
 
 def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_kept(spark, tmp_path):

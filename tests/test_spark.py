@@ -545,7 +545,8 @@ def test_direct_read_falls_back_per_batch_and_refuses_when_asked(spark, tmp_path
     """A file the task cannot read exactly (here: a column missing, which
     Spark reads as nulls) goes through Spark's reader for its batch alone;
     several files per batch and vnodes > 1 read directly give Spark's rows;
-    read='direct' on an input that is not a plain Parquet stream is refused."""
+    read='direct' on an input its tasks cannot make (a select over the
+    source they do not evaluate) is refused."""
     rng = np.random.default_rng(11)
     batches = [list(zip((i * 5 + rng.integers(-4, 5, 30)).clip(0).tolist(), rng.integers(0, 4, 30).tolist(),
                         rng.integers(0, 100, 30).tolist())) for i in range(6)]
@@ -570,8 +571,9 @@ def test_direct_read_falls_back_per_batch_and_refuses_when_asked(spark, tmp_path
     assert len(outs["spark-1"]) > 5 and outs["auto-1"] == outs["spark-1"] and outs["auto-2"] == outs["spark-1"]
     assert hist["spark-1"] == ["spark"] * 3
     assert hist["auto-1"] == hist["auto-2"] == ["direct", "spark", "direct"]  # files 2-3 hold the odd one
-    df = spark.readStream.schema(schema).parquet(src).select("ts", "k", "price")
-    with pytest.raises(gpuwm.ConfigError, match="not the source itself"):
+    df = spark.readStream.schema(schema).parquet(src).selectExpr("ts", "k", "price * 2 AS price")
+    with pytest.raises(gpuwm.ConfigError, match="the task cannot evaluate `\\(price \\* CAST\\(2 AS BIGINT\\)\\)` "
+                                                "of the select on the source"):
         (Pipeline(df, f"{tmp_path}/ck-x", read="direct").watermark("ts", delay="3 seconds")
          .sort().write_parquet(f"{tmp_path}/out-x").start())
 
