@@ -248,7 +248,8 @@ class AggregateOperator(Operator, Drained):
         self._close = 1 if self.profile.close_minus_one else 0
         self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.by]
         #: one state key per distinct aggregate's column (``__distinct_<column>``), after the group keys
-        self._dcodecs = [KeyCodec(f"__distinct_{c}", schema.field(c).type) for c in distinct_columns(self.aggs)]
+        self._dcols = distinct_columns(self.aggs)
+        self._dcodecs = [KeyCodec(f"__distinct_{c}", schema.field(c).type) for c in self._dcols]
         self._accs = plan_aggs(self.aggs, schema)[0]
         self._domain = dom
         self._schema = schema
@@ -309,11 +310,9 @@ class AggregateOperator(Operator, Drained):
         xp = self._backend.xp
         nby = len(self.by)
         summed = {col for col, fn in self.aggs.values() if fn in ("sum_distinct", "mean_distinct")}
-        names, extra = [], []
-        for c, d in zip(self._dcodecs, keys[nby:]):
-            col = c.name.removeprefix("__distinct_")
+        extra = []
+        for col, c, d in zip(self._dcols, self._dcodecs, keys[nby:]):
             has = d != NULL_CODE
-            names.append(col)
             extra.append(has.astype(xp.int64))
             if col in summed:
                 extra.append(xp.where(has, c.device_values(xp, d), 0))
@@ -321,7 +320,7 @@ class AggregateOperator(Operator, Drained):
         gk, ga, _, _ = group_reduce(xp, group, list(accs) + extra, [a.op for a in self._accs] + ["add"] * len(extra))
         k = 1 if ends is None else 2
         it = iter(ga[len(accs):])
-        dist = {col: (next(it), next(it) if col in summed else None) for col in names}
+        dist = {col: (next(it), next(it) if col in summed else None) for col in self._dcols}
         return gk[0], gk[k:], ga[:len(accs)], (None if ends is None else gk[1]), dist
 
     @staticmethod

@@ -92,8 +92,7 @@ class KeyCodec:
         if self.ordered:
             c = codes
             if self.dtype.kind == "f":
-                bits = np.where(c < 0, c ^ np.int64(0x7FFFFFFFFFFFFFFF), c)
-                vals = bits.view(np.float64).astype(self.dtype)
+                vals = self.device_values(np, c).astype(self.dtype)
             elif self.dtype == np.uint64:
                 vals = c.view(np.uint64) ^ _SIGN
             else:

@@ -277,7 +277,7 @@ class WindowAggregate(AggregateOperator):
         keys = [widx] + [c if identity else c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, None if identity else rows)
         if self._dcodecs:
-            dcodes = [c.encode(xp, frame.columns[c.name.removeprefix("__distinct_")], b) for c in self._dcodecs]
+            dcodes = [c.encode(xp, frame.columns[col], b) for col, c in zip(self._dcols, self._dcodecs)]
             keys, accs = self._distinct_keys(xp, keys, [d if identity else d[rows] for d in dcodes], accs)
         gkeys, gaccs, _, _ = group_reduce(xp, keys, accs, [a.op for a in self._accs])
         return gkeys, gaccs
@@ -396,16 +396,11 @@ class WindowAggregate(AggregateOperator):
         closed = sorted(s for s in self._blocks if s + self._size <= w + self._close)
         if not closed:
             return self._empty_out()
-        xp = self._backend.xp
         blocks = [self._blocks.pop(s) for s in closed]
         if self.emit == "on-update":
             self._compact_keys()
             return self._empty_out()
-        nrows = [blk[1][0].shape[0] for blk in blocks]
-        wins = xp.concatenate([xp.full(n, s, dtype=xp.int64) for s, n in zip(closed, nrows)])
-        keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self._keys))]
-        accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
-        out = self._finalize(wins, keys, accs)  # decodes the keys: compact after
+        out = self._finalize(*self._stacked(closed, blocks))  # decodes the keys: compact after
         self._compact_keys()
         self.rows_out += out.num_rows
         return out
@@ -417,14 +412,18 @@ class WindowAggregate(AggregateOperator):
         starts = sorted(self._blocks)
         if not starts:
             return self._empty_out()
+        out = self._finalize(*self._stacked(starts, [self._blocks[s] for s in starts]))
+        self.rows_out += out.num_rows
+        return out
+
+    def _stacked(self, starts: list[int], blocks: list) -> tuple[Any, list[Any], list[Any]]:
+        """The windows' blocks (of the windows starting at ``starts``) as one
+        set of rows: window starts, key codes, accumulators."""
         xp = self._backend.xp
-        blocks = [self._blocks[s] for s in starts]
         wins = xp.concatenate([xp.full(blk[1][0].shape[0], s, dtype=xp.int64) for s, blk in zip(starts, blocks)])
         keys = [xp.concatenate([blk[0][i] for blk in blocks]) for i in range(len(self._keys))]
         accs = [xp.concatenate([blk[1][j] for blk in blocks]) for j in range(len(self._accs))]
-        out = self._finalize(wins, keys, accs)
-        self.rows_out += out.num_rows
-        return out
+        return wins, keys, accs
 
     def output_watermark(self, watermark: Any) -> Any:
         """The watermark on ``window_time`` after a drain at ``watermark``:

@@ -60,13 +60,13 @@ def parquet_source(df) -> str | None:
     """Why ``df`` (a streaming DataFrame) cannot be read directly, or None
     when it can: a Parquet source, or selects over one whose expressions
     gpuwm's tasks evaluate (:func:`parquet_projection`)."""
+    from .kafka import under_selects
+
     try:
         got = parquet_projection(df)
         if isinstance(got, str):
             return got
-        plan = df._jdf.queryExecution().analyzed()
-        while plan.getClass().getSimpleName() == "Project":
-            plan = plan.child()
+        plan = under_selects(df._jdf.queryExecution().analyzed())[0]
         if plan.getClass().getSimpleName() != "StreamingRelation":
             return "the pipeline's input is not the source itself (filters or columns added)"
         ds = plan.dataSource()
@@ -94,13 +94,9 @@ def parquet_projection(df) -> tuple[list, pa.Schema] | str | None:
     from pyspark.sql.types import _parse_datatype_json_string
 
     from ..io.project import evaluate
-    from .kafka import Untranslatable, projection_steps, same_columns
+    from .kafka import Untranslatable, projection_steps, same_columns, under_selects
 
-    plan = df._jdf.queryExecution().analyzed()
-    projects = []
-    while plan.getClass().getSimpleName() == "Project":
-        projects.append(plan)
-        plan = plan.child()
+    plan, projects = under_selects(df._jdf.queryExecution().analyzed())
     if not projects or plan.getClass().getSimpleName() != "StreamingRelation":
         return None
     try:

@@ -144,11 +144,7 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
     ``(None, why gpuwm's tasks cannot read it)``; ``(None, None)``: not a
     Kafka source at all."""
     try:
-        node = df._jdf.queryExecution().analyzed()
-        projects = []
-        while node.getClass().getSimpleName() == "Project":
-            projects.append(node)
-            node = node.child()
+        node, projects = under_selects(df._jdf.queryExecution().analyzed())
         name = node.getClass().getSimpleName()
         if name not in ("StreamingRelationV2", "StreamingRelation"):
             return None, None
@@ -173,6 +169,15 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
         return None, f"the task cannot evaluate `{e}` of the select on the Kafka source"
     except Exception as e:  # not classic PySpark, or a plan shape we do not know
         return None, f"the Kafka source's plan cannot be inspected ({type(e).__name__})"
+
+
+def under_selects(plan) -> tuple[Any, list]:
+    """The node under the selects at the top of ``plan``, and the selects (top first)."""
+    projects = []
+    while plan.getClass().getSimpleName() == "Project":
+        projects.append(plan)
+        plan = plan.child()
+    return plan, projects
 
 
 def projection_steps(projects: list, out: list) -> tuple[list, str | None]:

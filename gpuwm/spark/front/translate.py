@@ -674,21 +674,20 @@ def _topn_source(spark, node, part: list) -> tuple[Translation, str, tuple[int, 
         raise Refused("Window", "a hopping window in PARTITION BY: gpuwm's top-N partitions a source's rows by a "
                                 "tumbling window")
     t = _input(spark, under)
-    ids = {_id(p): _id(p) for p in part}
-    for i in list(ids):
-        while ids[i] in renamed:
-            ids[i] = renamed[ids[i]]
-    hit = [i for i, j in ids.items() if j == _id(out)]
+
+    def root(i: int) -> int:  # the column an alias (of an alias ...) renames
+        while i in renamed:
+            i = renamed[i]
+        return i
+
+    hit = [_id(p) for p in part if root(_id(p)) == _id(out)]
     if not hit or t.time is None:
         raise Refused("Window", "a rank over a source's rows needs a window(ts, ...) of its event time among the "
                                 "partition keys: its state would never be cleaned otherwise")
     win, shown = _window(spark, below, made, out, under, t.time[0], None, t.time[1])
     for i in renamed:  # a source column renamed on the way up is that column
-        j = i
-        while j in renamed:
-            j = renamed[j]
-        if j in t.columns:
-            t.columns[i] = t.columns[j]
+        if root(i) in t.columns:
+            t.columns[i] = t.columns[root(i)]
     if not isinstance(win, Tumble):
         raise Refused("Window", f"{shown}: gpuwm's top-N partitions a source's rows by a tumbling window")
     return t, t.time[1], (hit[0], win.size), shown
@@ -1202,6 +1201,7 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
     late as in append mode).
     Update over a session window is refused in one line, as Spark's
     checker refuses it."""
+    from ...aggregates import DISTINCT
     from ...session import Session
 
     if mode == "append":
@@ -1213,7 +1213,7 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
         raise Refused("writeStream", f"output mode 'complete' with {' then '.join(kinds)}: gpuwm runs complete "
                                      "for one window")
     if mode == "update":
-        if any(st[0] == "window" and any(fn.endswith("_distinct") for _, fn in st[3].values()) for st in stages):
+        if any(st[0] == "window" and any(fn in DISTINCT for _, fn in st[3].values()) for st in stages):
             raise ConfigError("output mode 'update' with a DISTINCT aggregate: Spark refuses DISTINCT on a stream, "
                               "and gpuwm emits it when its window closes; use append (or complete)")
         if kinds == ["window"] and not isinstance(stages[0][1], Session) or kinds == ["dedup"]:
