@@ -56,6 +56,7 @@ or below it.
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Mapping, Sequence
@@ -83,6 +84,12 @@ from .schema import same_schema, schema_from_text, schema_to_text
 from .timecol import TimeDomain, event_time_domain, parse_interval
 
 HOWS = ("inner", "left", "right", "full")
+#: the comparisons a join's residual condition (``where``) may make between a left and a right column
+WHERE_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq,
+             "!=": operator.ne}
+#: a missing time bound, in the time columns' unit: far enough that no row is ever cut, near enough that
+#: ``time ± UNBOUNDED_RAW`` fits in 64 bits for nanosecond timestamps too
+UNBOUNDED_RAW = 2 ** 62
 MATCHED = "__matched"
 TIME = "__time"  # a state row's join time (a window join's: its window start)
 
@@ -131,7 +138,7 @@ class _JoinSpec(OperatorSpec):
         watermark columns — or, with neither, a join on equal event times:
         the two watermark columns as a pair in ``on`` (Spark's ``a.ts =
         b.ts``; ``time_key``)."""
-        o = json_options("join", options, {"left", "right", "on", "between", "how", "window"},
+        o = json_options("join", options, {"left", "right", "on", "between", "how", "window", "where"},
                          ("left", "right", "on"),
                          '{"left": "auctions", "right": "bids", "on": [["a_id", "b_aid"]], "between": ["b_ts", '
                          '"a_ts", "0 seconds", "20 seconds"], "how": "inner"}')
@@ -144,14 +151,16 @@ class _JoinSpec(OperatorSpec):
             keys = [p for p in on if p != [lw.column, rw.column]]
             ts = ctx.inputs[left].field(lw.column).type if lw.column in ctx.inputs[left].names else None
             zero = timedelta(0) if ts is not None and pa.types.is_timestamp(ts) else 0
-            return IntervalJoinSpec(left, right, tuple(tuple(p) for p in keys), lw.column, rw.column, zero, zero,
-                                    how, time_key=True)
+            return IntervalJoinSpec.between(left, right, keys, [rw.column, lw.column, zero, zero], ctx.inputs, how,
+                                            o.get("where", ())).with_time_key()
         if (between is None) == (window is None):
             raise ConfigError("a join needs either between=[t1, t2, lower, upper] (an interval join), "
                               "window={'tumble': size} / {'hop': size, 'slide': slide} (a window join), or the "
                               "inputs' watermark columns as a pair in 'on' (a join on equal event times)")
         if between is not None:
-            return IntervalJoinSpec.between(left, right, o["on"], between, ctx.inputs, how)
+            return IntervalJoinSpec.between(left, right, o["on"], between, ctx.inputs, how, o.get("where", ()))
+        if o.get("where"):
+            raise ConfigError("a window join takes no 'where': its pairs are the rows of one window with equal keys")
         w = dict(window) if isinstance(window, Mapping) else {}
         if set(w) == {"tumble"}:
             size = slide = w["tumble"]
@@ -232,6 +241,8 @@ class IntervalJoinSpec(_JoinSpec):
     ('inner', datetime.timedelta(seconds=20))
     """
 
+    #: None: no bound on that side (the other side's state is then kept: Spark's join with a one-sided
+    #: range, or with none, Nexmark q3 and q4 as written)
     lower: Any
     upper: Any
     how: str = "inner"
@@ -241,6 +252,10 @@ class IntervalJoinSpec(_JoinSpec):
     #: key-based state watermark instead of its range-based one; under a
     #: profile whose rows at the watermark are on time, below it)
     time_key: bool = False
+    #: the rest of the join condition, Spark's post-join filter: ``(left column, op, right column)``
+    #: comparisons (:data:`WHERE_OPS`) every emitted pair satisfies — an outer side's row whose pairs all
+    #: fail them goes out with nulls — and that clean no state (``b.ts <= a.expires``, Nexmark q4)
+    where: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -248,32 +263,64 @@ class IntervalJoinSpec(_JoinSpec):
                 (0, 0), (timedelta(0), timedelta(0))):
             raise ConfigError("a join on equal event times (time_key) has bounds 0 and 0, got "
                               f"{self.lower!r} and {self.upper!r}")
-        lo, hi = _signed(self.lower, "lower"), _signed(self.upper, "upper")
-        if type(lo) is not type(hi):
-            raise ConfigError(f"join time bounds must both be durations or both ints, got {lo!r} and {hi!r}")
-        if hi < lo:
-            raise ConfigError(f"join time bounds: lower {self.lower!r} is above upper {self.upper!r}; no row could "
-                              "ever match")
+        lo = None if self.lower is None else _signed(self.lower, "lower")
+        hi = None if self.upper is None else _signed(self.upper, "upper")
+        if lo is not None and hi is not None:
+            if type(lo) is not type(hi):
+                raise ConfigError(f"join time bounds must both be durations or both ints, got {lo!r} and {hi!r}")
+            if hi < lo:
+                raise ConfigError(f"join time bounds: lower {self.lower!r} is above upper {self.upper!r}; no row "
+                                  "could ever match")
+        if (lo is None or hi is None) and self.how != "inner":
+            raise ConfigError(f"a {self.how} outer join needs both time bounds: an outer side's row goes out with "
+                              "nulls once no row of the other side can match it, which a missing bound never says "
+                              "(Spark refuses it too)")
+        where = tuple(tuple(w) for w in self.where)
+        bad = [w for w in where if len(w) != 3 or w[1] not in WHERE_OPS or not all(isinstance(c, str) for c in w)]
+        if bad:
+            raise ConfigError(f"join 'where' must be [left column, op, right column] comparisons with op one of "
+                              f"{list(WHERE_OPS)}, got {bad[0]!r}")
         object.__setattr__(self, "lower", lo)
         object.__setattr__(self, "upper", hi)
+        object.__setattr__(self, "where", where)
 
     @classmethod
     def between(cls, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any],
-                schemas: Mapping[str, pa.Schema], how: str = "inner") -> "IntervalJoinSpec":
+                schemas: Mapping[str, pa.Schema], how: str = "inner",
+                where: Sequence[Sequence[str]] = ()) -> "IntervalJoinSpec":
         """From the JSON form ``between: [t1, t2, lower, upper]`` (``t1 BETWEEN
-        t2 + lower AND t2 + upper``), with ``t1`` a column of either input."""
+        t2 + lower AND t2 + upper``; a bound null: none on that side), with
+        ``t1`` a column of either input; ``where``: ``[column, op, column]``
+        comparisons, one column of each input, in either order."""
         if not (isinstance(between, (list, tuple)) and len(between) == 4):
             raise ConfigError(f"join 'between' must be [time, other time, lower, upper], e.g. "
                               f"['b_ts', 'a_ts', '0 seconds', '20 seconds'], got {between!r}")
         t1, t2, lo, hi = between
         ls, rs = schemas[left], schemas[right]
+        flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+        cond = []
+        for w in where:
+            if not (isinstance(w, (list, tuple)) and len(w) == 3 and w[1] in flip):
+                raise ConfigError(f"join 'where' must be [column, op, column] with op one of {list(flip)}, "
+                                  f"got {w!r}")
+            a, op, b = w
+            if a in rs.names and b in ls.names and not (a in ls.names and b in rs.names):
+                a, op, b = b, flip[op], a
+            cond.append((a, op, b))
         if t1 in rs.names and t2 in ls.names:
-            return cls(left, right, tuple(on), t2, t1, lo, hi, how)
+            return cls(left, right, tuple(on), t2, t1, lo, hi, how, where=tuple(cond))
         if t1 in ls.names and t2 in rs.names:  # t1 - hi <= t2 <= t1 - lo: right's time around left's
-            neg = (lambda v: -parse_interval(v))
-            return cls(left, right, tuple(on), t1, t2, neg(hi), neg(lo), how)
+            def neg(v):
+                return None if v is None else -parse_interval(v)
+            return cls(left, right, tuple(on), t1, t2, neg(hi), neg(lo), how, where=tuple(cond))
         raise SchemaError(f"join 'between' needs one time column of {left!r} (columns {ls.names}) and one of "
                           f"{right!r} (columns {rs.names}), got {t1!r} and {t2!r}")
+
+    def with_time_key(self) -> "IntervalJoinSpec":
+        """The same join on equal event times (bounds 0 and 0)."""
+        from dataclasses import replace
+
+        return replace(self, time_key=True)
 
     def build(self, profile: Any = None, backend: str | None = None) -> "IntervalJoin":
         return IntervalJoin(self, profile=profile or "risingwave", backend=backend)
@@ -282,8 +329,9 @@ class IntervalJoinSpec(_JoinSpec):
         """The dataclass's fields; ``time_key`` only when set, so a checkpoint
         of an interval join from before it still matches."""
         d = super().describe()
-        if not self.time_key:
-            del d["time_key"]
+        for k in ("time_key", "where"):
+            if not d[k]:
+                del d[k]
         return d
 
     def event_time(self, upstream: str) -> str:
@@ -294,7 +342,20 @@ class IntervalJoinSpec(_JoinSpec):
 
     def _check_times(self, dom: TimeDomain) -> None:
         for v, what in ((self.lower, "lower"), (self.upper, "upper")):
-            dom.duration(v, f"join bound {what}", signed=True)
+            if v is not None:
+                dom.duration(v, f"join bound {what}", signed=True)
+
+    def _check(self, schema: pa.Schema) -> tuple[pa.Schema, pa.Schema, pa.Schema, TimeDomain]:
+        ls, rs, out, dom = super()._check(schema)
+        for a, op, b in self.where:
+            if a not in ls.names or b not in rs.names:
+                raise SchemaError(f"join 'where' [{a!r}, {op!r}, {b!r}] needs a column of {self.left!r} (columns "
+                                  f"{ls.names}) and one of {self.right!r} (columns {rs.names})")
+            at, bt = ls.field(a).type, rs.field(b).type
+            if at != bt or not (pa.types.is_integer(at) or pa.types.is_floating(at) or pa.types.is_temporal(at)):
+                raise SchemaError(f"join 'where' compares {self.left}.{a} ({at}) with {self.right}.{b} ({bt}): gpuwm "
+                                  "compares numbers and times of one type; cast one side first")
+        return ls, rs, out, dom
 
 
 @dataclass(frozen=True)
@@ -428,6 +489,7 @@ class _Join(Operator, Drained, Tiers):
         self._fresh_hits: list[tuple[int, Any]] = []
         self._late_by: dict[str, list[pa.Table]] | None = None
         self._next_run = self._next_hit = 0
+        self._where: list = []  # the residual condition (an interval join's ``where``)
         self.matches = 0
         self._init_drained()
 
@@ -696,13 +758,34 @@ class _Join(Operator, Drained, Tiers):
         return out
 
     def _pair_up(self, out: list[tuple], lrun: _Side, li: Any, rrun: _Side, ri: Any) -> None:
-        """Rows ``li`` of ``lrun`` joined with rows ``ri`` of ``rrun``: emitted and flagged matched."""
+        """Rows ``li`` of ``lrun`` joined with rows ``ri`` of ``rrun``: those
+        that pass the residual condition emitted and flagged matched."""
+        if self._where and li.shape[0]:
+            li, ri = self._residual(lrun, li, rrun, ri)
         if not li.shape[0]:
             return
         out.append(self._pairs(lrun.frame.take(li), rrun.frame.take(ri), self._prefix_of(lrun.ts[li])))
         self.matches += int(li.shape[0])
         self._matched(self.spec.left, lrun, li)
         self._matched(self.spec.right, rrun, ri)
+
+    def _residual(self, lrun: _Side, li: Any, rrun: _Side, ri: Any) -> tuple[Any, Any]:
+        """The pairs ``(li, ri)`` whose columns satisfy every ``where``
+        comparison (a null on either side satisfies none, as SQL's filter)."""
+        xp = self._backend.xp
+        keep = None
+        for a, op, b in self._where:
+            (av, avalid), (bv, bvalid) = lrun.frame.values(a), rrun.frame.values(b)
+            m = op(av[li], bv[ri])
+            for valid, at in ((avalid, li), (bvalid, ri)):
+                if valid is not None:
+                    m &= valid[at]
+            keep = m if keep is None else keep & m
+        n = int(xp.count_nonzero(keep))
+        if n == keep.shape[0]:
+            return li, ri
+        idx = mask_index(xp, keep, n)
+        return li[idx], ri[idx]
 
     def _evict(self, out: list[tuple], cuts: dict[str, int]) -> None:
         """Each side's state rows with time ``<= cuts[side]`` leave; an outer
@@ -873,14 +956,21 @@ class IntervalJoin(_Join):
     """
 
     def _bind_times(self, dom: TimeDomain) -> None:
-        self._lo = dom.duration(self.spec.lower, "lower", signed=True)
-        self._hi = dom.duration(self.spec.upper, "upper", signed=True)
+        lower, upper = self.spec.lower, self.spec.upper
+        self._lo = -UNBOUNDED_RAW if lower is None else dom.duration(lower, "lower", signed=True)
+        self._hi = UNBOUNDED_RAW if upper is None else dom.duration(upper, "upper", signed=True)
         # a time key (Spark's): a state row leaves at the watermark itself — under a profile whose rows at
         # the watermark are on time (not late_inclusive), one unit behind it, so that such a row finds its partner
         self._margin = (0 if self.profile.late_inclusive else 1) if self.spec.time_key else dom.one_ms()
-        # the output's watermark, on either side's time: W less the larger of how far a left row's state
-        # time trails W and a right row's (Spark's join output watermark: the smaller state watermark)
-        self._behind = max(self._hi, -self._lo) + self._margin
+        # each side's state watermark as W less how far it trails W: a left row stays while a right row
+        # up to W + upper could still match it; a side no bound cleans (upper / lower None) keeps its rows
+        self._trail = {n: b + self._margin for n, b, bound in ((self.spec.left, self._hi, upper),
+                                                               (self.spec.right, -self._lo, lower))
+                       if bound is not None}
+        # the output's watermark, on either side's time: Spark's join output watermark, the least of the
+        # sides' state watermarks and the input watermark
+        self._behind = max([0, *self._trail.values()])
+        self._where = [(a, WHERE_OPS[op], b) for a, op, b in self.spec.where]
 
     def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":
         if self._drained is not None:  # at or behind the last drain: late
@@ -903,8 +993,7 @@ class IntervalJoin(_Join):
             return pa.table({})
         out = self._match_new(self._lo, self._hi)
         if w is not None:
-            self._evict(out, {self.spec.left: w - self._hi - self._margin,
-                              self.spec.right: w + self._lo - self._margin})
+            self._evict(out, {n: w - trail for n, trail in self._trail.items()})
         self._end_drain()
         return self._emit(out)
 

@@ -8,6 +8,7 @@ time.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -532,6 +533,8 @@ class RefIntervalJoin:
     inclusive: bool = True
     margin: int = 1
     keyed: bool = True  # False: the times alone decide (a join with no key pair), a null key too
+    #: the residual condition: (left row position, op, right row position) comparisons a pair must pass
+    where: tuple = ()
     left: list = field(default_factory=list)  # [row, matched]
     right: list = field(default_factory=list)
     new_left: list = field(default_factory=list)
@@ -554,7 +557,11 @@ class RefIntervalJoin:
 
     def _match(self, left: list, right: list) -> bool:
         (lk, lt, _), (rk, rt, _) = left[0], right[0]
-        return (not self.keyed or lk is not None and lk == rk) and lt + self.lo <= rt <= lt + self.hi
+        ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq,
+               "!=": operator.ne}
+        return (not self.keyed or lk is not None and lk == rk) \
+            and (self.lo is None or lt + self.lo <= rt) and (self.hi is None or rt <= lt + self.hi) \
+            and all(ops[op](left[0][a], right[0][b]) for a, op, b in self.where)
 
     def drain(self, w: Any) -> list[tuple]:
         out = []
@@ -574,14 +581,14 @@ class RefIntervalJoin:
         if w is not None:
             self.drained = w
             keep_l, keep_r = [], []
-            for lrow in self.left:
-                if lrow[0][1] <= w - self.hi - self.margin:
+            for lrow in self.left:  # no upper bound: a left row is kept
+                if self.hi is not None and lrow[0][1] <= w - self.hi - self.margin:
                     if not lrow[1] and self.how in ("left", "full"):
                         out.append(lrow[0] + (None, None, None))
                 else:
                     keep_l.append(lrow)
             for rrow in self.right:
-                if rrow[0][1] <= w + self.lo - self.margin:
+                if self.lo is not None and rrow[0][1] <= w + self.lo - self.margin:
                     if not rrow[1] and self.how in ("right", "full"):
                         out.append((None, None, None) + rrow[0])
                 else:

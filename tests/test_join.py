@@ -122,22 +122,33 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="defau
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
 @pytest.mark.parametrize("keys", ["int", "str", "none"])
 @given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8), profile=st.sampled_from(["spark", "risingwave"]),
-       bounds=st.sampled_from([(0, 20), (-5, 5), (3, 9), (-10, -2), (0, 0), "key"]),
+       bounds=st.sampled_from([(0, 20), (-5, 5), (3, 9), (-10, -2), (0, 0), "key", (0, None), (None, 4),
+                               (None, None)]),
+       where=st.sampled_from([(), (("lid", "<", "rid"),), (("lt", "!=", "rt"), ("lid", ">=", "rid"))]),
        tiers=st.sampled_from(list(TIERS)))
-def test_join_matches_reference(backend, how, keys, batches, stop, profile, bounds, tiers):
+def test_join_matches_reference(backend, how, keys, batches, stop, profile, bounds, where, tiers):
     """``bounds`` "key": the event times a join key (equal times, the state
-    watermark without the range's margin). ``keys`` "none": no key pair, the
-    times alone (Spark's ``a.ts = b.ts``)."""
+    watermark without the range's margin); a bound None: none on that side
+    (the other side's rows are kept: Spark's one-sided range, Nexmark q4).
+    ``keys`` "none": no key pair, the times alone (Spark's ``a.ts =
+    b.ts``). ``where``: a residual condition on the pairs (Spark's
+    post-join filter), which decides what matched for an outer side too."""
     time_key = bounds == "key"
     lo, hi = (0, 0) if time_key else bounds
     ls, rs = (SLEFT, SRIGHT) if keys == "str" else (LEFT, RIGHT)
-    spec = IntervalJoinSpec("a", "b", [] if keys == "none" else [("k", "rk")], "lt", "rt", lo, hi, how,
-                            time_key=time_key)
+    make = (lambda: IntervalJoinSpec("a", "b", [] if keys == "none" else [("k", "rk")], "lt", "rt", lo, hi, how,
+                                     time_key=time_key, where=where))
+    if how != "inner" and None in (lo, hi):
+        with pytest.raises(gpuwm.ConfigError, match="outer join needs both time bounds"):
+            make()
+        return
+    spec = make()
     j = spec.build(profile, backend).bind(inputs_schema({"a": ls, "b": rs}))
     inclusive = gpuwm.resolve_profile(profile).late_inclusive
     # a time key: state leaves at the watermark (one unit behind it where a row at the watermark is on time)
+    at = {"lt": 1, "lid": 2, "rt": 1, "rid": 2}
     ref = RefIntervalJoin(lo, hi, how, inclusive=inclusive, margin=(0 if inclusive else 1) if time_key else 1,
-                          keyed=keys != "none")
+                          keyed=keys != "none", where=tuple((at[a], op, at[b]) for a, op, b in where))
     j = _drive(j, ref, batches, stop, backend, profile, ls, rs, tiers=tiers)
     # a snapshot() round trip continues identically
     again = spec.build(profile, backend).restore(j.snapshot())
@@ -197,6 +208,29 @@ def test_time_bounds_and_types_are_checked():
     with pytest.raises(gpuwm.ConfigError, match="join bound lower must be a timedelta .* for timestamp column"):
         IntervalJoinSpec("a", "b", [("id", "aid")], "ts", "bts", 0, 1).output_schema(
             inputs_schema({"a": a, "b": b.set(0, pa.field("aid", pa.int64()))}))
+    b64 = b.set(0, pa.field("aid", pa.int64()))
+    # a one-sided range and a residual condition (Nexmark q4: bts BETWEEN ts AND expires), from the JSON form
+    ae = a.append(pa.field("expires", pa.timestamp("us", tz="UTC")))
+    q4 = IntervalJoinSpec.between("a", "b", [["id", "aid"]], ["bts", "ts", "0 seconds", None], {"a": ae, "b": b64},
+                                  where=[["bts", "<=", "expires"]])
+    assert (q4.lower, q4.upper, q4.where) == (timedelta(0), None, (("expires", ">=", "bts"),))
+    with pytest.raises(gpuwm.SchemaError, match=r"compares a.id \(int64\) with b.bts"):
+        IntervalJoinSpec("a", "b", [("id", "aid")], "ts", "bts", "0 seconds", None, where=[("id", "<", "bts")]).output_schema(
+            inputs_schema({"a": a, "b": b64}))
+    with pytest.raises(gpuwm.ConfigError, match="op one of"):
+        IntervalJoinSpec("a", "b", [("id", "aid")], "ts", "bts", 0, None, where=[("id", "~", "aid")])
+
+
+@pytest.mark.parametrize("bounds, behind", [((0, 20), 21), ((-5, 5), 6), ((0, None), 1), ((None, 4), 5),
+                                            ((None, None), 0), ((7, None), 0)])
+def test_output_watermark_is_the_least_state_watermark(bounds, behind):
+    """Spark's join output watermark: the least of the input watermark and
+    the state watermarks of the sides a bound cleans — a left row stays
+    while W + upper could match it, a right one while W - lower could (1
+    unit of margin each); a side with no bound has none."""
+    j = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", *bounds).build("spark", "cpu")
+    j.bind(inputs_schema({"a": LEFT, "b": RIGHT}))
+    assert j.release(100).watermark == 100 - behind
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])

@@ -221,7 +221,8 @@ class Pipeline:
         return self.df.schema
 
     def join(self, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any] | None = None,
-             how: str = "inner", window: Mapping[str, Any] | None = None) -> "Pipeline":
+             how: str = "inner", window: Mapping[str, Any] | None = None,
+             where: Sequence[Sequence[str]] = ()) -> "Pipeline":
         """Join two named inputs (a stream-stream interval join, Spark's
         stream-stream join with a time-range condition): rows with equal keys
         (``on``: pairs ``[left column, right column]``) and ``between`` as
@@ -239,9 +240,17 @@ class Pipeline:
         Spark's join with the window in its keys (see
         :class:`gpuwm.join.WindowJoin`). Or, with neither and the two
         watermark columns as a pair in ``on``, a join on equal event times
-        (Spark's ``ts = ts2`` among its keys)."""
+        (Spark's ``ts = ts2`` among its keys).
+
+        A bound None in ``between`` (an inner join's): none on that side, so
+        the other side's rows stay in state (Spark's join with a one-sided
+        range, Nexmark q4's ``b_ts BETWEEN a_ts AND expires``). ``where``:
+        ``[column, op, column]`` comparisons (``<``, ``<=``, ``>``, ``>=``,
+        ``=``, ``!=``), one column of each input, that a pair must pass too
+        (Spark's post-join filter: ``[["b_ts", "<=", "expires"]]``)."""
         opts = {"left": left, "right": right, "on": on, "how": how}
-        opts.update({k: v for k, v in (("between", between), ("window", window)) if v is not None})
+        opts.update({k: v for k, v in (("between", between), ("window", window), ("where", list(where) or None))
+                     if v is not None})
         return self.add("join", **opts)
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":

@@ -720,14 +720,15 @@ def _dedup(spark, node) -> Translation:
     return t
 
 
-#: a join's time bound no two event times are beyond (2,700 years): Spark's inner join without one keeps every row
-UNBOUNDED = timedelta(days=1_000_000)
 #: the watermark delay of a join's inputs whose rows Spark never drops as late: a century (the watermark stays a
 #: time pandas holds, from 1678 on)
 NO_LATE_ROWS = timedelta(days=36_525)
 _HOWS = {"Inner": "inner", "LeftOuter": "left", "RightOuter": "right", "FullOuter": "full"}
 _BOUND = {"GreaterThanOrEqual": (">=", 0), "GreaterThan": (">=", 1), "LessThanOrEqual": ("<=", 0),
           "LessThan": ("<=", 1)}
+_SYMBOLS_OF = {"GreaterThanOrEqual": ">=", "GreaterThan": ">", "LessThanOrEqual": "<=", "LessThan": "<"}
+_SYMBOLS = {v: k for k, v in _SYMBOLS_OF.items()}
+_FLIP = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}
 
 
 def _join_side(spark, node) -> tuple[Translation, Any, str, set[int], list[tuple[str, str, int]]]:
@@ -879,7 +880,7 @@ def _join(spark, node) -> Translation:
     cond = node.condition()
     if not cond.isDefined():
         raise Refused("Join", "no join condition: gpuwm joins on equal keys within a time range")
-    on, bounds, equal = [], {}, set()  # equal: "time" (ts = ts2), "window" (w = w2)
+    on, bounds, equal, where = [], {}, set(), []  # equal: "time" (ts = ts2), "window" (w = w2)
     for e in _conjuncts(cond.get()):
         k = _kind(e)
         if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
@@ -895,15 +896,22 @@ def _join(spark, node) -> Translation:
             if a in sides["left"].columns and b in sides["right"].columns and a not in times and b not in times:
                 on.append([sides["left"].columns[a], sides["right"].columns[b]])
                 continue
-        got = _range(e, times) if k in _BOUND or k == "Between" else None
-        if got is None:
-            raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (column = column) and "
-                                  "bounds between the two sides' watermark columns, equal event times or equal "
-                                  "windows")
-        for which, value in got:
-            if which in bounds:
-                raise Refused("Join", f"two {which} bounds on the time between the sides")
-            bounds[which] = value
+        for sym, a, b in _comparisons(e):
+            got = _range_of(*_BOUND[_SYMBOLS[sym]], a, b, times)
+            if got is None:  # the rest of the condition: Spark's post-join filter, one column of each side
+                ia, ib = (_id(x) if _kind(x) == "AttributeReference" else None for x in (a, b))
+                if ib in sides["left"].columns and ia in sides["right"].columns:
+                    ia, ib, sym = ib, ia, _FLIP[sym]
+                if ia not in sides["left"].columns or ib not in sides["right"].columns or ia in wins or ib in wins:
+                    raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (column = column), "
+                                          "bounds between the two sides' watermark columns, equal event times or "
+                                          "equal windows, and compares a column of each side")
+                where.append([sides["left"].columns[ia], sym, sides["right"].columns[ib]])
+                continue
+            for which, value in got:
+                if which in bounds:
+                    raise Refused("Join", f"two {which} bounds on the time between the sides")
+                bounds[which] = value
     left, right = sides["left"], sides["right"]
     if not on and not equal:
         raise Refused("Join", "gpuwm's join needs equal keys (column = column), equal event times or equal "
@@ -914,8 +922,8 @@ def _join(spark, node) -> Translation:
         if "window" not in equal or lwin is None or rwin is None or (lwin.size, lwin.slide) != (rwin.size, rwin.slide):
             raise Refused("Join", f"a window in a join's side ({lshown or rshown}) that is not a key equal to the "
                                   f"same window of the other side ({rshown or lshown})")
-        if bounds or "time" in equal:
-            raise Refused("Join", "a join in the same window with a time condition as well")
+        if bounds or "time" in equal or where:
+            raise Refused("Join", "a join in the same window with a time condition or another comparison as well")
         from ...window import Tumble
 
         window = {"tumble": lwin.size} if isinstance(lwin, Tumble) else {"hop": lwin.size, "slide": lwin.slide}
@@ -927,21 +935,26 @@ def _join(spark, node) -> Translation:
         on.append([left.time[1], right.time[1]])
         shown = f"join       {how} on {on} (equal event times)"
     elif not bounds and how == "inner":  # no time bound (Nexmark q3 as written): every pair, state kept forever
-        between = [right.time[1], left.time[1], -UNBOUNDED, UNBOUNDED]
+        between = [right.time[1], left.time[1], None, None]
         shown = f"join       {how} on {on}, no time bound: every row kept in state (as Spark keeps it)"
     else:
-        if set(bounds) != {"lower", "upper"}:
-            raise Refused("Join", "gpuwm's join needs both a lower and an upper bound of one side's event time "
-                                  "around the other's, equal event times or equal windows (an inner join may "
-                                  "have none: its state is kept; Spark refuses an outer one)")
-        between = [right.time[1], left.time[1], timedelta(microseconds=bounds["lower"]),
-                   timedelta(microseconds=bounds["upper"])]
+        if set(bounds) != {"lower", "upper"} and how != "inner":
+            raise Refused("Join", f"a {how} outer join needs both a lower and an upper bound of one side's event "
+                                  "time around the other's, equal event times or equal windows (Spark refuses it "
+                                  "too: an outer row goes out once nothing can match it)")
+        between = [right.time[1], left.time[1], *(None if b not in bounds else timedelta(microseconds=bounds[b])
+                                                  for b in ("lower", "upper"))]
 
         def signed(td: timedelta) -> str:
             return ("- " if td < timedelta(0) else "+ ") + str(abs(td))
 
-        shown = f"join       {how} on {on}, {right.time[0]} between {left.time[0]} {signed(between[2])} and " \
-                f"{left.time[0]} {signed(between[3])}"
+        rng = [f"{right.time[0]} {op} {left.time[0]} {signed(b)}" for op, b in ((">=", between[2]), ("<=", between[3]))
+               if b is not None]
+        kept = [f"{s.time[0]}'s side" for s, b in ((left, between[3]), (right, between[2])) if b is None]
+        shown = f"join       {how} on {on}, {' and '.join(rng)}" + (
+            f"; no bound cleans {kept[0]}: its rows are kept in state (as Spark keeps them)" if kept else "")
+    if where:
+        shown += f", where {' and '.join(' '.join(w) for w in where)}"
     columns = {**left.columns, **right.columns}
     absent = {"left": how in ("right", "full"), "right": how in ("left", "full")}  # sides an output row may lack
     output = list(scala_iter(node.output()))
@@ -958,16 +971,26 @@ def _join(spark, node) -> Translation:
             step.append([ids[_id(a)], {"when": [{"is_not_null": {"col": sides[side].time[1]}}, _WINDOW_STRUCT]}])
         else:
             step.append([ids[_id(a)], _WINDOW_STRUCT])
-    return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, how, window)],
+    unbounded = between is not None and between[2] is None and between[3] is None
+    return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, how, window, where)],
                        [step], left.shown + right.shown + [shown], ids, columns,
-                       time=None if between is not None and between[3] == UNBOUNDED else time, inputs=sides,
-                       other_times=[] if time is None else [right.time])
+                       time=None if unbounded else time, inputs=sides,
+                       other_times=[] if time is None or unbounded else [right.time])
 
 
 def _unbounded_join(t: Translation) -> bool:
     """Whether ``t``'s last stage is an inner join without a time bound."""
     return bool(t.stages) and t.stages[-1][0] == "join" and t.stages[-1][4] is not None \
-        and t.stages[-1][4][3] == UNBOUNDED
+        and t.stages[-1][4][2] is None and t.stages[-1][4][3] is None
+
+
+def _comparisons(e) -> list[tuple[str, Any, Any]]:
+    """A conjunct as comparisons ``(op, a, b)`` (:data:`_SYMBOLS`): a
+    ``BETWEEN`` as its two; anything else none."""
+    k = _kind(e)
+    if k == "Between":  # input >= lower AND input <= upper
+        return [(">=", e.input(), e.lower()), ("<=", e.input(), e.upper())]
+    return [(_SYMBOLS_OF[k], e.left(), e.right())] if k in _SYMBOLS_OF else []
 
 
 def _unbounded_lateness(df, t: Translation) -> None:
@@ -1035,17 +1058,6 @@ def _time_term(e) -> tuple[int, int] | None:
             return None
         return base[0], base[1] + sign * us
     return None
-
-
-def _range(e, times: dict[int, str]) -> list[tuple[str, int]] | None:
-    """A comparison between the two sides' event times as bounds on
-    ``right.time - left.time``: [("lower" | "upper", microseconds)], or None."""
-    if _kind(e) == "Between":  # input >= lower AND input <= upper
-        lo = _range_of(">=", 0, e.input(), e.lower(), times)
-        hi = _range_of("<=", 0, e.input(), e.upper(), times)
-        return None if lo is None or hi is None else lo + hi
-    op, strict = _BOUND[_kind(e)]
-    return _range_of(op, strict, e.left(), e.right(), times)
 
 
 def _range_of(op: str, strict: int, a, b, times: dict[int, str]) -> list[tuple[str, int]] | None:
@@ -1128,7 +1140,7 @@ class Accelerated:
                     p.window(st[1], by=st[2], aggs=st[3], emit={"update": "on-update", "complete": "complete"}.get(
                         mode, "on-window-close"))
                 elif st[0] == "join":
-                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6])
+                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6], where=st[7])
                 elif st[0] == "topn":
                     p.stage(st[1])
                 else:
