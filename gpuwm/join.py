@@ -19,7 +19,12 @@ Each drain runs one micro-batch of the join (Spark's symmetric hash join,
    never matched are emitted with nulls for the other side.
 
 So state is bounded by the watermark and the bounds, and the output equals
-Spark's stream-stream join append output. Rows with a null key match
+Spark's stream-stream join append output. An inner join may lack a bound
+(``lower`` or ``upper`` None): the side it would clean keeps its rows, as
+Spark keeps a side no range condition gives a state watermark. ``where``
+holds the rest of Spark's condition: comparisons of a left and a right
+column each pair must pass before it is emitted or flags a row matched
+(Spark's post-join filter). Rows with a null key match
 nothing: an outer side keeps them until they leave the state and emits
 them with nulls, another side drops them at once (as Spark's inferred
 ``IS NOT NULL`` filters do);

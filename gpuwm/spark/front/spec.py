@@ -68,7 +68,9 @@ Operators: ``stages``, a list of stages, each one of
   windows),
 - ``{"join": {"left": name, "right": name, "on": [[left col, right col], ...],
   "between": [t1, t2, lower, upper] | "window": {"tumble": size} | {"hop":
-  size, "slide": s}, "how": "inner" | "left" | "right" | "full"}}`` as the
+  size, "slide": s}, "how": "inner" | "left" | "right" | "full", "where":
+  [[col, op, col], ...]}}`` (a bound null: none on that side, inner only;
+  ``where``: comparisons of a column of each input every pair passes) as the
   first stage of a spec with ``inputs`` instead of ``source`` and
   ``watermark``: ``{"inputs": {name: {"source": {...}, "watermark":
   {...}}, ...}}`` (see ``Pipeline.join``), or ``{"union": {}}`` there:
