@@ -13,6 +13,13 @@ the state is at most ``n`` rows per partition (more with ties under
 ``rank`` / ``dense_rank``). A drain emits the closed windows' rows with
 their rank (the partition's rows ordered by ``order``; ties under
 ``row_number`` by arrival); rows of a window a drain closed are late.
+
+Or a partition closes by a column of its rows (``until``, no window): the
+rows with equal keys and an equal ``until`` close once the watermark
+reaches it. This is for a stream whose rows all have their event time at
+or below ``until`` — a join whose condition bounds one side's time by a
+column of the other, Nexmark q9's ``b_ts BETWEEN a_ts AND expires``: once
+the watermark passes an auction's ``expires``, no bid can join it.
 """
 
 from __future__ import annotations
@@ -83,6 +90,8 @@ class TopNSpec(OperatorSpec):
     n: int = 1
     fn: str = "row_number"
     output: str | None = None
+    #: instead of a window: the column whose value closes a partition (the rows' event times are at or below it)
+    until: str | None = None
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     kind: ClassVar[str] = "topn"
@@ -90,8 +99,12 @@ class TopNSpec(OperatorSpec):
     def __post_init__(self) -> None:
         from .window import Tumble
 
-        if not isinstance(self.window, Tumble):
-            raise ConfigError(f"top-n partitions by a tumbling window (gpuwm.Tumble), got {self.window!r}")
+        if self.until is not None:
+            if self.window is not None:
+                raise ConfigError("top-n partitions close by a window or by an 'until' column, not both")
+        elif not isinstance(self.window, Tumble):
+            raise ConfigError(f"top-n partitions by a tumbling window (gpuwm.Tumble) or closes them by an 'until' "
+                              f"column, got {self.window!r}")
         object.__setattr__(self, "by", (self.by,) if isinstance(self.by, str) else tuple(self.by))
         object.__setattr__(self, "order", _check_order(self.order))
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
@@ -106,11 +119,16 @@ class TopNSpec(OperatorSpec):
         event time (after a window stage, omit it: the stage's windows)."""
         from .window import Tumble
 
-        o = json_options("topn", options, {"window", "by", "order", "n", "fn", "output"}, ("order", "n"),
+        o = json_options("topn", options, {"window", "by", "order", "n", "fn", "output", "until"}, ("order", "n"),
                          '{"topn": {"window": "10 seconds", "by": ["k"], "order": ["-price"], "n": 3}}')
         if ctx.event_time is None:
             raise ConfigError("a topn stage needs a watermark (its partitions close by it)")
         size = o.get("window")
+        if o.get("until") is not None:
+            if size is not None:
+                raise ConfigError("a topn stage takes 'window' or 'until', not both")
+            return cls(None, o.get("by", ()), o["order"], o["n"], o.get("fn", "row_number"), o.get("output"),
+                       o["until"])
         if size is None:
             prev = ctx.previous
             window = getattr(prev, "window", None)
@@ -135,22 +153,35 @@ class TopNSpec(OperatorSpec):
         """As a first stage: under ``window_lateness="window"`` (Spark) a row
         behind the watermark still counts while its window is open (rows of a
         closed window are late here), as in a windowed aggregation."""
+        if self.window is None:
+            return None
         return self.window.size if profile.window_lateness == "window" else None
 
+    def describe(self) -> dict:
+        """The dataclass's fields; ``until`` only when set (a checkpoint from before it still matches)."""
+        d = super().describe()
+        if self.until is None:
+            del d["until"]
+        return d
+
     def build(self, profile: Any, backend: str | None = None) -> "TopN":
-        return TopN(self.window, self.by, self.order, self.n, self.fn, self.output, profile, backend=backend)
+        return TopN(self.window, self.by, self.order, self.n, self.fn, self.output, profile, backend=backend,
+                    until=self.until)
 
     def keys(self) -> tuple[str, ...]:
         return self.by
 
     def check(self, ctx: StageContext) -> None:
-        if self.window.column != ctx.event_time and self.window.column not in ctx.also_times:
+        if self.window is not None and self.window.column != ctx.event_time and \
+                self.window.column not in ctx.also_times:
             raise ConfigError(f"top-n window column {self.window.column!r} differs from the event-time column of "
                               f"its input, {ctx.event_time!r}")
 
     def output_schema(self, schema: pa.Schema) -> pa.Schema:
-        dom = event_time_domain(schema, self.window.column)
-        self.window.raw(dom)
+        if self.until is not None:
+            event_time_domain(schema, self.until)
+        else:
+            self.window.raw(event_time_domain(schema, self.window.column))
         for k in self.by:
             if k not in schema.names:
                 raise SchemaError(f"top-n partition column {k!r} not found; the table has columns {schema.names}")
@@ -196,8 +227,8 @@ class TopN(Operator, Drained):
 
     def __init__(self, window: Any, by: Sequence[str] = (), order: Any = (), n: int = 1, fn: str = "row_number",
                  output: str | None = None, profile: str | Profile = "risingwave", *,
-                 close_minus_one: bool | None = None, backend: str | None = None):
-        self.spec = TopNSpec(window, by, order, n, fn, output)
+                 close_minus_one: bool | None = None, backend: str | None = None, until: str | None = None):
+        self.spec = TopNSpec(window, by, order, n, fn, output, until)
         self.window, self.by, self.order = window, list(self.spec.by), self.spec.order
         self.n, self.fn, self.output = n, fn, output
         self.profile = resolve(profile, close_minus_one=close_minus_one)
@@ -212,9 +243,14 @@ class TopN(Operator, Drained):
             same_schema(self._schema, schema, "TopN.push")
             return self
         self._out_schema = self.spec.output_schema(schema)
-        self._domain = event_time_domain(schema, self.window.column)
-        self._size = self.window.raw(self._domain)[0]
-        self._close = 1 if self.profile.close_minus_one else 0
+        self._until = self.spec.until
+        if self._until is not None:  # a partition's "window" is its close time itself
+            self._domain = event_time_domain(schema, self._until)
+            self._size, self._close = 1, 0
+        else:
+            self._domain = event_time_domain(schema, self.window.column)
+            self._size = self.window.raw(self._domain)[0]
+            self._close = 1 if self.profile.close_minus_one else 0
         self._schema = schema
         self._rows = Frame.empty(schema, self._backend)  # sorted by (window, keys, order)
         self._widx = self._backend.xp.zeros(0, dtype=self._backend.xp.int64)
@@ -227,11 +263,13 @@ class TopN(Operator, Drained):
         """Take rows into their windows' partitions, keeping those that can
         still rank ``<= n``; rows of a closed window are late."""
         table = self._chunk(table)
-        frame, ts, rows = self._event_times(table, self.window.column)
+        frame, ts, rows = self._event_times(table, self.window.column if self._until is None else self._until)
         if rows is not None:
             frame = frame.take(rows)
         xp = self._backend.xp
-        widx = ts // self._size
+        # a row's partition closes at the end of its window — or, closed by a column, at its value (as a
+        # "window" index that ends there: (until - 1 + 1) * 1)
+        widx = ts // self._size if self._until is None else ts - 1
         if self._drained is not None and widx.shape[0]:
             open_ = (widx + 1) * self._size > self._drained + self._close
             nlate = int(widx.shape[0] - xp.count_nonzero(open_))

@@ -697,6 +697,8 @@ class RefTopN:
     order: list
     n: int
     fn: str = "row_number"
+    #: r[0] is not an event time but the partition's close time (TopN's ``until``): closed once r[0] <= w
+    until: bool = False
     state: dict = field(default_factory=dict)  # (window, key) -> rows in arrival order
     drained: Any = None
     late: int = 0
@@ -707,11 +709,14 @@ class RefTopN:
             if r[0] is None:
                 self.nulls += 1
                 continue
-            w = r[0] // self.size
-            if self.drained is not None and (w + 1) * self.size <= self.drained:
+            w = r[0] if self.until else r[0] // self.size
+            if self.drained is not None and self._closes(w, self.drained):
                 self.late += 1
                 continue
             self.state.setdefault((w, self.key_of(r)), []).append(r)
+
+    def _closes(self, w: int, watermark: int) -> bool:
+        return w <= watermark if self.until else (w + 1) * self.size <= watermark
 
     def _sort_key(self, r: tuple) -> tuple:
         out = []
@@ -724,7 +729,7 @@ class RefTopN:
     def drain(self, w: int) -> list[tuple]:
         self.drained = w
         out = []
-        for part in [p for p in self.state if (p[0] + 1) * self.size <= w]:
+        for part in [p for p in self.state if self._closes(p[0], w)]:
             rows = sorted(self.state.pop(part), key=self._sort_key)  # stable: ties by arrival
             keys = [self._sort_key(r) for r in rows]
             for j, r in enumerate(rows):

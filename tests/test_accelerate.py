@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -456,8 +457,8 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
                           (-3_000_000, 60_000_000)),
                          ("b_aid = a_id AND a_ts > b_ts - interval 20 seconds AND a_ts < b_ts", (1, 19_999_999))):
-        (_, _, _, on, between, how, _), = translate(a.join(b, F.expr(cond))).stages
-        assert (on, between[:2], how) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner")
+        (_, _, _, on, between, how, _, where), = translate(a.join(b, F.expr(cond))).stages
+        assert (on, between[:2], how, where) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner", [])
         assert [d // timedelta(microseconds=1) for d in between[2:]] == list(bounds)
 
 
@@ -1320,6 +1321,8 @@ def test_a_join_bounded_by_a_column_of_one_side_equals_spark_running_it(spark, t
     state watermark."""
     from pyspark.sql import functions as F
 
+    from gpuwm.spark.front.translate import translate
+
     from .test_spark_join import A_SCHEMA
 
     _, b = _auctions_and_bids(spark, str(tmp_path), batches=10)
@@ -1328,6 +1331,12 @@ def test_a_join_bounded_by_a_column_of_one_side_equals_spark_running_it(spark, t
         "a_ts", "10 seconds")
     q4 = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND expires"))
     acc = accelerate(q4, vnodes=2, fallback="error")
+    a.createOrReplaceTempView("auction4")
+    b.createOrReplaceTempView("bid4")
+    sql = spark.sql("SELECT A.*, B.* FROM auction4 A, bid4 B WHERE A.a_id = B.b_aid AND B.b_ts BETWEEN A.a_ts AND "
+                    "A.expires AND (A.seller < 3 OR B.price > 10)")  # Nexmark's SQL: FROM a, b WHERE ...
+    got = translate(sql)
+    assert got.stages == acc.translation.stages and "filter     ((A.seller < CAST(3 AS BIGINT)) OR (B.price > CAST(10 AS BIGINT)))" in got.shown, got.shown
     text = acc.explain()
     assert "b_ts >= a_ts + 0:00:00; no bound cleans a_ts's side: its rows are kept in state" in text, text
     assert "where expires >= b_ts" in text, text
@@ -1335,6 +1344,63 @@ def test_a_join_bounded_by_a_column_of_one_side_equals_spark_running_it(spark, t
     per_window = q4.groupBy(F.window("a_ts", "10 seconds"), "seller").agg(F.max("price").alias("top"),
                                                                        F.count("*").alias("bids"))
     _equals_spark(spark, per_window, accelerate(per_window, fallback="error"), tmp_path / "window", batches=1)
+
+
+def test_nexmark_q9_as_published_equals_spark_batch(spark, tmp_path):
+    """Nexmark q9 (each auction's winning bid) in its published SQL: ``FROM
+    auction A, bid B WHERE A.id = B.auction AND B.dateTime BETWEEN
+    A.dateTime AND A.expires``, ``ROW_NUMBER() OVER (PARTITION BY A.id
+    ORDER BY B.price DESC, B.dateTime)``, ``rownum <= 1``. Spark refuses it
+    on a stream; gpuwm joins (bids cleaned by the watermark, auctions
+    kept), then ranks each auction's bids and emits the winner once the
+    watermark passes its ``expires`` (no bid can join it after). Equal to
+    Spark's batch run of the same SQL over the whole input (no row late)
+    for every auction that expired (a last batch at 600 s expires all),
+    at vnodes 2."""
+    from pyspark.sql import functions as F
+
+    from .test_spark_join import A_SCHEMA, B_SCHEMA, TS
+    from .test_spark_join import _write as write_streams
+
+    rng = np.random.default_rng(9)
+    auctions, bids, nid = [], [], 0
+    for i in range(6):  # every row within its input's delay of the newest: none late
+        ids = np.arange(nid, nid + 12)
+        nid += 12
+        a_sec = i * 4 + rng.integers(0, 3, 12)
+        auctions.append(pa.table({"a_id": ids, "a_ts": pa.array([T0 + timedelta(seconds=int(x)) for x in a_sec], TS),
+                                  "seller": rng.integers(0, 4, 12)}))
+        aid = rng.integers(max(0, nid - 16), nid, 30)  # bids close behind the watermark (1 s late at most)
+        b_sec = i * 4 + rng.integers(-3, 4, 30) + rng.integers(1, 1000, 30) / 1000
+        bids.append(pa.table({"b_aid": aid, "b_ts": pa.array([T0 + timedelta(seconds=float(x)) for x in b_sec], TS),
+                              "price": (b_sec * 4).astype(int)}))  # the later bid wins, ties: the earlier
+    end = pa.array([T0 + timedelta(seconds=600)], TS)
+    auctions.append(pa.table({"a_id": [10**6], "a_ts": end, "seller": [0]}))
+    bids.append(pa.table({"b_aid": [10**6 + 1], "b_ts": end, "price": [1]}))
+    write_streams(f"{tmp_path}/a", auctions)
+    write_streams(f"{tmp_path}/b", bids)
+    expires = F.expr("a_ts + INTERVAL '3' SECOND * (seller % 3) + INTERVAL '1' SECOND")
+    q9 = ("SELECT a_id, seller, expires, auction, price, bid_ts FROM (SELECT A.*, B.b_aid AS auction, B.price, "
+          "B.b_ts AS bid_ts, ROW_NUMBER() OVER (PARTITION BY A.a_id ORDER BY B.price DESC, B.b_ts ASC) AS rownum "
+          "FROM {a} A, {b} B WHERE A.a_id = B.b_aid AND B.b_ts BETWEEN A.a_ts AND A.expires) WHERE rownum <= 1")
+
+    def read(reader, name, schema):
+        return reader.schema(schema).parquet(f"{tmp_path}/{name}")
+
+    stream = read(spark.readStream.option("maxFilesPerTrigger", 1), "a", A_SCHEMA).withColumn("expires", expires)
+    stream.withWatermark("a_ts", "1 second").createOrReplaceTempView("auction9s")  # tight: a winner closes soon
+    read(spark.readStream.option("maxFilesPerTrigger", 1), "b", B_SCHEMA).withWatermark(
+        "b_ts", "1 second").createOrReplaceTempView("bid9s")
+    read(spark.read, "a", A_SCHEMA).withColumn("expires", expires).createOrReplaceTempView("auction9b")
+    read(spark.read, "b", B_SCHEMA).createOrReplaceTempView("bid9b")
+    acc = accelerate(spark.sql(q9.format(a="auction9s", b="bid9s")), vnodes=2, fallback="error")
+    assert "top-n      row_number() <= 1 per partition (closed when the watermark passes expires" in acc.explain()
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out").awaitTermination()
+    got = sorted((r for rows in _batches(f"{tmp_path}/out").values() for r in rows), key=repr)
+    want = sorted((tuple(_norm(v) for v in r) for r in spark.sql(q9.format(a="auction9b", b="bid9b")).filter(
+        F.col("expires") < F.lit(T0 + timedelta(seconds=600))).collect()), key=repr)
+    assert len(want) > 20 and got == want
 
 
 def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_kept(spark, tmp_path):

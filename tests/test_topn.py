@@ -35,20 +35,28 @@ def _rows(t: pa.Table, keytype="int") -> list:
     return sorted(((r["t"], conv(r["k"]), r["v"], r["u"], r["rn"]) for r in t.to_pylist()), key=repr)
 
 
-@pytest.mark.parametrize("fn,order,keys,restore", [
-    ("row_number", "-v", "int", False), ("rank", "v,-u", "str", True), ("dense_rank", "v nulls last", "none", False),
-    ("row_number", "v,-u", "none", True), ("rank", "-v", "int", False), ("dense_rank", "-v", "str", True)])
+@pytest.mark.parametrize("fn,order,keys,restore,until", [
+    ("row_number", "-v", "int", False, False), ("rank", "v,-u", "str", True, False),
+    ("dense_rank", "v nulls last", "none", False, False), ("row_number", "v,-u", "none", True, False),
+    ("rank", "-v", "int", False, False), ("dense_rank", "-v", "str", True, False),
+    ("row_number", "-v", "int", True, True), ("rank", "v,-u", "none", False, True)])
 @given(ops=ops_st, n=st.integers(1, 3))
-def test_topn_matches_reference(backend, fn, order, keys, restore, ops, n):
+def test_topn_matches_reference(backend, fn, order, keys, restore, until, ops, n):
     """Every drain equals the reference's rows and ranks (row_number's ties
     by arrival); late and null rows counted; the state never holds more
     than the rows that can still rank <= n — and with ``restore`` every
-    push goes to an operator restored from the last one's state parts."""
+    push goes to an operator restored from the last one's state parts.
+    ``until``: partitions closed by a column (``t`` as a close time, not a
+    window's event time: Nexmark q9's ``expires``)."""
     by = [] if keys == "none" else ["k"]
-    mk = lambda: gpuwm.TopN(gpuwm.Tumble("t", 10), by, SPEC_ORDERS[order], n, fn, "rn",  # noqa: E731
-                            backend=backend)
+    if until:
+        mk = lambda: gpuwm.TopN(None, by, SPEC_ORDERS[order], n, fn, "rn", backend=backend,  # noqa: E731
+                                until="t")
+    else:
+        mk = lambda: gpuwm.TopN(gpuwm.Tumble("t", 10), by, SPEC_ORDERS[order], n, fn, "rn",  # noqa: E731
+                                backend=backend)
     a = mk()
-    ref = RefTopN(10, (lambda r: (r[1],)) if by else (lambda r: ()), list(ORDERS[order]), n, fn)
+    ref = RefTopN(10, (lambda r: (r[1],)) if by else (lambda r: ()), list(ORDERS[order]), n, fn, until=until)
     w = 0
     for op, arg in ops:
         if op == "push":
@@ -79,6 +87,8 @@ def test_topn_output_types_and_order():
 def test_topn_spec_errors():
     with pytest.raises(gpuwm.ConfigError, match="partitions by a tumbling window"):
         TopNSpec(gpuwm.Hop("t", 10, 5), (), ["v"], 1)
+    with pytest.raises(gpuwm.ConfigError, match="by a window or by an 'until' column, not both"):
+        TopNSpec(gpuwm.Tumble("t", 10), (), ["v"], 1, until="t")
     with pytest.raises(gpuwm.ConfigError, match="n >= 1"):
         TopNSpec(gpuwm.Tumble("t", 10), (), ["v"], 0)
     with pytest.raises(gpuwm.ConfigError, match="ranks with one of"):

@@ -65,7 +65,9 @@ Operators: ``stages``, a list of stages, each one of
   "fn": "row_number" | "rank" | "dense_rank", "output": "rn"}}`` — the rows
   ranked ``<= n`` per (tumbling window of the event time, keys), emitted
   when the window closes (after a window stage, no ``window``: its
-  windows),
+  windows; after a join, ``"until": col`` instead: a partition of equal
+  keys and ``col`` closes once the watermark reaches ``col``, a column
+  every row's event time is at or below — Nexmark q9's ``expires``),
 - ``{"join": {"left": name, "right": name, "on": [[left col, right col], ...],
   "between": [t1, t2, lower, upper] | "window": {"tumble": size} | {"hop":
   size, "slide": s}, "how": "inner" | "left" | "right" | "full", "where":

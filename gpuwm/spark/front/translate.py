@@ -163,7 +163,13 @@ def translate(df) -> Translation:
             tops.append(node)
         node = node.child()
     kind = _kind(node)
-    if kind in _STATEFUL:
+    comma = _comma_join(tops[-1]) if kind == "Join" and tops and _kind(tops[-1]) == "Filter" else None
+    if comma is not None:  # FROM a, b WHERE ...: the WHERE's comparisons of the sides are the join's condition
+        node, fold, rest = comma
+        tops[-1] = _filter(df.sparkSession, rest, tops[-1].child()) if rest else None
+        tops = [p for p in tops if p is not None]
+        t = _join(df.sparkSession, node, fold)
+    elif kind in _STATEFUL:
         t = _STATEFUL[kind](df.sparkSession, node)
     elif kind in ("EventTimeWatermark", "StreamingRelation", "StreamingRelationV2"):
         raise Refused("a stateless query", "no stateful operator (an aggregation, a dedup, a join) is above "
@@ -269,6 +275,9 @@ def _input(spark, node) -> Translation:
         if kind in _TRANSPARENT:
             node = node.child()
             continue
+        comma = _comma_join(node) if kind == "Filter" else None
+        if comma is not None and not comma[2]:  # FROM a, b WHERE <the join's condition>
+            return _join(spark, comma[0], comma[1])
         if kind == "Filter":
             raise Refused("Filter", "a filter between withWatermark and the operator: Spark's watermark sees "
                                     "the rows before it, gpuwm's would see those after; filter before withWatermark")
@@ -557,14 +566,17 @@ def _topn(spark, node, tops: list) -> Translation:
     if any(_kind(p) != "AttributeReference" for p in part):
         raise Refused("Window", "a PARTITION BY expression: partition by columns (a window column among them)")
     probe = node.child()
-    while _kind(probe) in ("Project",) + _TRANSPARENT:
+    while _kind(probe) in ("Project",) + _TRANSPARENT or _kind(probe) == "Filter" and _comma_join(probe):
         probe = probe.child()
     source = _kind(probe) not in _STATEFUL  # else a stage's rows: a source's, with a window column made over them
-    win_stage = None
+    win_stage = until = None
     if not source:
         t = _input(spark, node.child())
         win_stage = t.stages[-1] if t.stages and t.stages[-1][0] == "window" else None
-    if win_stage is not None:  # over an aggregation: its window is one of the partition keys
+        until = _until(t)
+    if until is not None:  # over a join's rows whose condition bounds their time by a column: closed by it
+        cols = t.columns
+    elif win_stage is not None:  # over an aggregation: its window is one of the partition keys
         if not any(_id(p) == t.window_id for p in part):
             raise Refused("Window", "a rank over an aggregation's rows not partitioned by its window: its state "
                                     "would never be cleaned (add the window to PARTITION BY)")
@@ -577,7 +589,8 @@ def _topn(spark, node, tops: list) -> Translation:
         t, ts, win_attr, shown_win = _topn_source(spark, node, part)
         cols = t.columns
     else:
-        raise Refused("Window", "a rank over a dedup's or a join's rows: gpuwm's top-N partitions by a window")
+        raise Refused("Window", "a rank over a dedup's or a join's rows: gpuwm's top-N partitions by a window, or "
+                                "closes them by a column that bounds a join's event time (b_ts <= expires)")
     by = []
     for p in part:
         if win_stage is not None and _id(p) == t.window_id or source and _id(p) == win_attr[0]:
@@ -594,13 +607,18 @@ def _topn(spark, node, tops: list) -> Translation:
         nulls_first = _kind(so.nullOrdering()).startswith("NullsFirst")
         order.append((cols[_id(c)], "desc" if desc else "asc", "nulls_first" if nulls_first else "nulls_last"))
         shown_order.append(str(so.sql()))
-    if win_stage is not None:
+    if win_stage is not None and until is None:
         spec = TopNSpec.after_window(win_stage[1], ts, by, order, n, fn, _RANK_COLUMN)
         step = t.output[-1]
         shown_win = "the aggregation's window"
     else:
-        spec = TopNSpec(Tumble(ts, win_attr[1]), by, order, n, fn, _RANK_COLUMN)
-        step = []
+        if until is not None:
+            spec = TopNSpec(None, by, order, n, fn, _RANK_COLUMN, until)
+            shown_win = f"partition (closed when the watermark passes {until}, which bounds the joined rows' time)"
+            win_attr = (None, None)
+        else:
+            spec = TopNSpec(Tumble(ts, win_attr[1]), by, order, n, fn, _RANK_COLUMN)
+        step = []  # the columns below the ranking, by their names there
         for a in scala_iter(node.child().output()):
             if _id(a) == win_attr[0]:
                 step.append([str(a.name()), {"tumble": [{"col": ts}, win_attr[1] // timedelta(microseconds=1)]}])
@@ -617,8 +635,30 @@ def _topn(spark, node, tops: list) -> Translation:
     t.stages.append(("topn", spec))
     t.shown.append(f"top-n      {fn}() <= {n} per {shown_win}"
                    + (f", {[str(p.name()) for p in part if _id(p) in cols]}" if by else "")
-                   + f" ORDER BY {', '.join(shown_order)}: emitted when the window closes")
+                   + f" ORDER BY {', '.join(shown_order)}: emitted when the "
+                   + ("partition" if until is not None else "window") + " closes")
     return t
+
+
+def _until(t: Translation) -> str | None:
+    """The column that closes a top-N's partitions over ``t``'s rows: where
+    ``t`` ends with an inner join whose residual condition bounds one side's
+    event time by a column of the other (``b_ts <= expires``: every joined
+    row has its time at or below that column) and a range bound cleans
+    that side's state (``b_ts >= a_ts``): a later joined row's time is then
+    above the join's output watermark, the one the top-N drains with — so
+    once it reaches the column's value no row with it comes. None
+    otherwise."""
+    if not t.stages or t.stages[-1][0] != "join" or t.stages[-1][4] is None:
+        return None
+    left, right = t.inputs["left"].time[1], t.inputs["right"].time[1]
+    _, _, lower, upper = t.stages[-1][4]
+    for a, op, b in t.stages[-1][7]:
+        if b == right and op in (">=", ">") and lower is not None:
+            return a
+        if a == left and op in ("<=", "<") and upper is not None:
+            return b
+    return None
 
 
 def _rank_limit(tops: list, rank_id: int) -> int:
@@ -837,7 +877,29 @@ def _rename(t: Translation, picks: list[tuple[str, str, int]], side: str, clash:
     t.columns = {i: n for _, n, i in picks}
 
 
-def _join(spark, node) -> Translation:
+def _comma_join(filter_node) -> tuple[Any, list, list] | None:
+    """``FROM a, b WHERE ...`` (Nexmark's SQL: q4, q9): a filter right above
+    an inner join with no condition of its own. (The join, the conjuncts
+    that are its condition — a comparison or equality of a column of each
+    side —, the rest: a filter of the joined rows.) None for another
+    shape."""
+    node = filter_node.child()
+    while _kind(node) in _TRANSPARENT:
+        node = node.child()
+    if _kind(node) != "Join" or node.condition().isDefined() or _kind(node.joinType()).rstrip("$") != "Inner":
+        return None
+    sides = [{_id(a) for a in scala_iter(c.output())} for c in (node.left(), node.right())]
+    fold, rest = [], []
+    for e in _conjuncts(filter_node.condition()):
+        refs = {_id(a) for a in scala_iter(e.references())}
+        cross = refs <= sides[0] | sides[1] and all(refs & side for side in sides)
+        simple = (_kind(e) == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right()))
+                  or bool(_comparisons(e)))
+        (fold if cross and simple else rest).append(e)
+    return node, fold, rest
+
+
+def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     """A stream-stream join of two watermarked sources (Spark's symmetric
     hash join) on equal keys and either
 
@@ -853,7 +915,9 @@ def _join(spark, node) -> Translation:
       ``spark`` emits each pair as it matches, as Spark's does.
 
     Inner, left, right or full outer. A join with a static table (Nexmark
-    q13's side input) is refused with its own reason."""
+    q13's side input) is refused with its own reason. ``extra``: more
+    conjuncts of its condition (a ``WHERE`` over ``FROM a, b``:
+    :func:`_comma_join`)."""
     static = [name for name, child in (("left", node.left()), ("right", node.right())) if not child.isStreaming()]
     if static:
         raise Refused("Join", f"a stream–static join (its {static[0]} side is a table, not a stream): it keeps no "
@@ -878,10 +942,11 @@ def _join(spark, node) -> Translation:
         times.update({i: name for i, c in t.columns.items() if c == t.time[1]})
     wins = {i: name for name, (_, _, ids) in windows.items() for i in ids}
     cond = node.condition()
-    if not cond.isDefined():
+    conjuncts = (_conjuncts(cond.get()) if cond.isDefined() else []) + list(extra)
+    if not conjuncts:
         raise Refused("Join", "no join condition: gpuwm joins on equal keys within a time range")
     on, bounds, equal, where = [], {}, set(), []  # equal: "time" (ts = ts2), "window" (w = w2)
-    for e in _conjuncts(cond.get()):
+    for e in conjuncts:
         k = _kind(e)
         if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
             a, b = _id(e.left()), _id(e.right())
@@ -948,11 +1013,13 @@ def _join(spark, node) -> Translation:
         def signed(td: timedelta) -> str:
             return ("- " if td < timedelta(0) else "+ ") + str(abs(td))
 
-        rng = [f"{right.time[0]} {op} {left.time[0]} {signed(b)}" for op, b in ((">=", between[2]), ("<=", between[3]))
-               if b is not None]
-        kept = [f"{s.time[0]}'s side" for s, b in ((left, between[3]), (right, between[2])) if b is None]
-        shown = f"join       {how} on {on}, {' and '.join(rng)}" + (
-            f"; no bound cleans {kept[0]}: its rows are kept in state (as Spark keeps them)" if kept else "")
+        lt, rt = left.time[0], right.time[0]
+        if None not in between:
+            shown = f"join       {how} on {on}, {rt} between {lt} {signed(between[2])} and {lt} {signed(between[3])}"
+        else:
+            op, b, kept = (">=", between[2], lt) if between[3] is None else ("<=", between[3], rt)
+            shown = f"join       {how} on {on}, {rt} {op} {lt} {signed(b)}; no bound cleans {kept}'s side: its " \
+                    "rows are kept in state (as Spark keeps them)"
     if where:
         shown += f", where {' and '.join(' '.join(w) for w in where)}"
     columns = {**left.columns, **right.columns}
@@ -1022,6 +1089,15 @@ def _unbounded_lateness(df, t: Translation) -> None:
         side.delay = NO_LATE_ROWS
     t.shown.append("late rows  none: the query reads neither event time, so Spark's join finds no watermark "
                    "column and drops no row")
+
+
+def _filter(spark, conjuncts: list, child):
+    """Spark's ``Filter`` of the ``conjuncts`` (ANDed) over ``child``."""
+    jvm = spark._jvm.org.apache.spark.sql.catalyst
+    cond = conjuncts[0]
+    for e in conjuncts[1:]:
+        cond = jvm.expressions.And(cond, e)
+    return jvm.plans.logical.Filter(cond, child)
 
 
 def _conjuncts(e) -> list:
