@@ -1325,7 +1325,7 @@ def test_a_join_bounded_by_a_column_of_one_side_equals_spark_running_it(spark, t
 
     from .test_spark_join import A_SCHEMA
 
-    _, b = _auctions_and_bids(spark, str(tmp_path), batches=10)
+    _, b = _auctions_and_bids(spark, str(tmp_path), batches=7)
     a = spark.readStream.schema(A_SCHEMA).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/a").withColumn(
         "expires", F.expr("a_ts + INTERVAL '4' SECOND * (seller % 3) + INTERVAL '2' SECOND")).withWatermark(
         "a_ts", "10 seconds")
@@ -1341,7 +1341,7 @@ def test_a_join_bounded_by_a_column_of_one_side_equals_spark_running_it(spark, t
     assert "b_ts >= a_ts + 0:00:00; no bound cleans a_ts's side: its rows are kept in state" in text, text
     assert "where expires >= b_ts" in text, text
     _equals_spark(spark, q4, acc, tmp_path / "join")
-    per_window = q4.groupBy(F.window("a_ts", "10 seconds"), "seller").agg(F.max("price").alias("top"),
+    per_window = q4.groupBy(F.window("a_ts", "5 seconds"), "seller").agg(F.max("price").alias("top"),
                                                                        F.count("*").alias("bids"))
     _equals_spark(spark, per_window, accelerate(per_window, fallback="error"), tmp_path / "window", batches=1)
 
