@@ -179,3 +179,63 @@ def test_a_spark_worker_running_gpuwm_reads_no_zip_directory_per_task(spark):
         return
     assert row["installed"] and row["eager_reads"] >= 3  # pyspark.zip, py4j's zip, the Spark jar at least
     assert row["reads"] == 0
+
+
+def _jvms() -> dict[int, str]:
+    """The ``java`` launchers of this machine's JDKs by feature version."""
+    import glob
+    import re
+    import subprocess
+
+    out = {}
+    for java in sorted(glob.glob("/usr/lib/jvm/*/bin/java")):
+        r = subprocess.run([java, "-version"], capture_output=True, text=True)
+        m = re.search(r'version "(\d+)', r.stderr)
+        if m:
+            out.setdefault(int(m.group(1)), java)
+    return out
+
+
+def test_doubles_are_written_with_the_digits_of_java_s_double_to_string():
+    """Spark's ``to_json`` writes a double with ``Double.toString``: from
+    Java 19 on the shortest digits that read back (two at least, the
+    closest), which gpuwm writes — equal to a Java 19+ JVM's on 50,000
+    doubles of random bits, round decimals and every exponent. Java 17's
+    (this Spark's) are not always the shortest (JDK-4511638): gpuwm writes
+    its integer digits and two-digit minimum too, and every double it
+    still writes otherwise is one Java 17 writes with more digits than it
+    needs — why ``to_json`` of a double on Java 17 stays Spark's."""
+    import os
+    import random
+    import struct
+    import subprocess
+
+    from gpuwm.spark.io.project import _java_double
+
+    jvms = _jvms()
+    new = [v for v in jvms if v >= 19]
+    assert 17 in jvms and new, f"this test needs Java 17 and a Java 19 or later under /usr/lib/jvm; found {jvms}"
+    rnd = random.Random(4511638)
+    values = [struct.unpack("<d", struct.pack("<Q", rnd.getrandbits(64)))[0] for _ in range(30_000)]
+    values += [round(rnd.uniform(-1e6, 1e6), rnd.randint(0, 6)) for _ in range(10_000)]
+    values += [rnd.random() * 10.0 ** rnd.randint(-320, 300) for _ in range(10_000)]
+    values += [1e23, 2e23, 8.41e21, 2.82879384806159e17, 5e-324, 1e-5, 1e7, 9999999.0, 0.001, 2.0 ** 63,
+               float(2 ** 53 + 2), 1.0, 0.1, 100.0, -0.0]
+    values = [v for v in values if math.isfinite(v)]
+    bits = "".join(f"{struct.unpack('<q', struct.pack('<d', v))[0]}\n" for v in values)
+    source = os.path.join(os.path.dirname(__file__), "java", "ToString.java")
+    for version in (17, new[0]):
+        r = subprocess.run([jvms[version], source], input=bits, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        want = r.stdout.split("\n")[:-1]
+        assert len(want) == len(values)
+        bad = [(v, w, g) for v, w in zip(values, want) if (g := _java_double(v, version)) != w]
+        if version >= 19:
+            assert not bad, bad[:5]
+            continue
+        assert 0 < len(bad) < 20, bad[:5]  # 1e23 among them: Java 17's 9.999999999999999E22
+
+        def digits(text: str) -> int:
+            return len(text.split("E")[0].replace("-", "").replace(".", "").strip("0"))
+
+        assert all(float(w) == v and digits(w) > digits(g) for v, w, g in bad), bad

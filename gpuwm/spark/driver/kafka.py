@@ -482,9 +482,18 @@ def translate(e, ids: dict[int, str]) -> dict:
             and not e.options().size() and _utc(e):
         names = [str(n.eval(None).toString()) for n in scala_iter(e.child().nameExprs())]
         values = list(scala_iter(e.child().valExprs()))
-        if all(_json_writable(str(v.dataType().simpleString())) for v in values):
-            return {"to_json": [[n, translate(v, ids)] for n, v in zip(names, values)]}
-        raise Untranslatable(f"{e.sql()} (fields of integer, boolean, string, timestamp and struct types)")
+        types = [str(v.dataType().simpleString()) for v in values]
+        if all(_json_writable(t) for t in types):
+            fields = [[n, translate(v, ids)] for n, v in zip(names, values)]
+            if not any("double" in t for t in types):
+                return {"to_json": fields}
+            java = _java_version()
+            if java < 19:
+                raise Untranslatable(f"{e.sql()} (a double: Spark on Java {java} writes it with that Java's "
+                                     "Double.toString, whose digits gpuwm writes from Java 19 on; before, some are "
+                                     "not the shortest, JDK-4511638)")
+            return {"to_json": {"fields": fields, "java": java}}  # its doubles' digits are the JVM's
+        raise Untranslatable(f"{e.sql()} (fields of integer, double, boolean, string, timestamp and struct types)")
     if kind == "CreateNamedStruct":
         names = [str(n.eval(None).toString()) for n in scala_iter(e.nameExprs())]
         return {"struct": [[n, translate(v, ids)] for n, v in zip(names, scala_iter(e.valExprs()))]}
@@ -505,12 +514,24 @@ def _utc(e) -> bool:
     return tz.isDefined() and str(tz.get()) in ("UTC", "Etc/UTC", "GMT", "Z", "+00:00")
 
 
-_JSON_SCALARS = ("bigint", "int", "smallint", "tinyint", "boolean", "string", "timestamp")
+_JSON_SCALARS = ("bigint", "int", "smallint", "tinyint", "double", "boolean", "string", "timestamp")
+
+
+def _java_version() -> int:
+    """The feature version of the JVM Spark runs on (17 when none is up):
+    ``Double.toString``, which Spark's ``to_json`` writes doubles with,
+    writes the shortest digits from Java 19 on (JDK-4511638)."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is None:
+        return 17
+    return int(str(jvm.java.lang.System.getProperty("java.specification.version")).split(".")[-1])
 
 
 def _json_writable(typ: str) -> bool:
     """A type :func:`gpuwm.spark.io.project.to_json` writes as Spark does:
-    integers, booleans, strings, timestamps, structs of them."""
+    integers, doubles, booleans, strings, timestamps, structs of them."""
     if typ.startswith("struct<") and typ.endswith(">"):
         import re
 

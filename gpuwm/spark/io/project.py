@@ -36,8 +36,10 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
 - ``{"when": [predicate, expr]}`` — ``expr`` where the predicate is true,
   else null (an outer join's window column: null where its side is absent);
 - ``{"to_json": [[field, expr], ...]}`` — Spark's ``to_json(struct(...))``
-  of integer, boolean, string, timestamp (UTC) and struct fields (a Kafka
-  sink's ``value``), and ``{"cast": [expr, "string"]}`` of an integer or a
+  of integer, double, boolean, string, timestamp (UTC) and struct fields (a
+  Kafka sink's ``value``; with a double, ``{"to_json": {"fields": [...],
+  "java": 21}}``: the digits of that Java's ``Double.toString``, which
+  gpuwm writes exactly from Java 19 on), and ``{"cast": [expr, "string"]}`` of an integer or a
   timestamp (a Kafka sink's ``key``): Spark's text.
 
 A step may also be ``{"where": expr}``: the rows for which ``expr`` is true
@@ -143,8 +145,9 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
     if op in ("is_null", "is_not_null"):
         a = _eval(arg, t, counts)
         return pc.is_null(a) if op == "is_null" else pc.is_valid(a)
-    if op == "to_json":
-        return to_json([(n, _eval(x, t, counts)) for n, x in arg], t.num_rows)
+    if op == "to_json":  # [[field, expr], ...], or {"fields": [...], "java": the JVM's version} (doubles' digits)
+        fields, java = (arg["fields"], arg["java"]) if isinstance(arg, dict) else (arg, 17)
+        return to_json([(n, _eval(x, t, counts)) for n, x in fields], t.num_rows, java)
     if op == "tumble":  # window(ts, size)'s struct<start, end> of a UTC timestamp: start = ts - ts mod size
         ts = _eval(arg[0], t, counts)
         us = ts.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
@@ -249,11 +252,16 @@ def _json_escape(a: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise('"', out, '"', "")
 
 
-def _json_value(a: pa.Array) -> pa.Array:
-    """Each value's JSON text as Spark's ``to_json`` writes it (null: null)."""
+def _json_value(a: pa.Array, java: int = 17) -> pa.Array:
+    """Each value's JSON text as Spark's ``to_json`` writes it (null: null);
+    a double as ``Double.toString`` of Java ``java`` gives it."""
     t = a.type
     if pa.types.is_integer(t):
         return a.cast(pa.string())
+    if pa.types.is_float64(t):  # each distinct value once
+        enc = pc.dictionary_encode(a)
+        words = pa.array([_java_double(x, java) for x in enc.dictionary.to_pylist()], pa.string())
+        return words.take(enc.indices)
     if pa.types.is_boolean(t):
         return pc.if_else(a, "true", "false")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -261,21 +269,21 @@ def _json_value(a: pa.Array) -> pa.Array:
     if pa.types.is_timestamp(t):  # Spark's default timestampFormat, yyyy-MM-dd'T'HH:mm:ss.SSSXXX, in UTC
         return pc.binary_join_element_wise('"', _timestamp_text(a, "T", "Z", millis=True), '"', "")
     if pa.types.is_struct(t):
-        inner = to_json([(t.field(i).name, pc.struct_field(a, [i])) for i in range(t.num_fields)], len(a))
+        inner = to_json([(t.field(i).name, pc.struct_field(a, [i])) for i in range(t.num_fields)], len(a), java)
         return pc.if_else(pc.is_valid(a), inner, pa.scalar(None, pa.string()))
     raise ValueError(f"to_json of {t}: not one of the types gpuwm writes")
 
 
-def to_json(fields: list[tuple[str, pa.Array]], n: int) -> pa.Array:
+def to_json(fields: list[tuple[str, pa.Array]], n: int, java: int = 17) -> pa.Array:
     """Spark's ``to_json(struct(...))`` of the columns, row by row: a JSON
     object of the fields in order, a null field left out (Spark's
-    ``ignoreNullFields``), no spaces."""
+    ``ignoreNullFields``), no spaces; doubles as Java ``java`` writes them."""
     import json
 
     pieces = []
     for name, col in fields:  # ',"name":value', or "" where the field is null
         key = "," + json.dumps(name, ensure_ascii=False) + ":"
-        pieces.append(pc.fill_null(pc.binary_join_element_wise(key, _json_value(col), ""), ""))
+        pieces.append(pc.fill_null(pc.binary_join_element_wise(key, _json_value(col, java), ""), ""))
     if not pieces:
         return pa.array(["{}"] * n, pa.string())
     body = pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, "")
@@ -728,20 +736,52 @@ def _jackson_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _java_double(x: float) -> str:
-    """Java's ``Double.toString`` (Jackson writes non-finite values quoted)."""
+def _java_digits(x: float, java: int) -> tuple[str, int]:
+    """The digits and scientific exponent of Java ``java``'s
+    ``Double.toString`` of positive finite ``x``: from Java 19 on the
+    shortest that read back as ``x`` (Python's ``repr``'s); before, the
+    same, but for an integer below 2^63, which Java 17 writes with the
+    exact value's digits, the low ``floor(log10(2^(e - 54)))`` of them
+    rounded away (half up) when ``x`` has ``2^e`` as its highest bit and
+    ``e > 55`` (``1.61304845894623136E17`` where the shortest is
+    ``1.6130484589462314E17``). Where the shortest has one digit, both
+    write the closest with two that reads back as ``x`` if it is closer
+    (``4.9E-324``). Java 17 also writes some other doubles
+    with more digits than the shortest (JDK-4511638: ``1e23`` as
+    ``9.999999999999999E22``), which this does not: ``to_json`` of a double
+    on Java 17 stays Spark's."""
+    e2 = math.frexp(x)[1] - 1  # x's highest bit: 2^e2
+    if java < 19 and x.is_integer() and e2 < 63:
+        value, drop = int(x), len(str(2 ** (e2 - 54))) - 1 if e2 - 54 > 1 else 0  # floor(log10(2^(e2 - 54)))
+        if drop:
+            value, residue = divmod(value, 10 ** drop)
+            value += residue >= 10 ** drop // 2
+        text = str(value)
+        return text.rstrip("0"), len(text) - 1 + drop
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    short = Decimal(repr(x)).normalize()
+    _, digs, exp = short.as_tuple()
+    if len(digs) == 1:  # Java's at least two digits: the closest of those with two that read back as x
+        exact = Decimal(x)
+        two = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 1), rounding=ROUND_HALF_EVEN)
+        if float(two) == x and abs(two - exact) < abs(short - exact):
+            _, digs, exp = two.normalize().as_tuple()
+    digits = "".join(map(str, digs))
+    return digits, len(digits) + exp - 1
+
+
+def _java_double(x: float, java: int = 17) -> str:
+    """Java ``java``'s ``Double.toString`` (:func:`_java_digits`; Jackson
+    writes non-finite values quoted)."""
     if x != x:
         return '"NaN"'
     if math.isinf(x):
         return '"Infinity"' if x > 0 else '"-Infinity"'
     if x == 0:
         return "-0.0" if math.copysign(1, x) < 0 else "0.0"
-    from decimal import Decimal
-
     sign = "-" if x < 0 else ""
-    _, digs, exp = Decimal(repr(abs(x))).normalize().as_tuple()
-    digits = "".join(map(str, digs))
-    e = len(digits) + exp - 1  # the scientific exponent
+    digits, e = _java_digits(abs(x), java)  # e: the scientific exponent
     if -3 <= e < 7:
         if e >= 0:
             whole, frac = (digits + "0" * (e + 1))[:e + 1], digits[e + 1:]
