@@ -239,3 +239,8 @@ def test_doubles_are_written_with_the_digits_of_java_s_double_to_string():
             return len(text.split("E")[0].replace("-", "").replace(".", "").strip("0"))
 
         assert all(float(w) == v and digits(w) > digits(g) for v, w, g in bad), bad
+    # the op as accelerate writes it for a double on Java 19+: each row's value, nulls left out, a repeat once
+    t = pa.table({"k": [1, 2, 3, 4], "p": [5e-324, None, 1e23, 5e-324]})
+    got = evaluate([[["value", {"to_json": {"fields": [["k", {"col": "k"}], ["p", {"col": "p"}]], "java": 21}}]]], t)
+    assert got.column("value").to_pylist() == ['{"k":1,"p":4.9E-324}', '{"k":2}', '{"k":3,"p":1.0E23}',
+                                               '{"k":4,"p":4.9E-324}']
