@@ -577,12 +577,12 @@ def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(s
     s) — and emits the same rows in the same micro-batches as Spark."""
     from pyspark.sql import functions as F
 
-    a, b = _auctions_and_bids(spark, str(tmp_path), batches=24)
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=16)
     df = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts - interval 25 seconds AND a_ts + interval 5 seconds")) \
-        .groupBy(F.window("b_ts", "10 seconds")).agg(F.count("*").alias("n"), F.sum("price").alias("s"))
+        .groupBy(F.window("b_ts", "4 seconds")).agg(F.count("*").alias("n"), F.sum("price").alias("s"))
     acc = accelerate(df)
     assert acc.translation is not None, acc.refused
-    assert "  aggregate  window(b_ts, 0:00:10) by []: n = count(*), s = sum(price)" in explain(df)
+    assert "  aggregate  window(b_ts, 0:00:04) by []: n = count(*), s = sum(price)" in explain(df)
     _equals_spark(spark, df, acc, tmp_path, batches=4)
 
 
@@ -626,14 +626,14 @@ def test_a_window_on_the_left_sides_time_after_a_join_is_read_as_written(spark, 
     and ``start`` —, and equal to Spark batch for batch."""
     from pyspark.sql import functions as F
 
-    a, b = _auctions_and_bids(spark, str(tmp_path), batches=24)
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=12)
     df = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 20 seconds")) \
         .select("a_id", "a_ts", "price") \
-        .groupBy(F.window("a_ts", "10 seconds")).agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+        .groupBy(F.window("a_ts", "4 seconds")).agg(F.count("*").alias("n"), F.max("price").alias("mx"))
     text = explain(df)
     acc = accelerate(df)
     assert acc.translation is not None, acc.refused
-    assert "  aggregate  window(a_ts, 0:00:10) by []: n = count(*), mx = max(price)" in text, text
+    assert "  aggregate  window(a_ts, 0:00:04) by []: n = count(*), mx = max(price)" in text, text
     _equals_spark(spark, df, acc, tmp_path)
 
 
