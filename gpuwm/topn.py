@@ -247,7 +247,9 @@ class TopN(Operator, Drained):
         if self._until is not None:  # a partition's "window" is its close time itself
             self._domain = event_time_domain(schema, self._until)
             self._size, self._close = 1, 0
+            self._bucket = 1000 * self._domain.one_ms()  # state parts: one per second of close times
         else:
+            self._bucket = 1  # state parts: one per window
             self._domain = event_time_domain(schema, self.window.column)
             self._size = self.window.raw(self._domain)[0]
             self._close = 1 if self.profile.close_minus_one else 0
@@ -279,7 +281,7 @@ class TopN(Operator, Drained):
                 frame, widx = frame.filter(open_), widx[open_]
         if not frame.num_rows:
             return None
-        self._dirty.update(self._backend.to_numpy(xp.unique(widx)).tolist())
+        self._dirty.update(self._backend.to_numpy(xp.unique(widx // self._bucket)).tolist())
         rows_, widx_, rank = self._ranked(Frame.concat([self._rows, frame]), xp.concatenate([self._widx, widx]))
         keep = rank <= self.n
         self._rows, self._widx = rows_.filter(keep), widx_[keep]
@@ -352,15 +354,16 @@ class TopN(Operator, Drained):
         if windows is None:
             rows, widx = self._rows, self._widx
         else:
-            sel = xp.isin(self._widx, xp.asarray(windows, dtype=xp.int64))
+            sel = xp.isin(self._widx // self._bucket, xp.asarray(windows, dtype=xp.int64))
             rows, widx = self._rows.filter(sel), self._widx[sel]
         return rows.to_arrow().append_column("__widx", pa.array(self._backend.to_numpy(widx), pa.int64()))
 
     def state_parts(self) -> dict[str, bool]:
-        """One part per open window, written again only when it changed."""
+        """One part per open window (closed by a column: per second of close
+        times), written again only when it changed."""
         if self._schema is None:
             return {}
-        held = sorted(set(self._backend.to_numpy(self._backend.xp.unique(self._widx)).tolist()))
+        held = sorted(set(self._backend.to_numpy(self._backend.xp.unique(self._widx // self._bucket)).tolist()))
         return {f"win.{w}": w in self._dirty for w in held}
 
     def snapshot_part(self, name: str) -> pa.Table:

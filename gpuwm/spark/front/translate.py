@@ -203,12 +203,15 @@ def translate(df) -> Translation:
         for ne in scala_iter(p.projectList()):
             if _kind(ne) == "AttributeReference" and _id(ne) in names:  # Spark's Window adds its column twice
                 continue
+            name = str(ne.name())
+            if p is not tops[0] and any(n == name for n, _ in step):  # (a select below the last: a name of its own)
+                name = f"{name}#{_id(ne)}"
             try:
-                step.append([str(ne.name()), expr(ne.child() if _kind(ne) == "Alias" else ne, ids)])
+                step.append([name, expr(ne.child() if _kind(ne) == "Alias" else ne, ids)])
             except Untranslatable as e:
                 raise Refused("Project", f"gpuwm does not evaluate `{e}` after the {t.shown[-1].split()[0]}") \
                     from None
-            names[_id(ne)] = str(ne.name())
+            names[_id(ne)] = name
         if len(names) != len(step) or len({n for n, _ in step}) != len(step):
             raise Refused("Project", f"a select gives two columns one name ({[n for n, _ in step]})")
         t.output.append(step)
@@ -620,13 +623,17 @@ def _topn(spark, node, tops: list) -> Translation:
             spec = TopNSpec(Tumble(ts, win_attr[1]), by, order, n, fn, _RANK_COLUMN)
         step = []  # the columns below the ranking, by their names there
         for a in scala_iter(node.child().output()):
+            name = str(a.name())
+            if _id(a) in cols and any(n == name for n, _ in step):
+                # two of one name (a join's sides' date_time, one only for ORDER BY): gpuwm's own for the second
+                name = cols[_id(a)]
             if _id(a) == win_attr[0]:
-                step.append([str(a.name()), {"tumble": [{"col": ts}, win_attr[1] // timedelta(microseconds=1)]}])
+                step.append([name, {"tumble": [{"col": ts}, win_attr[1] // timedelta(microseconds=1)]}])
             elif _id(a) in cols:
-                step.append([str(a.name()), {"col": cols[_id(a)]}])
+                step.append([name, {"col": cols[_id(a)]}])
             else:
                 raise Refused("Window", f"the column {a.name()}: computed after withWatermark")
-            t.output_ids[_id(a)] = str(a.name())
+            t.output_ids[_id(a)] = name
         t.output = [step]
     step.append([str(ne.name()), {"col": _RANK_COLUMN}])
     t.output_ids[rank_id] = str(ne.name())
