@@ -92,6 +92,8 @@ HOWS = ("inner", "left", "right", "full")
 #: the comparisons a join's residual condition (``where``) may make between a left and a right column
 WHERE_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq,
              "!=": operator.ne}
+#: each comparison with its sides swapped (``a < b`` is ``b > a``)
+FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
 #: a missing time bound, in the time columns' unit: far enough that no row is ever cut, near enough that
 #: ``time ± UNBOUNDED_RAW`` fits in 64 bits for nanosecond timestamps too
 UNBOUNDED_RAW = 2 ** 62
@@ -280,7 +282,7 @@ class IntervalJoinSpec(_JoinSpec):
             raise ConfigError(f"a {self.how} outer join needs both time bounds: an outer side's row goes out with "
                               "nulls once no row of the other side can match it, which a missing bound never says "
                               "(Spark refuses it too)")
-        where = tuple(tuple(w) for w in self.where)
+        where = tuple(tuple(w) if isinstance(w, (list, tuple)) else (w,) for w in self.where)
         bad = [w for w in where if len(w) != 3 or w[1] not in WHERE_OPS or not all(isinstance(c, str) for c in w)]
         if bad:
             raise ConfigError(f"join 'where' must be [left column, op, right column] comparisons with op one of "
@@ -302,16 +304,12 @@ class IntervalJoinSpec(_JoinSpec):
                               f"['b_ts', 'a_ts', '0 seconds', '20 seconds'], got {between!r}")
         t1, t2, lo, hi = between
         ls, rs = schemas[left], schemas[right]
-        flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
-        cond = []
+        cond = []  # each comparison with its left input's column first (a malformed one as it is: refused below)
         for w in where:
-            if not (isinstance(w, (list, tuple)) and len(w) == 3 and w[1] in flip):
-                raise ConfigError(f"join 'where' must be [column, op, column] with op one of {list(flip)}, "
-                                  f"got {w!r}")
-            a, op, b = w
-            if a in rs.names and b in ls.names and not (a in ls.names and b in rs.names):
-                a, op, b = b, flip[op], a
-            cond.append((a, op, b))
+            if isinstance(w, (list, tuple)) and len(w) == 3 and w[1] in FLIP and w[0] in rs.names \
+                    and w[2] in ls.names and not (w[0] in ls.names and w[2] in rs.names):
+                w = (w[2], FLIP[w[1]], w[0])
+            cond.append(w)
         if t1 in rs.names and t2 in ls.names:
             return cls(left, right, tuple(on), t2, t1, lo, hi, how, where=tuple(cond))
         if t1 in ls.names and t2 in rs.names:  # t1 - hi <= t2 <= t1 - lo: right's time around left's

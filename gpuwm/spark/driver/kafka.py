@@ -485,7 +485,7 @@ def translate(e, ids: dict[int, str]) -> dict:
         types = [str(v.dataType().simpleString()) for v in values]
         if all(_json_writable(t) for t in types):
             fields = [[n, translate(v, ids)] for n, v in zip(names, values)]
-            if not any("double" in t for t in types):
+            if "double" not in [x for t in types for x in _json_scalars(t)]:
                 return {"to_json": fields}
             java = _java_version()
             if java < 19:
@@ -529,14 +529,19 @@ def _java_version() -> int:
     return int(str(jvm.java.lang.System.getProperty("java.specification.version")).split(".")[-1])
 
 
-def _json_writable(typ: str) -> bool:
-    """A type :func:`gpuwm.spark.io.project.to_json` writes as Spark does:
-    integers, doubles, booleans, strings, timestamps, structs of them."""
+def _json_scalars(typ: str) -> list[str]:
+    """The scalar types in Spark's ``simpleString`` of a type: itself, or a struct's fields' types."""
     if typ.startswith("struct<") and typ.endswith(">"):
         import re
 
-        return all(t in _JSON_SCALARS for t in re.findall(r"[^<,:]+:([a-z]+)", typ[7:-1]))
-    return typ in _JSON_SCALARS
+        return re.findall(r"[^<,:]+:([a-z]+)", typ[7:-1])
+    return [typ]
+
+
+def _json_writable(typ: str) -> bool:
+    """A type :func:`gpuwm.spark.io.project.to_json` writes as Spark does:
+    integers, doubles, booleans, strings, timestamps, structs of them."""
+    return all(t in _JSON_SCALARS for t in _json_scalars(typ))
 
 
 def read_path(source: dict) -> str:

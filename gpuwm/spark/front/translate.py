@@ -54,6 +54,7 @@ from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
 from ...errors import ConfigError, GpuwmError, SchemaError
+from ...join import FLIP
 from ..jvm.objects import scala_iter
 
 FALLBACKS = ("spark", "error")
@@ -771,11 +772,9 @@ def _dedup(spark, node) -> Translation:
 #: time pandas holds, from 1678 on)
 NO_LATE_ROWS = timedelta(days=36_525)
 _HOWS = {"Inner": "inner", "LeftOuter": "left", "RightOuter": "right", "FullOuter": "full"}
-_BOUND = {"GreaterThanOrEqual": (">=", 0), "GreaterThan": (">=", 1), "LessThanOrEqual": ("<=", 0),
-          "LessThan": ("<=", 1)}
+#: Spark's comparisons as a join condition's ops; each op as a bound on a time (not strict, and how far inside)
 _SYMBOLS_OF = {"GreaterThanOrEqual": ">=", "GreaterThan": ">", "LessThanOrEqual": "<=", "LessThan": "<"}
-_SYMBOLS = {v: k for k, v in _SYMBOLS_OF.items()}
-_FLIP = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}
+_BOUND = {">=": (">=", 0), ">": (">=", 1), "<=": ("<=", 0), "<": ("<=", 1)}
 
 
 def _join_side(spark, node) -> tuple[Translation, Any, str, set[int], list[tuple[str, str, int]]]:
@@ -969,11 +968,11 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
                 on.append([sides["left"].columns[a], sides["right"].columns[b]])
                 continue
         for sym, a, b in _comparisons(e):
-            got = _range_of(*_BOUND[_SYMBOLS[sym]], a, b, times)
+            got = _range_of(*_BOUND[sym], a, b, times)
             if got is None:  # the rest of the condition: Spark's post-join filter, one column of each side
                 ia, ib = (_id(x) if _kind(x) == "AttributeReference" else None for x in (a, b))
                 if ib in sides["left"].columns and ia in sides["right"].columns:
-                    ia, ib, sym = ib, ia, _FLIP[sym]
+                    ia, ib, sym = ib, ia, FLIP[sym]
                 if ia not in sides["left"].columns or ib not in sides["right"].columns or ia in wins or ib in wins:
                     raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (column = column), "
                                           "bounds between the two sides' watermark columns, equal event times or "
@@ -1059,7 +1058,7 @@ def _unbounded_join(t: Translation) -> bool:
 
 
 def _comparisons(e) -> list[tuple[str, Any, Any]]:
-    """A conjunct as comparisons ``(op, a, b)`` (:data:`_SYMBOLS`): a
+    """A conjunct as comparisons ``(op, a, b)`` (:data:`_SYMBOLS_OF`): a
     ``BETWEEN`` as its two; anything else none."""
     k = _kind(e)
     if k == "Between":  # input >= lower AND input <= upper
