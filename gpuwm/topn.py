@@ -320,6 +320,8 @@ class TopN(Operator, Drained):
             return self._out_schema.empty_table()
         out, widx, rank = self._ranked(self._rows.filter(closed, n), self._widx[closed])
         self._rows, self._widx = self._rows.filter(~closed), self._widx[~closed]
+        if self._bucket > 1:  # a part still held may have lost closed partitions: written again
+            self._dirty.update(self._backend.to_numpy(xp.unique(widx // self._bucket)).tolist())
         table = out.to_arrow()
         if self.output is not None:
             table = table.append_column(self.output, pa.array(self._backend.to_numpy(rank).astype(np.int32)))

@@ -13,6 +13,7 @@ import gpuwm
 from gpuwm.topn import TopNSpec
 
 from .reference import RefTopN
+from .test_join import _Store
 
 rows_st = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 60)), st.integers(0, 2),
                              st.one_of(st.none(), st.integers(0, 4)), st.integers(-3, 3)), max_size=20)
@@ -44,8 +45,10 @@ def _rows(t: pa.Table, keytype="int") -> list:
 def test_topn_matches_reference(backend, fn, order, keys, restore, until, ops, n):
     """Every drain equals the reference's rows and ranks (row_number's ties
     by arrival); late and null rows counted; the state never holds more
-    than the rows that can still rank <= n — and with ``restore`` every
-    push goes to an operator restored from the last one's state parts.
+    than the rows that can still rank <= n — and with ``restore`` the state
+    is saved after every push and drain as the state store saves it (a part
+    not to be written again keeps its last file) and every push goes to an
+    operator loaded from it.
     ``until``: partitions closed by a column (``t`` as a close time, not a
     window's event time: Nexmark q9's ``expires``)."""
     by = [] if keys == "none" else ["k"]
@@ -57,12 +60,11 @@ def test_topn_matches_reference(backend, fn, order, keys, restore, until, ops, n
                                 backend=backend)
     a = mk()
     ref = RefTopN(10, (lambda r: (r[1],)) if by else (lambda r: ()), list(ORDERS[order]), n, fn, until=until)
-    w = 0
+    w, store = 0, _Store()
     for op, arg in ops:
         if op == "push":
-            if restore:
-                parts = a.state_parts()
-                a = mk().load_state(a.state_tables(), a.snapshot_parts(list(parts)))
+            if restore and store.tables:
+                a = store.load(mk())
             a.push(_table(arg, keys))
             ref.push(arg)
             if a.state_rows > 0:  # at most what can still rank <= n (ties aside) per open partition
@@ -72,6 +74,8 @@ def test_topn_matches_reference(backend, fn, order, keys, restore, until, ops, n
             w += arg
             got = a.drain(w)
             assert _rows(got, keys) == sorted(ref.drain(w), key=repr)
+        if restore:
+            store.save(a)
     assert (a.late_rows, a.null_rows) == (ref.late, ref.nulls)
 
 
