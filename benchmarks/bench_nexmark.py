@@ -3,6 +3,9 @@
 Run:  .venv/bin/python benchmarks/bench_nexmark.py [--events 3000000] [--batch 500000] [--queries q5,q7,q11]
       .venv/bin/python benchmarks/bench_nexmark.py --queries q15,q17,q19w,hot,q9 [--files 6] [--batch 500000]
       (beyond Spark, from Parquet files: :data:`BEYOND`, :func:`beyond`; results/nexmark-beyond/)
+      .venv/bin/python benchmarks/bench_nexmark.py --queries q5g,q7g,q8g [--files 6] [--batch 500000]
+      (the real q5, q7, q8 as Spark runs them, graphs of stages: :data:`GRAPHS`, :func:`graphs`;
+      results/nexmark-graphs/)
 
 Q5-like: hopping 10 s / 2 s bid count per auction (watermark 4 s, profile
 ``spark``; beside it Spark's own ``withWatermark`` + ``window`` + append
@@ -148,6 +151,112 @@ SLOT = {"q9": "expires"}
 WITH_AUCTIONS = {"q9"}
 
 
+def spark_read_s(spark, path: str, cols: list[str]) -> float:
+    """The floor: seconds for Spark to read ``cols`` of the Parquet files at
+    ``path`` into Arrow (a Python worker) and count them, its second run."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    def count_rows(batches):
+        yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
+
+    floor = spark.read.parquet(path).select(*[F.col(c) for c in cols])
+    floor.mapInArrow(count_rows, "n long").collect()
+    t0 = time.perf_counter()
+    floor.mapInArrow(count_rows, "n long").collect()
+    return time.perf_counter() - t0
+
+
+#: the real Nexmark q5, q7, q8 in Spark's DataFrame form, as Spark runs them on a stream (gpuwm: graphs of stages)
+def _q5(s):
+    from pyspark.sql import functions as F
+
+    c = s["bids"].groupBy(F.window("date_time", "10 seconds", "2 seconds").alias("w"), "auction").agg(
+        F.count("*").alias("num"))
+    m = c.groupBy(F.col("w").alias("mw")).agg(F.max("num").alias("maxn"))
+    return c.join(m, F.expr("w = mw AND num >= maxn")).select(F.col("w.end").alias("until"), "auction", "num")
+
+
+def _q7(s):
+    from pyspark.sql import functions as F
+
+    m = s["bids"].groupBy(F.window("date_time", "10 seconds")).agg(F.max("price").alias("maxprice")).select(
+        F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice")
+    return s["bids"].join(m, F.expr("price = maxprice AND date_time >= wstart AND date_time < wend")).select(
+        "auction", "price", "bidder", "date_time")
+
+
+def _q8(s):
+    from pyspark.sql import functions as F
+
+    p = s["persons"].groupBy(F.window("date_time", "10 seconds").alias("pw"), "id", "name").agg(
+        F.count("*").alias("n"))
+    a = s["auctions"].groupBy(F.window("date_time", "10 seconds").alias("aw"), "seller").agg(
+        F.count("*").alias("na"))
+    return p.join(a, F.expr("id = seller AND pw = aw")).select("id", "name", F.col("pw.start").alias("starttime"))
+
+
+GRAPHS = {"q5g": (_q5, ("bids",)), "q7g": (_q7, ("bids",)), "q8g": (_q8, ("persons", "auctions"))}
+
+
+def graphs(spark, args) -> list[dict]:
+    """The GRAPHS queries from Parquet files (one per micro-batch), each run
+    as Spark runs it (its file sink, append) and through ``accelerate``
+    (profile spark): events/s over the summed time of the micro-batches with
+    data (the first left out), the outputs equal as multisets; the floor:
+    the files read by Spark and counted."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from gpuwm.nexmark import NexmarkConfig, auctions, bids, persons
+    from gpuwm.spark import accelerate
+
+    work = tempfile.mkdtemp(prefix="gpuwm-nex-graphs-")
+    cfg = NexmarkConfig(events_per_second=50_000)
+    base = time.time() - 10_000
+    makers = {"bids": bids, "auctions": auctions, "persons": persons}
+    for i in range(args.files):
+        for d, make in makers.items():
+            t = make(cfg, i * args.batch, (i + 1) * args.batch).drop(["split", "event_id"])
+            path = f"{work}/{d}/part-{i:04d}.parquet"
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(t, path)
+            os.utime(path, (base + i, base + i))
+    events = args.files * args.batch
+    schemas = {d: pq.read_schema(f"{work}/{d}/part-0000.parquet") for d in makers}
+    spark_schemas = {d: spark.read.parquet(f"{work}/{d}").schema for d in makers}
+
+    def streams():
+        return {d: spark.readStream.schema(spark_schemas[d]).option("maxFilesPerTrigger", 1).parquet(
+            f"{work}/{d}").withWatermark("date_time", "4 seconds") for d in makers}
+
+    rows = []
+    for q in [q for q in args.queries.split(",") if q in GRAPHS]:
+        make, reads = GRAPHS[q]
+        history: list[dict] = []
+        acc = accelerate(make(streams()), fallback="error", vnodes=args.vnodes, on_batch=history.append)
+        acc.writeStream.option("checkpointLocation", f"{work}/ck-{q}").trigger(availableNow=True).start(
+            f"{work}/out-{q}").awaitTermination()
+        data = [m for m in history if m["input_rows"]][1:]
+        ours = events * len(data) / args.files / sum(m["wall_s"] for m in data)
+        native = make(streams()).writeStream.format("parquet").option("path", f"{work}/native-{q}").option(
+            "checkpointLocation", f"{work}/nck-{q}").trigger(availableNow=True).start()
+        native.awaitTermination()
+        prog = [x for x in native.recentProgress if x["numInputRows"] > 0][1:]
+        theirs = events * len(prog) / args.files / sum(x["durationMs"]["triggerExecution"] / 1000 for x in prog)
+        got = pq.read_table(f"{work}/out-{q}").drop(["batch_id"])
+        want = spark.read.parquet(f"{work}/native-{q}").collect()
+        assert got.num_rows > 0 and sorted(map(_plain, got.to_pylist()), key=repr) == \
+            sorted((_plain(r.asDict(recursive=True)) for r in want), key=repr), f"{q}: gpuwm and Spark differ"
+
+        floor_s = sum(spark_read_s(spark, f"{work}/{d}", schemas[d].names) for d in reads)
+        rows += _runs(q, args, (("gpuwm (accelerate, stream)", ours), ("spark native (stream)", theirs),
+                                ("floor: files read by Spark, counted", events / floor_s)))
+    shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
 def _plain(row: dict) -> tuple:
     """A row's values as both sides compare them: naive UTC datetimes, structs as tuples, floats to 9 places."""
     from datetime import timezone
@@ -171,7 +280,6 @@ def beyond(spark, args) -> list[dict]:
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
 
     from gpuwm.nexmark import NexmarkConfig, auctions, bids
     from gpuwm.spark import accelerate
@@ -223,29 +331,39 @@ def beyond(spark, args) -> list[dict]:
         assert got.num_rows > 0 and sorted(map(_plain, got.to_pylist()), key=repr) == \
             sorted((_plain(r.asDict(recursive=True)) for r in keep), key=repr), f"{q}: gpuwm and Spark batch differ"
 
-        def count_rows(batches):
-            yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
-
         floor_s = arrow_s = 0.0
         for d, sch in (("in", schema), ("auctions", a_schema))[:2 if q in WITH_AUCTIONS else 1]:
             cols = [c.split()[0] for c in sch.split(", ")]
-            floor = spark.read.parquet(f"{work}/{d}").select(*[F.col(c) for c in cols])
-            floor.mapInArrow(count_rows, "n long").collect()
-            t0 = time.perf_counter()
-            floor.mapInArrow(count_rows, "n long").collect()
-            floor_s += time.perf_counter() - t0
+            floor_s += spark_read_s(spark, f"{work}/{d}", cols)
             t0 = time.perf_counter()
             for f in sorted(Path(f"{work}/{d}").iterdir()):  # what gpuwm's tasks read, file after file
                 pq.read_table(f, columns=cols)
             arrow_s += time.perf_counter() - t0
-        for label, eps_ in (("gpuwm (stream, per batch)", eps), ("spark batch, whole input", events / spark_s),
-                            ("floor: files read by Spark, counted", events / floor_s),
-                            ("floor: files read by pyarrow (gpuwm's read)", events / arrow_s)):
-            rows.append({"query": q, "read": label, "events_per_s": eps_, "events_per_s_per_core": eps_ / args.cores,
-                         "median_batch_s": None, "published_per_core": {}})
-            print(f"{q}, {label:36s}: {eps_ / 1e3:8.1f} k events/s", flush=True)
+        rows += _runs(q, args, (("gpuwm (stream, per batch)", eps), ("spark batch, whole input", events / spark_s),
+                                ("floor: files read by Spark, counted", events / floor_s),
+                                ("floor: files read by pyarrow (gpuwm's read)", events / arrow_s)))
     shutil.rmtree(work, ignore_errors=True)
     return rows
+
+
+def _runs(q: str, args, runs) -> list[dict]:
+    """Result rows of query ``q``'s ``(label, events/s)`` runs, each printed."""
+    out = []
+    for label, eps in runs:
+        out.append({"query": q, "read": label, "events_per_s": eps, "events_per_s_per_core": eps / args.cores,
+                    "median_batch_s": None, "published_per_core": {}})
+        print(f"{q}, {label:36s}: {eps / 1e3:8.1f} k events/s", flush=True)
+    return out
+
+
+def _file_results(args, suffix: str, rows: list[dict], head: list[str]) -> None:
+    """The rows of a from-files run (:func:`beyond`, :func:`graphs`) under
+    ``<out><suffix>``: JSON, and Markdown with ``head`` above its table."""
+    md = head + ["", "| query | run | k events/s | k events/s/core |", "|---|---|---|---|"]
+    md += [f"| {r['query']} | {r['read']} | {r['events_per_s'] / 1e3:.1f} | {r['events_per_s_per_core'] / 1e3:.1f} |"
+           for r in rows]
+    write_results(args.out + suffix, {"date": time.strftime("%Y-%m-%d"), "cores": args.cores, "files": args.files,
+                                      "batch": args.batch, "results": rows}, md)
 
 
 def main() -> int:
@@ -267,24 +385,31 @@ def main() -> int:
     import pyarrow.parquet as pq
 
     asked = args.queries.split(",")
-    unknown = [q for q in asked if q not in QUERIES and q not in BEYOND]
+    unknown = [q for q in asked if q not in QUERIES and q not in BEYOND and q not in GRAPHS]
     if unknown:
         ap.error(f"unknown queries {unknown}")
+    if any(q in GRAPHS for q in asked):
+        _file_results(args, "-graphs", graphs(spark, args), [
+              f"# Nexmark q5, q7, q8 as Spark runs them, from Parquet files, Spark local[{args.cores}] "
+              f"({time.strftime('%Y-%m-%d')})", "",
+              f"{args.files} files of {args.batch:,} Nexmark events each (one file a micro-batch of each input; "
+              "watermark 4 s, profile spark, vnodes 1). gpuwm: `accelerate()` of the query, a graph of stages; "
+              "Spark: the same query on its own, parquet sink, append. Events over the summed time of the "
+              "micro-batches with data, the first left out; both outputs equal (checked). Floor: the input files "
+              "read by Spark into Arrow and counted."])
+        asked = [q for q in asked if q not in GRAPHS]
+        if not asked:
+            spark.stop()
+            return 0
     if any(q in BEYOND for q in asked):
-        got = beyond(spark, args)
-        md = [f"# Beyond Spark, from Parquet files, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')})", "",
+        _file_results(args, "-beyond", beyond(spark, args), [f"# Beyond Spark, from Parquet files, Spark local[{args.cores}] ({time.strftime('%Y-%m-%d')})", "",
               f"{args.files} files of {args.batch:,} Nexmark events each (the bids of them, and for q9 the "
               "auctions too; one file a micro-batch; "
               "10 s windows, watermark 4 s, profile spark). gpuwm: events over the summed wall time of its "
               "micro-batches with data, the first left out. Spark batch: the same SQL over all the files at once "
               "(Spark refuses q15's DISTINCT and the ranks on a stream), its second run; every window gpuwm closed "
               "equals it (checked). Floors: the files' four columns read by Spark into Arrow (a Python worker) and "
-              "counted; the same read by pyarrow in one process, file after file (what gpuwm's tasks do).", "",
-              "| query | run | k events/s | k events/s/core |", "|---|---|---|---|"]
-        md += [f"| {r['query']} | {r['read']} | {r['events_per_s'] / 1e3:.1f} | "
-               f"{r['events_per_s_per_core'] / 1e3:.1f} |" for r in got]
-        write_results(args.out + "-beyond", {"date": time.strftime("%Y-%m-%d"), "cores": args.cores,
-                                             "files": args.files, "batch": args.batch, "results": got}, md)
+              "counted; the same read by pyarrow in one process, file after file (what gpuwm's tasks do)."])
         asked = [q for q in asked if q in QUERIES]
         if not asked:
             spark.stop()

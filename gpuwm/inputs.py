@@ -62,8 +62,8 @@ class InputsSpec:
 
     def __post_init__(self) -> None:
         inputs = tuple((str(n), w) for n, w in self.inputs)
-        if len(inputs) < 2:
-            raise ConfigError(f"several inputs means two or more, got {[n for n, _ in inputs]}")
+        if not inputs:
+            raise ConfigError("named inputs need one or more")
         names = [n for n, _ in inputs]
         if len(set(names)) != len(names):
             raise ConfigError(f"input names must be distinct, got {names}")

@@ -150,15 +150,15 @@ class _JoinSpec(OperatorSpec):
                          '{"left": "auctions", "right": "bids", "on": [["a_id", "b_aid"]], "between": ["b_ts", '
                          '"a_ts", "0 seconds", "20 seconds"], "how": "inner"}')
         left, right, how = o["left"], o["right"], o.get("how", "inner")
-        lw, rw = ctx.watermark(left), ctx.watermark(right)
+        lt, rt = ctx.time_column(left), ctx.time_column(right)
         between, window = o.get("between"), o.get("window")
         on = [list(p) if isinstance(p, (list, tuple)) else p for p in o["on"]] \
             if isinstance(o["on"], (list, tuple)) else o["on"]
-        if between is None and window is None and isinstance(on, list) and [lw.column, rw.column] in on:
-            keys = [p for p in on if p != [lw.column, rw.column]]
-            ts = ctx.inputs[left].field(lw.column).type if lw.column in ctx.inputs[left].names else None
+        if between is None and window is None and isinstance(on, list) and [lt, rt] in on:
+            keys = [p for p in on if p != [lt, rt]]
+            ts = ctx.inputs[left].field(lt).type if lt in ctx.inputs[left].names else None
             zero = timedelta(0) if ts is not None and pa.types.is_timestamp(ts) else 0
-            return IntervalJoinSpec.between(left, right, keys, [rw.column, lw.column, zero, zero], ctx.inputs, how,
+            return IntervalJoinSpec.between(left, right, keys, [rt, lt, zero, zero], ctx.inputs, how,
                                             o.get("where", ())).with_time_key()
         if (between is None) == (window is None):
             raise ConfigError("a join needs either between=[t1, t2, lower, upper] (an interval join), "
@@ -176,14 +176,15 @@ class _JoinSpec(OperatorSpec):
         else:
             raise ConfigError(f"join window must be {{'tumble': size}} or {{'hop': size, 'slide': slide}}, "
                               f"got {window!r}")
-        return WindowJoinSpec(left, right, tuple(tuple(p) for p in o["on"]), lw.column, rw.column, size, slide, how)
+        return WindowJoinSpec(left, right, tuple(tuple(p) for p in o["on"]), lt, rt, size, slide, how)
 
     def check(self, ctx: StageContext) -> None:
         for name, col in ((self.left, self.left_time), (self.right, self.right_time)):
-            wm = ctx.watermark(name)
-            if col != wm.column:
-                raise ConfigError(f"join time column {name}.{col} is not input {name!r}'s watermark column "
-                                  f"({wm.column!r}): the join's state is cleaned by the watermark on it")
+            want = ctx.time_column(name)
+            if col != want:
+                what = "stage {!r}'s event-time" if name in ctx.times else "input {!r}'s watermark"
+                raise ConfigError(f"join time column {name}.{col} is not {what.format(name)} column "
+                                  f"({want!r}): the join's state is cleaned by the watermark on it")
 
     def inputs(self) -> tuple[str, str]:
         return self.left, self.right

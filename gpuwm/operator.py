@@ -123,6 +123,9 @@ class StageContext:
     previous : the stage before, or None for the first.
     also_times : other columns of the input the same watermark covers (a
         join's other side's time: :meth:`OperatorSpec.event_times`).
+    times : in a graph of stages, the event-time column of each earlier
+        stage's output by the stage's name (those streams are in
+        ``inputs`` too: a join may read them).
     """
 
     event_time: str | None
@@ -130,6 +133,12 @@ class StageContext:
     inputs: Mapping[str, pa.Schema] = field(default_factory=dict)
     previous: "OperatorSpec | None" = None
     also_times: tuple[str, ...] = ()
+    times: Mapping[str, str] = field(default_factory=dict)
+
+    def time_column(self, name: str) -> str:
+        """The event-time column of stream ``name``: a named input's
+        watermark column, or an earlier stage's output's (:attr:`times`)."""
+        return self.times[name] if name in self.times else self.watermark(name).column
 
     def watermark(self, name: str | None = None) -> Any:
         """Input ``name``'s watermark spec (None: the one input's); a
@@ -154,7 +163,8 @@ class StageContext:
 #: kind -> the spec class whose ``from_json`` parses that kind's JSON stages
 _REGISTRY: dict[str, type] = {}
 #: the modules whose specs are gpuwm's own stages (imported on the first look-up)
-_BUILTIN = ("gpuwm.window", "gpuwm.sort", "gpuwm.dedup", "gpuwm.over", "gpuwm.join", "gpuwm.union", "gpuwm.topn")
+_BUILTIN = ("gpuwm.window", "gpuwm.sort", "gpuwm.dedup", "gpuwm.over", "gpuwm.join", "gpuwm.union", "gpuwm.topn",
+            "gpuwm.select")
 
 
 def stage_kinds() -> dict[str, type]:
@@ -414,3 +424,62 @@ class Operator:
     def load_state(self, tables: dict[str, pa.Table], parts: dict[str, pa.Table]) -> "Operator":
         """Restore a fresh operator from :meth:`state_tables` and its parts."""
         return self.restore(tables, parts)
+
+
+class Stateless(Operator):
+    """An operator that holds no rows between batches (a union, a select):
+    ``push`` queues the batch's rows as ``_out`` rows (:meth:`_queue`), its
+    drain releases them; its state is its counters (under
+    ``gpuwm.<kind>``)."""
+
+    state_rows = 0
+    state_bytes = 0
+    drained_watermark = None  # it drains nothing it holds
+
+    def __init__(self, spec: OperatorSpec):
+        self.spec = spec
+        self._schema: pa.Schema | None = None
+        self._out: pa.Schema | None = None
+        self._pending: list[pa.Table] = []
+        self.rows_in = self.rows_out = self.late_rows = self.null_rows = 0
+
+    def bind(self, schema: pa.Schema) -> "Stateless":
+        from .schema import same_schema
+
+        if self._schema is not None:
+            same_schema(self._schema, schema, f"{type(self).__name__}.bind")
+            return self
+        self._out = self.spec.output_schema(schema)
+        self._schema = schema
+        return self
+
+    def _queue(self, table: pa.Table) -> None:
+        """Hold ``table`` (output rows) until the drain."""
+        if table.num_rows:
+            self._pending.append(table)
+
+    def drain(self, watermark: Any) -> pa.Table:
+        got, self._pending = self._pending, []
+        if not got:
+            return self._out.empty_table()
+        out = got[0] if len(got) == 1 else pa.concat_tables(got)
+        self.rows_out += out.num_rows
+        return out
+
+    def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
+        """Counters only: it holds no rows between batches."""
+        meta = {"rows_in": self.rows_in, "rows_out": self.rows_out}
+        return {"state": pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(
+            {f"gpuwm.{self.spec.kind}": json.dumps(meta)})}
+
+    def state_parts(self) -> dict[str, bool]:
+        return {}
+
+    def mark_saved(self, written: Sequence[str] = ()) -> None:
+        pass
+
+    def restore(self, snapshot: dict, parts: dict | None = None) -> "Stateless":
+        md = snapshot["state"].schema.metadata or {}
+        meta = json.loads(md.get(f"gpuwm.{self.spec.kind}".encode(), b"{}"))
+        self.rows_in, self.rows_out = meta.get("rows_in", 0), meta.get("rows_out", 0)
+        return self

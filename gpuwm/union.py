@@ -12,8 +12,7 @@ import pyarrow as pa
 
 from .errors import ConfigError, SchemaError
 from .inputs import input_schemas
-from .operator import Capabilities, Operator, OperatorSpec, StageContext, json_options
-from .schema import same_schema
+from .operator import Capabilities, OperatorSpec, StageContext, Stateless, json_options
 
 
 @dataclass(frozen=True)
@@ -72,24 +71,9 @@ class UnionSpec(OperatorSpec):
         return first
 
 
-class Union(Operator):
+class Union(Stateless):
     """Passes each batch's rows of every input on, in input order; holds
     nothing (``drain`` releases what the batch pushed)."""
-
-    def __init__(self, spec: UnionSpec):
-        self.spec = spec
-        self._schema: pa.Schema | None = None
-        self._out: pa.Schema | None = None
-        self._pending: list[pa.Table] = []
-        self.rows_in = self.rows_out = self.late_rows = self.null_rows = 0
-
-    def bind(self, schema: pa.Schema) -> "Union":
-        if self._schema is not None:
-            same_schema(self._schema, schema, "Union.bind")
-            return self
-        self._out = self.spec.output_schema(schema)
-        self._schema = schema
-        return self
 
     def push(self, rows: Mapping[str, Any]) -> None:
         for n in self.spec.names:
@@ -98,38 +82,4 @@ class Union(Operator):
                 continue
             t = t if isinstance(t, pa.Table) else t.to_arrow()
             self.rows_in += t.num_rows
-            if t.num_rows:
-                self._pending.append(t.cast(self._out))
-
-    def drain(self, watermark: Any) -> pa.Table:
-        got, self._pending = self._pending, []
-        if not got:
-            return self._out.empty_table()
-        out = got[0] if len(got) == 1 else pa.concat_tables(got)
-        self.rows_out += out.num_rows
-        return out
-
-    state_rows = 0
-    state_bytes = 0
-    drained_watermark = None  # it drains nothing it holds
-
-    def snapshot(self, rows: bool = True) -> dict[str, pa.Table]:
-        """Counters only: a union holds no rows between batches."""
-        import json
-
-        meta = {"rows_in": self.rows_in, "rows_out": self.rows_out}
-        return {"state": pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(
-            {"gpuwm.union": json.dumps(meta)})}
-
-    def state_parts(self) -> dict[str, bool]:
-        return {}
-
-    def mark_saved(self, written=()) -> None:
-        pass
-
-    def restore(self, snapshot: dict, parts: dict | None = None) -> "Union":
-        import json
-
-        meta = json.loads((snapshot["state"].schema.metadata or {}).get(b"gpuwm.union", b"{}"))
-        self.rows_in, self.rows_out = meta.get("rows_in", 0), meta.get("rows_out", 0)
-        return self
+            self._queue(t.cast(self._out))

@@ -802,17 +802,26 @@ def _generated_plan(spark, src: str, ops: list, delay: int):
             df = df.join(other, F.expr(f"k = o_k AND o_ts BETWEEN {time} - INTERVAL {1 + arg % 4} SECONDS AND "
                                        f"{time} + INTERVAL 2 SECONDS"))
             cols = [c for c in df.columns]
+        elif op == "agg-join" and marked and time and win is None and "k" in cols and "m_k" not in cols:
+            # the stream joined with its own window aggregation (Nexmark q7's shape): a graph of stages
+            m = df.groupBy(F.window(time, f"{2 + arg % 5} seconds"), F.col("k").alias("m_k")).agg(
+                F.count("*").alias("m_n")).select(F.col("window.start").alias("m_s"),
+                                                  F.col("window.end").alias("m_e"), "m_k", "m_n")
+            cond = f"k = m_k AND {time} >= m_s" + (f" AND {time} < m_e" if arg % 2 else "")
+            df = df.join(m, F.expr(cond), "inner" if arg % 3 else "leftOuter")
+            cols = [c for c in df.columns]
     return df
 
 
 _PLAN_OPS = ["watermark", "rename", "select", "filter", "compute", "window", "distinct", "window_time", "dedup",
-             "rank", "join", "window", "dedup", "join"]
+             "rank", "join", "window", "dedup", "join", "agg-join"]
 
 
 def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
     """Hypothesis over plans as users build them — sources, renames,
     selects, filters, new columns, windows, DISTINCT and FILTER aggregates,
-    window_time, dedups, ranks, joins, in random order —: ``accelerate``
+    window_time, dedups, ranks, joins (with another source, or with the
+    stream's own window aggregation), in random order —: ``accelerate``
     translates each or refuses it with its reason; no exception of gpuwm's
     own ever escapes translation or planning (``refusal`` names those as
     bugs), and ``explain`` reads. Then a few (fixed) of the translated
@@ -1446,3 +1455,138 @@ def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_k
                     "a dedup over a join with no time bound")]:
         got = accelerate(q)
         assert got.translation is None and why in got.refused.reason, got.refused
+
+
+def _q7_graph(src: str, tmp) -> dict:
+    """Nexmark q7 as a graph of stages in a JSON spec: the bids' maximum
+    price per 5 s tumble (stage ``maxp``, reading the input ``bids``), then
+    the bids joined with it (reading ``bids`` and ``maxp``) on the price,
+    within the window."""
+    return {"inputs": {"bids": {"source": {"format": "parquet", "schema": SCHEMA_TKP, "path": src,
+                                           "options": {"maxFilesPerTrigger": 1}},
+                                "watermark": {"column": "ts", "delay": "10 seconds", "profile": "spark"}}},
+            "stages": [{"name": "maxp", "input": "bids",
+                        "window": {"tumble": "5 seconds", "aggs": {"maxprice": ["price", "max"]}}},
+                       {"join": {"left": "bids", "right": "maxp", "on": [["price", "maxprice"]],
+                                 "between": ["ts", "window_time", None, None],
+                                 "where": [["ts", ">=", "window_start"], ["ts", "<", "window_end"]]}}],
+            "checkpoint": f"{tmp}/ck", "sink": {"parquet": f"{tmp}/out"}, "trigger": {"availableNow": True}}
+
+
+def test_nexmark_q7_as_a_graph_of_stages_equals_spark_batch_for_batch(spark, tmp_path):
+    """Nexmark q7 as Spark runs it — the bids joined with their window's
+    maximum, one stream feeding an aggregation and a join, the join's other
+    side the aggregation's output —, through ``accelerate`` and written as
+    a graph of stages in a JSON spec: the same rows in the same
+    micro-batches as Spark's own query (which keeps every row of its join in
+    state: its window's bounds carry no watermark); the builder's form names
+    the same graph."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark import Pipeline
+    from gpuwm.spark.front.spec import build as build_spec
+
+    rng = np.random.default_rng(77)
+    batches = _random_batches(rng, 8, 40, step=6, behind=14, keys=3)
+    for b in batches:  # ties at the maximum price: several bids pair with one window
+        b[:] = [(t, k, p if p < 900 else 999) for t, k, p in b]
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    bids = _source(spark, src).withWatermark("ts", "10 seconds")
+    m = (bids.groupBy(F.window("ts", "5 seconds")).agg(F.max("price").alias("maxprice"))
+         .select(F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice"))
+    q7 = bids.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend"))
+    acc = accelerate(q7, fallback="error")
+    assert "graph      right0 <- in0; join <- in0, right0" in acc.explain(), acc.explain()
+    _equals_spark(spark, q7, acc, tmp_path)
+    want = _batches(f"{tmp_path}/native")
+    assert sum(map(len, want.values())) > 20
+
+    p = build_spec(spark, _q7_graph(src, tmp_path / "spec"))
+    assert "maxp <- bids: window" in p.explain() and "stage1 <- bids, maxp: join" in p.explain()
+    p.start(trigger={"availableNow": True}).awaitTermination()
+    got = {}
+    for n, rows in _batches(f"{tmp_path}/spec/out").items():  # ts, k, price, window_start, window_end, maxprice,
+        got[n] = sorted((r[:6] for r in rows), key=repr)
+    assert got == want
+
+    b = (Pipeline({"bids": _source(spark, src)}, f"{tmp_path}/ck3")
+         .watermark("ts", "10 seconds", input="bids", profile="spark")
+         .window(gpuwm.Tumble("ts", "5 seconds"), aggs={"maxprice": ("price", "max")}, name="maxp", input="bids")
+         .join("bids", "maxp", on=[["price", "maxprice"]], between=["ts", "window_time", None, None],
+               where=[["ts", ">=", "window_start"], ["ts", "<", "window_end"]], name="q7")
+         .write_parquet(f"{tmp_path}/out2"))
+    assert b._plan().graph == (("maxp", ("bids",)), ("q7", ("bids", "maxp")))
+
+
+def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(spark, tmp_path):
+    """Nexmark q5 (hot items) as Spark runs it: the hop window counts feed
+    two stages — their maximum per window (grouped by Spark's window
+    column), and the join of the counts back to that maximum on the window
+    (Spark's window struct as the join key: equal event times) with ``num
+    >= maxn`` —, through ``accelerate``: a graph whose counts are computed
+    once, a select renaming the maximum's columns apart; the same rows in
+    the same micro-batches as Spark's own query."""
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(55)
+    batches = _random_batches(rng, 8, 40, step=6, behind=14, keys=4)
+    src = f"{tmp_path}/in"
+    _write_batches(src, batches)
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    bids = _source(spark, src).withWatermark("ts", "10 seconds")
+    c = bids.groupBy(F.window("ts", "10 seconds", "5 seconds").alias("w"), "k").agg(F.count("*").alias("num"))
+    m = c.groupBy(F.col("w").alias("mw")).agg(F.max("num").alias("maxn"))
+    q5 = c.join(m, F.expr("w = mw AND num >= maxn")).select("w", "k", "num", "maxn")
+    acc = accelerate(q5, fallback="error")  # the counts once, read by the maximum's stages and the join
+    assert "graph      left0 <- in0; right1 <- left0; right2 <- right1; right3 <- right2; join <- left0, right3" \
+        in acc.explain(), acc.explain()
+    _equals_spark(spark, q5, acc, tmp_path)
+    want = _batches(f"{tmp_path}/native")
+    assert sum(map(len, want.values())) > 5  # a window's hot items: one, or a tie
+
+
+
+def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_batch(spark, tmp_path):
+    """Nexmark q8's shape as Spark runs it: two inputs each grouped per
+    10 s window (auctions by id, bids by auction), the two aggregations'
+    rows joined on the key and the window — a join whose sides are both
+    stages —, through ``accelerate``: the same rows in the same
+    micro-batches as Spark's own query; and the same graph as
+    ``Pipeline``'s ``name=``/``input=`` build it."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark import Pipeline
+
+    from .test_spark_join import A_SCHEMA, B_SCHEMA
+
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=10)
+    aw = a.groupBy(F.window("a_ts", "10 seconds").alias("aw"), "a_id").agg(F.max("seller").alias("seller"))
+    bw = b.groupBy(F.window("b_ts", "10 seconds").alias("bw"), "b_aid").agg(F.count("*").alias("nb"))
+    q8 = aw.join(bw, F.expr("a_id = b_aid AND aw = bw"))
+    acc = accelerate(q8, fallback="error")
+    assert "graph      left0 <- in0; right0 <- in1; right1 <- right0; join <- left0, right1" in acc.explain()
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _native(q8, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) > 1 and sum(map(len, want.values())) > 20, want
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-acc").trigger(availableNow=True).start(
+        f"{tmp_path}/out-acc").awaitTermination()
+    assert _batches(f"{tmp_path}/out-acc") == want
+
+    def side(name, schema):
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{name}")
+
+    p = (Pipeline({"auctions": side("a", A_SCHEMA), "bids": side("b", B_SCHEMA)}, f"{tmp_path}/ck")
+         .watermark("a_ts", "10 seconds", input="auctions", profile="spark")
+         .watermark("b_ts", "5 seconds", input="bids", profile="spark")
+         .window(gpuwm.Tumble("a_ts", "10 seconds"), by=["a_id"], aggs={"seller": ("seller", "max")},
+                 name="aw", input="auctions")
+         .window(gpuwm.Tumble("b_ts", "10 seconds"), by=["b_aid"], aggs={"nb": ("*", "count")}, input="bids")
+         .add("select", columns=["b_aid", ["bs", "window_start"], ["be", "window_end"], "nb", ["bt", "window_time"]],
+              name="bw")
+         .join("aw", "bw", on=[["a_id", "b_aid"], ["window_time", "bt"]])
+         .write_parquet(f"{tmp_path}/out"))
+    assert p._plan().graph == (("aw", ("auctions",)), ("stage1", ("bids",)), ("bw", ("stage1",)),
+                               ("stage3", ("aw", "bw")))

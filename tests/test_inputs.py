@@ -75,5 +75,6 @@ def test_inputs_need_one_profile_and_one_time_type():
     spec = InputsSpec((("a", WatermarkSpec("t", 2)), ("b", WatermarkSpec("u", "0 seconds"))))
     with pytest.raises(gpuwm.SchemaError, match="one type to combine"):
         spec.build("cpu").bind(inputs_schema({"a": A, "b": pa.schema([("u", pa.timestamp("us", tz="UTC"))])}))
-    with pytest.raises(gpuwm.ConfigError, match="two or more"):
-        InputsSpec((("a", WatermarkSpec("t", 2)),))
+    with pytest.raises(gpuwm.ConfigError, match="one or more"):
+        InputsSpec(())
+    assert InputsSpec((("a", WatermarkSpec("t", 2)),)).names == ("a",)  # one named input: a graph's

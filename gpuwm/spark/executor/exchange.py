@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,11 @@ def result_row(metrics: dict) -> pa.Table:
                      "__piece": pa.nulls(1, pa.string()), "__wm": pa.nulls(1, pa.string()),
                      "__metrics": [json.dumps(metrics)]}, schema=FLOW_SCHEMA)
 
+
+
+def least_watermark(watermarks: Sequence[Any]) -> Any:
+    """The least of several streams' watermarks; None while any has none."""
+    return None if any(w is None for w in watermarks) else min(watermarks)
 
 
 def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | None, dest: Any, ndest: int,
@@ -85,7 +90,7 @@ class Received:
             senders.setdefault(d, []).append(decode_instant(json.loads(wm)))
         # the RFC's merger: a destination drains with the least of its senders'
         # watermarks (they differ where a stage holds rows back, e.g. an over-window's leads)
-        self.watermark = {d: None if any(w is None for w in ws) else min(ws) for d, ws in senders.items()}
+        self.watermark = {d: least_watermark(ws) for d, ws in senders.items()}
 
     def rows(self, dest: int, schema: pa.Schema) -> pa.Table:
         paths = [p for _, p in sorted(self.pieces.get(dest, []))]

@@ -9,18 +9,27 @@ refused here, not inside a task. With ``vnodes > 1`` the stages are cut into
 *segments*: a stage whose partition keys differ from its segment's starts a
 new one, which gets its own exchange (by the new keys; a global stage, with
 no keys, on one vnode) inside the same micro-batch job.
+
+A plan may instead be a *graph* (:attr:`Plan.graph`): each stage has a name
+and names what it reads — named inputs or earlier stages — so one stream
+feeds several stages (Nexmark q5's counts: their maximum and the join back
+to them) and a join's side may be any stage's output (q7: the bids joined
+with their window's maximum). The stages are listed in an order where each
+comes after what it reads; each drains with the least of its feeds' output
+watermarks (Spark's ``WatermarkPropagator``: an operator's input watermark
+is the minimum of its children's output watermarks).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 
 from ...errors import ConfigError
-from ...inputs import InputsSpec, input_schemas, union_schema
+from ...inputs import InputsSpec, input_schemas, inputs_schema, union_schema
 from ...operator import OperatorSpec
 from ...watermark import EXPR_COLUMN, WatermarkSpec
 from ..storage.checkpoint import Checkpoint, Location
@@ -83,23 +92,42 @@ class Plan:
     input_schema: pa.Schema
     #: rows dropped as late, kept aside (a Parquet sink), or None
     late: Sink | None = None
+    #: a graph of stages (``()``: a chain): per stage, ``(its name, the names it reads)`` — named inputs or
+    #: earlier stages'; a join's are its two inputs, a union's every input (:func:`check_graph`)
+    graph: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: the input schema of each stage, then the output's (derived)
     schemas: tuple[pa.Schema, ...] = field(init=False)
+    #: the output schema of each stage (derived)
+    outputs: tuple[pa.Schema, ...] = field(init=False)
     segments: tuple[Segment, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.vnodes < 1:
             raise ConfigError(f"vnodes must be >= 1, got {self.vnodes}")
         stages = tuple(self.stages)
-        check_stages(stages, self.watermark.names)
+        graph = tuple((str(n), tuple(f)) for n, f in self.graph)
+        if graph:
+            check_graph(stages, graph, self.watermark.names)
+            if self.vnodes > 1:
+                raise ConfigError(f"a graph of stages (a stage that names what it reads: {graph_text(graph)}) runs "
+                                  f"on one vnode for now; use vnodes=1, got {self.vnodes}")
+        else:
+            check_stages(stages, self.watermark.names)
         if self.aligned and self.vnodes > 1 and self.watermark.resolved_profile.emit != "on-batch":
             raise ConfigError("alignment (max_drift) with vnodes > 1 needs emit='on-batch': under on-event a split's "
                               "held rows and its new ones must be read in one task; use vnodes=1 or emit='on-batch'")
-        schemas = [self.filtered_schema]
-        for s in stages:
-            schemas.append(s.output_schema(schemas[-1]))
+        if graph:
+            schemas, outputs = graph_schemas(stages, graph, self.input_schema)
+            schemas.append(outputs[-1])
+        else:
+            schemas = [self.filtered_schema]
+            for s in stages:
+                schemas.append(s.output_schema(schemas[-1]))
+            outputs = schemas[1:]
         object.__setattr__(self, "stages", stages)
+        object.__setattr__(self, "graph", graph)
         object.__setattr__(self, "schemas", tuple(schemas))
+        object.__setattr__(self, "outputs", tuple(outputs))
         object.__setattr__(self, "segments", self._cut())
 
     @property
@@ -177,11 +205,18 @@ class Plan:
         op.bind(self.schemas[stage])
         return op
 
+    def feeds(self, stage: int) -> tuple[str, ...]:
+        """What stage ``stage`` reads: names of named inputs or earlier
+        stages (:attr:`graph`); ``()`` in a chain (the stage before)."""
+        return self.graph[stage][1] if self.graph else ()
+
     def describe(self) -> str:
         """What the checkpoint remembers: a query whose description differs cannot reuse its state."""
         d = {"version": 2, "vnodes": self.vnodes, "watermark": self.watermark.describe(),
              "stages": [s.describe() for s in self.stages],
              "input_schema": [(f.name, str(f.type)) for f in self.input_schema]}
+        if self.graph:
+            d["graph"] = [[n, list(f)] for n, f in self.graph]
         return json.dumps(d, sort_keys=True, default=str)
 
 
@@ -214,6 +249,82 @@ def check_stages(stages: Sequence[OperatorSpec], inputs: Sequence[str]) -> None:
             raise ConfigError(f"stage {i - 1} ({stages[i - 1].kind}) must be the last stage or be followed by "
                               f"an over-window: its output is one ordered stream across the vnodes, which a "
                               f"following {s.kind} would not keep")
+
+
+def check_graph(stages: Sequence[OperatorSpec], graph: Sequence[tuple[str, Sequence[str]]],
+                inputs: Sequence[str], whole: bool = True) -> None:
+    """What a graph of stages must be (:attr:`Plan.graph`; a builder checks
+    each prefix, not ``whole``: without the last rule): names distinct from each other and from
+    the named ``inputs``; each stage reading named inputs or stages listed
+    before it — one, or a join's (union's) own inputs, in its order; a stage
+    that needs the ordered stream reading a stage that makes it, which
+    feeds nothing else; every input read, and every stage but the last."""
+    if len(graph) != len(stages):
+        raise ConfigError(f"a graph names {len(graph)} stage(s) for {len(stages)} stage(s)")
+    known = list(inputs)
+    if not inputs:
+        raise ConfigError("a graph of stages reads named inputs: give Pipeline({name: df}) (a spec's 'inputs')")
+    made: dict[str, OperatorSpec] = {}
+    for i, (s, (name, feeds)) in enumerate(zip(stages, graph)):
+        if not name or name in known:
+            raise ConfigError(f"stage {i} ({s.kind}) is named {name!r}, which "
+                              + ("is empty" if not name else f"an input or a stage before has; the names are {known}"))
+        for f in feeds:
+            if f not in known:
+                raise ConfigError(f"stage {i} ({s.kind}) reads {f!r}, which is neither an input nor a stage before "
+                                  f"it; it may read {known}")
+        if s.takes_inputs:
+            if tuple(feeds) != tuple(s.inputs()):
+                raise ConfigError(f"stage {i} ({s.kind}) takes {list(s.inputs())}, but the graph gives it "
+                                  f"{list(feeds)}")
+        elif len(feeds) != 1:
+            raise ConfigError(f"stage {i} ({s.kind}) reads one stream, got {list(feeds)}")
+        for f in feeds:
+            before = made.get(f)
+            ordered = before is not None and before.capabilities.range_exchange
+            if s.capabilities.needs_order and not ordered:
+                raise ConfigError(f"stage {i} ({s.kind}) needs the event-time ordered stream: it must read a sort")
+            if ordered and not s.capabilities.needs_order:
+                raise ConfigError(f"stage {f!r} ({before.kind}) must be the last stage or be read by an over-window "
+                                  f"only: its output is one ordered stream, which a {s.kind} would not keep")
+        made[name] = s
+        known.append(name)
+    if not whole:
+        return
+    read = {f for _, feeds in graph for f in feeds}
+    unread = [n for n in list(inputs) + [n for n, _ in graph[:-1]] if n not in read]
+    if unread:
+        raise ConfigError(f"{unread} feed no stage: every input and every stage but the last is read by a stage "
+                          "after it (the last one's rows go to the sink)")
+
+
+def graph_text(graph: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """A graph in a short line: ``maxp <- bids; j <- bids, maxp``."""
+    return "; ".join(f"{n} <- {', '.join(f)}" for n, f in graph)
+
+
+def graph_schemas(stages: Sequence[OperatorSpec], graph: Sequence[tuple[str, Sequence[str]]],
+                  input_schema: pa.Schema) -> tuple[list[pa.Schema], list[pa.Schema]]:
+    """Each stage's input schema and output schema in a graph (a join's
+    input: :func:`~gpuwm.inputs.inputs_schema` of what it reads)."""
+    out = dict(input_schemas(input_schema))
+    ins, outs = [], []
+    for s, (name, feeds) in zip(stages, graph):
+        schema = inputs_schema({f: out[f] for f in feeds}) if s.takes_inputs else out[feeds[0]]
+        ins.append(schema)
+        out[name] = s.output_schema(schema)
+        outs.append(out[name])
+    return ins, outs
+
+
+def graph_times(stages: Sequence[OperatorSpec], graph: Sequence[tuple[str, Sequence[str]]],
+                columns: Mapping[str, str]) -> dict[str, str]:
+    """The event-time column of every named stream in a graph: the named
+    inputs' watermark ``columns``, then each stage's output's."""
+    times = dict(columns)
+    for s, (name, feeds) in zip(stages, graph):
+        times[name] = s.event_time(times[feeds[0]])
+    return times
 
 
 def is_timestamp(plan: Plan) -> bool:

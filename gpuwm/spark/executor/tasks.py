@@ -360,7 +360,17 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
     kernel_s = save_s = 0.0
     out = rows
     low = high = None
+    # a graph's streams so far, by name: (rows, output watermark); the named inputs' first
+    streams = {n: (rows.get(n), wm) for n in plan.watermark.names} if plan.graph else {}
     for i in segment.stages:
+        if plan.graph:  # what the stage reads, and the least of their watermarks (Spark's WatermarkPropagator)
+            feeds = plan.feeds(i)
+            got = [streams[f] for f in feeds]
+            wm = exchange.least_watermark([w for _, w in got])
+            out = {f: r for f, (r, _) in zip(feeds, got) if r is not None} if plan.stages[i].takes_inputs \
+                else got[0][0]
+            if out is None:
+                out = plan.schemas[i].empty_table()
         t0 = time.perf_counter()
         op, places = store.load_operator(plan, i, prev, vnode)
         op.keep_late(plan.late is not None)
@@ -374,7 +384,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         released = op.release(wm)
         if plan.late is not None:
             write_late(plan, batch_id, i, vnode, op.take_late(), op.late_reason)
-        out = _concat([updates, released.rows], plan.schemas[i + 1])
+        out = _concat([updates, released.rows], plan.outputs[i])
         t1 = time.perf_counter()
         saved = store.save_operator(plan.checkpoint, batch_id, vnode, i, op, places)
         store.keep_operator(plan, i, vnode, batch_id, saved, op)
@@ -388,6 +398,8 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
                              "rows_emitted": out.num_rows, "state_rows": op.state_rows,
                              "state_bytes": op.state_bytes, "kernel_s": t1 - t0, "state_save_s": t2 - t1}
         high, wm = wm, released.watermark
+        if plan.graph:
+            streams[plan.graph[i][0]] = (out, wm)
     if not segment.stages and not isinstance(out, pa.Table):
         out = out.to_arrow()
     last = seg == len(plan.segments) - 1

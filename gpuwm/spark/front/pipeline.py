@@ -107,8 +107,8 @@ class Pipeline:
                  read: str | None = None):
         self.inputs: dict[str, Any] | None = None  # several named inputs
         if isinstance(df, Mapping):
-            if len(df) < 2:
-                raise ConfigError(f"Pipeline({{name: df, ...}}) takes two or more named inputs, got {list(df)}")
+            if not df:
+                raise ConfigError("Pipeline({name: df, ...}) takes one or more named inputs, got none")
             for input_name, d in df.items():
                 if not isinstance(input_name, str) or not input_name:
                     raise ConfigError(f"input names must be non-empty strings, got {input_name!r}")
@@ -135,6 +135,7 @@ class Pipeline:
         self._wm: WatermarkSpec | None = None
         self._wms: dict[str, WatermarkSpec] = {}  # several inputs: each one's
         self._stages: list[OperatorSpec] = []
+        self._graph: list[tuple[str, tuple[str, ...]]] = []  # each stage's name and the streams it reads
         self._sink: Sink | None = None
         self._foreach: tuple | None = None  # a foreachBatch sink's (function, Spark schema or None): driver side
         self._late: Sink | None = None
@@ -222,7 +223,7 @@ class Pipeline:
 
     def join(self, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any] | None = None,
              how: str = "inner", window: Mapping[str, Any] | None = None,
-             where: Sequence[Sequence[str]] = ()) -> "Pipeline":
+             where: Sequence[Sequence[str]] = (), *, name: str | None = None) -> "Pipeline":
         """Join two named inputs (a stream-stream interval join, Spark's
         stream-stream join with a time-range condition): rows with equal keys
         (``on``: pairs ``[left column, right column]``) and ``between`` as
@@ -247,11 +248,16 @@ class Pipeline:
         range, Nexmark q4's ``b_ts BETWEEN a_ts AND expires``). ``where``:
         ``[column, op, column]`` comparisons (``<``, ``<=``, ``>``, ``>=``,
         ``=``, ``!=``), one column of each input, that a pair must pass too
-        (Spark's post-join filter: ``[["b_ts", "<=", "expires"]]``)."""
+        (Spark's post-join filter: ``[["b_ts", "<=", "expires"]]``).
+
+        ``left`` and ``right`` may name earlier stages too (``name=`` of a
+        stage): a join of a stage's output (a graph of stages, Nexmark
+        q7's bids joined with their window's maximum), whose time column is
+        that stage's event time (a window's ``window_time``)."""
         opts = {"left": left, "right": right, "on": on, "how": how}
         opts.update({k: v for k, v in (("between", between), ("window", window), ("where", list(where) or None))
                      if v is not None})
-        return self.add("join", **opts)
+        return self.add("join", name=name, **opts)
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":
         """Release rows in event-time order, append-only: one ordered stream,
@@ -261,15 +267,15 @@ class Pipeline:
         return self.add("sort", key=key)
 
     def window(self, window: Any, by: Sequence[str] = (), aggs: Mapping[str, tuple[str, str]] | None = None,
-               emit: str = "on-window-close") -> "Pipeline":
+               emit: str = "on-window-close", *, name: str | None = None, input: str | None = None) -> "Pipeline":
         """Tumbling, hopping or session aggregation emitted when the watermark
         closes a window (session windows: on window close only). The
         window's column is the event-time column of its input: the
         watermark's column for the first stage, ``window_time`` after a
-        window."""
+        window. ``name``/``input``: see :meth:`stage`."""
         from ...window import WindowSpec  # the one builder method whose argument is an object, not JSON
 
-        return self.stage(WindowSpec(window, by, aggs, emit))  # a SessionSpec for a Session
+        return self.stage(WindowSpec(window, by, aggs, emit), name=name, input=input)  # a SessionSpec for a Session
 
     def dedup(self, key: Sequence[str]) -> "Pipeline":
         """Spark's ``dropDuplicatesWithinWatermark(key)``: a key's first row
@@ -293,35 +299,94 @@ class Pipeline:
         watermarked streams)."""
         return self.add("union")
 
-    def add(self, kind: str, **options: Any) -> "Pipeline":
+    def add(self, kind: str, *, name: str | None = None, input: str | None = None, **options: Any) -> "Pipeline":
         """Append a stage of any registered kind from its JSON options
         (``p.add("sort", key=["id"])`` is ``{"sort": {"key": ["id"]}}``;
-        :func:`gpuwm.operator.stage_from_json`)."""
+        :func:`gpuwm.operator.stage_from_json`); ``name``/``input``: see
+        :meth:`stage`."""
         from ...operator import stage_class
 
         cls = stage_class(kind)
-        self._need_watermark(kind, cls.takes_inputs)
-        return self.stage(cls.from_json(options, self._context()))
+        self._need_watermark(kind, cls.takes_inputs, input)
+        return self.stage(cls.from_json(options, self._context(None if cls.takes_inputs else self._feed(input))),
+                          name=name, input=input)
 
-    def stage(self, spec: OperatorSpec) -> "Pipeline":
+    def stage(self, spec: OperatorSpec, *, name: str | None = None, input: str | None = None) -> "Pipeline":
         """Append any operator spec as the next stage (what :meth:`add` and
         the builder methods do): checked against what it joins
         (:meth:`~gpuwm.operator.OperatorSpec.check`, the stage order of
-        :func:`~gpuwm.spark.executor.plan.check_stages`, every stage's columns)."""
-        self._need_watermark(spec.kind or "stage", spec.takes_inputs)
-        ctx = self._context()
-        for name in spec.inputs():
-            ctx.watermark(name)  # an input it takes is one of the pipeline's, with a watermark
-        spec.check(ctx)
-        return self._add(spec)
+        :func:`~gpuwm.spark.executor.plan.check_stages`, every stage's columns).
 
-    def _context(self) -> StageContext:
-        """What the next stage joins."""
-        wms: dict[str | None, WatermarkSpec] = dict(self._wms) if self.inputs is not None else \
-            {} if self._wm is None else {None: self._wm}
-        inputs = {} if self.inputs is None else input_schemas(self._input_arrow_schema())
-        last = self._stages[-1] if self._stages else None
-        return StageContext(self._event_time(), wms, inputs, last, last.other_times() if last is not None else ())
+        A graph of stages (named inputs, ``Pipeline({name: df, ...})``): ``name``
+        names the stage's output, which later stages may read — ``input=``
+        of a one-stream stage (default: the stage before; for the first
+        stage of one named input, that input), a join's ``left`` or
+        ``right``. A stream may feed several stages (Nexmark q5's counts
+        feed their maximum and the join back to it); each stage drains with
+        the least of its inputs' output watermarks."""
+        self._need_watermark(spec.kind or "stage", spec.takes_inputs, input)
+        if spec.takes_inputs and input is not None:
+            raise ConfigError(f"a {spec.kind} names what it reads itself ({list(spec.inputs())}); drop input=")
+        feeds = tuple(spec.inputs()) if spec.takes_inputs else (self._feed(input),)
+        ctx = self._context(None if spec.takes_inputs else feeds[0])
+        for n in spec.inputs():
+            if n not in ctx.times:
+                ctx.watermark(n)  # an input it takes is one of the pipeline's, with a watermark
+        spec.check(ctx)
+        names = [n for n, _ in self._graph] + list(self.inputs or ())
+        if name is not None and (not isinstance(name, str) or not name or name in names):
+            raise ConfigError(f"stage name {name!r} is taken or empty; the streams so far are {names}")
+        return self._add(spec, name or f"stage{len(self._stages)}", feeds)
+
+    def _feed(self, input: str | None) -> str:
+        """The stream a one-stream stage reads: ``input``, else the stage
+        before, else the one named input (``""``: the one unnamed input)."""
+        streams = list(self.inputs or ()) + [n for n, _ in self._graph]
+        if input is not None:
+            if self.inputs is None:
+                raise ConfigError(f"input={input!r}: naming what a stage reads needs named inputs: "
+                                  "Pipeline({name: df, ...}) (a spec's 'inputs')")
+            if input not in streams:
+                raise ConfigError(f"input={input!r} is neither an input nor a stage before; the streams are "
+                                  f"{streams}")
+            return input
+        if self._graph:
+            return self._graph[-1][0]
+        return next(iter(self.inputs)) if self.inputs else ""
+
+    def _streams(self) -> tuple[dict[str, pa.Schema], dict[str, str]]:
+        """Every named stream so far (inputs, then stages) with its schema,
+        and each stage's output's event-time column."""
+        from ..executor.plan import graph_schemas, graph_times
+
+        if self.inputs is None:
+            return {}, {}
+        schemas = input_schemas(self._input_arrow_schema())
+        _, outs = graph_schemas([_followed(st) for st in self._stages], self._graph, self._input_arrow_schema())
+        times = graph_times(self._stages, self._graph, {n: w.column for n, w in self._wms.items()})
+        for (n, _), out in zip(self._graph, outs):
+            schemas[n] = out
+        return schemas, {n: times[n] for n, _ in self._graph}
+
+    def _context(self, feed: str | None = None) -> StageContext:
+        """What the next stage joins: the stream ``feed`` (None: a stage that
+        takes named streams itself), and every named stream so far."""
+        if self.inputs is None:
+            wms: dict[str | None, WatermarkSpec] = {} if self._wm is None else {None: self._wm}
+            last = self._stages[-1] if self._stages else None
+            return StageContext(self._event_time(), wms, {}, last, last.other_times() if last is not None else ())
+        wms = dict(self._wms)
+        streams, times = self._streams()
+        made = {n: st for (n, _), st in zip(self._graph, self._stages)}
+        before = made.get(feed) if feed is not None else None
+        if feed is not None and feed in self.inputs:
+            if feed in wms:
+                wms[None] = wms[feed]  # a stage over one named input: that input's watermark is its watermark
+            event_time = wms[feed].column if feed in wms else None
+        else:
+            event_time = times.get(feed) if feed is not None else None
+        return StageContext(event_time, wms, streams, before, before.other_times() if before is not None else (),
+                            times)
 
     def _event_time(self) -> str | None:
         col = None if self._wm is None else self._wm.column
@@ -329,21 +394,41 @@ class Pipeline:
             col = st.event_time(col)
         return col
 
-    def _add(self, spec: OperatorSpec) -> "Pipeline":
-        """Append a stage: the stage before learns what follows it (a window
-        adds ``window_time``), and the stages' order and every stage's
-        columns are checked against the stream's schema now, not in the
-        first micro-batch."""
-        stages = list(self._stages)
-        if stages:
-            stages[-1] = stages[-1].with_next(spec)
+    def _add(self, spec: OperatorSpec, name: str, feeds: tuple[str, ...]) -> "Pipeline":
+        """Append a stage: the stages it reads learn what follows them (a
+        window adds ``window_time``), and the stages' order and every
+        stage's columns are checked against the stream's schema now, not in
+        the first micro-batch."""
+        from ..executor.plan import check_graph, graph_schemas
+
+        stages, graph = list(self._stages), self._graph + [(name, feeds)]
+        index = {n: i for i, (n, _) in enumerate(self._graph)}
+        for f in feeds:
+            if f in index:
+                stages[index[f]] = stages[index[f]].with_next(spec)
         stages.append(spec)
-        check_stages(stages, tuple(self.inputs or ()))
-        schema = self._input_arrow_schema()
-        for st in stages:
-            schema = st.output_schema(schema)
-        self._stages = stages
+        if self._is_graph(stages, graph):
+            check_graph(stages, graph, tuple(self.inputs or ()), whole=False)
+            graph_schemas(stages, graph, self._input_arrow_schema())
+        else:
+            check_stages(stages, tuple(self.inputs or ()))
+            schema = self._input_arrow_schema()
+            for st in stages:
+                schema = st.output_schema(schema)
+        self._stages, self._graph = stages, graph
         return self
+
+    def _is_graph(self, stages: Sequence[OperatorSpec], graph: Sequence[tuple[str, tuple[str, ...]]]) -> bool:
+        """Whether the stages are a graph rather than a chain: some stage
+        reads other than the stage before it (the first one: the pipeline's
+        input, or a join or union of all its named inputs)."""
+        if self.inputs is None:
+            return False
+        for i, (st, (_, feeds)) in enumerate(zip(stages, graph)):
+            chain = (graph[i - 1][0],) if i else tuple(self.inputs)
+            if feeds != chain or st.takes_inputs != (i == 0):
+                return True
+        return False
 
     def _input_arrow_schema(self) -> pa.Schema:
         """The input's Arrow schema; several inputs' as one (:func:`gpuwm.join.inputs_schema`)."""
@@ -413,18 +498,17 @@ class Pipeline:
         out = plan.schemas[-1].empty_table()
         return evaluate(json.loads(plan.sink.project), out).schema if plan.sink.project else out.schema
 
-    def _need_watermark(self, what: str, takes_inputs: bool) -> None:
-        """A stage ``what`` (one that takes the named inputs, or not) may come next."""
+    def _need_watermark(self, what: str, takes_inputs: bool, input: str | None = None) -> None:
+        """A stage ``what`` (one that takes the named inputs, or not; reading
+        ``input``) may come next."""
         if self.inputs is None:
             if takes_inputs:
                 raise ConfigError(f"a {what} takes named inputs: give Pipeline({{name: df, ...}}) (a spec's 'inputs')")
             if self._wm is None:
                 raise ConfigError(f"call .watermark(...) before .{what}(...): the operator drains by the watermark")
-        elif not self._stages and not takes_inputs:
+        elif not self._stages and not takes_inputs and input is None and len(self.inputs) > 1:
             raise ConfigError(f"a pipeline with inputs {list(self.inputs)} starts with a stage that takes them, "
-                              f".join(...) or .union(), then .{what}(...)")
-        elif self._stages and takes_inputs:
-            raise ConfigError(f"a {what} takes the pipeline's named inputs: only as its first stage")
+                              f".join(...) or .union(), or one that names its input (input=...), then .{what}(...)")
 
     # -- plan ------------------------------------------------------------------
     def _plan(self) -> Plan:
@@ -434,11 +518,18 @@ class Pipeline:
             missing = [n for n in self.inputs if n not in self._wms]
             if missing:
                 raise ConfigError(f"input(s) {missing} have no watermark: call .watermark(..., input=name) for each")
-            lateness = _filter_lateness(self._stages, next(iter(self._wms.values())).resolved_profile)
-            wms = {n: w if lateness is None else replace(w, allowed_lateness=lateness) for n, w in self._wms.items()}
+            profile = next(iter(self._wms.values())).resolved_profile
+            graph = tuple(self._graph) if self._is_graph(self._stages, self._graph) else ()
+            if graph:  # each input's filter lets through what the stages reading it count (a join drops by itself)
+                read = {n: [st for st, (_, feeds) in zip(self._stages, graph) if n in feeds] for n in self.inputs}
+                lateness = {n: _graph_lateness(n, read[n], profile) for n in self.inputs}
+            else:
+                lateness = dict.fromkeys(self.inputs, _filter_lateness(self._stages, profile))
+            wms = {n: w if lateness[n] is None else replace(w, allowed_lateness=lateness[n])
+                   for n, w in self._wms.items()}
             return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes,
                         InputsSpec(tuple((n, wms[n]) for n in self.inputs)), tuple(self._stages),
-                        self._sink_or_raise(), self._input_arrow_schema(), late=self._late)
+                        self._sink_or_raise(), self._input_arrow_schema(), late=self._late, graph=graph)
         if self._wm is None:
             raise ConfigError("the pipeline has no .watermark(...)")
         wm = self._wm
@@ -488,7 +579,8 @@ class Pipeline:
         for i, st in enumerate(plan.stages):
             seg = plan.segments[seg_of[i]]
             d = {k: v for k, v in st.describe().items() if k != "kind"}
-            lines.append(f"stage {i}      {st.kind} {json.dumps(d, default=str)}  [segment {seg_of[i]}: "
+            wired = f"{plan.graph[i][0]} <- {', '.join(plan.graph[i][1])}: " if plan.graph else ""
+            lines.append(f"stage {i}      {wired}{st.kind} {json.dumps(d, default=str)}  [segment {seg_of[i]}: "
                          f"{seg.tasks} task(s), keys {list(seg.keys)}]")
         lines.append(f"vnodes       {plan.vnodes}" + (" (first stage pre-aggregates before the shuffle)"
                                                       if plan.pre_aggregates else ""))
@@ -649,6 +741,27 @@ def _filter_lateness(stages: Sequence[OperatorSpec], profile: Any) -> Any:
     (:meth:`~gpuwm.operator.OperatorSpec.filter_lateness`; None: none)."""
     first = next((s for s in stages if not s.capabilities.passes_rows), None)
     return None if first is None else first.filter_lateness(profile)
+
+
+def _followed(st: OperatorSpec) -> OperatorSpec:
+    """Stage ``st`` as a stage after it reads it (a window with
+    ``window_time``): what a later stage's options are checked against
+    before it is made; as it is where nothing may follow it."""
+    try:
+        return st.with_next(OperatorSpec())
+    except ConfigError:
+        return st
+
+
+def _graph_lateness(name: str, readers: Sequence[OperatorSpec], profile: Any) -> Any:
+    """The allowed lateness input ``name``'s filter needs in a graph: the
+    one the stages reading it agree on (a join's None: it drops by its own
+    last drain, as the filter would)."""
+    got = {st.filter_lateness(profile) for st in readers if not st.takes_inputs}
+    if len(got) > 1:
+        raise ConfigError(f"input {name!r} feeds stages that count rows behind the watermark differently "
+                          f"({sorted(map(str, got))}); read it with stages of one kind")
+    return got.pop() if got else None
 
 
 def spark_watermark(df, plan: Plan):

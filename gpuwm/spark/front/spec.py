@@ -78,6 +78,14 @@ Operators: ``stages``, a list of stages, each one of
   {...}}, ...}}`` (see ``Pipeline.join``), or ``{"union": {}}`` there:
   every input's rows, inputs with one schema (see ``Pipeline.union``),
 
+- ``{"select": {"columns": ["k", ["t", "window_time"], ...]}}`` — columns
+  kept, a ``[new name, column]`` pair renamed (the event-time column kept),
+
+and, in a spec with ``inputs`` (one or more), ``"name"`` and ``"input"``
+beside a stage's kind: a graph of stages (``{"window": {...}, "name":
+"maxp", "input": "bids"}``; a join's ``left`` / ``right`` may name a stage;
+``input`` defaults to the stage before) — see ``Pipeline.stage``,
+
 or any stage kind a spec class registers (:mod:`gpuwm.operator`: each
 parses its own options); for one stage, its kind at the top level
 (``"window": {...}``); none: filter only. Two chained windows (the second over the first's
@@ -164,8 +172,8 @@ def load_spec(path: str) -> dict:
             raise ConfigError(f"pipeline spec {path!r}: with 'inputs', each input has its own 'source' and "
                               f"'watermark'; drop the top-level {both}")
         inputs = spec["inputs"]
-        if not (isinstance(inputs, dict) and len(inputs) >= 2):
-            raise ConfigError(f"pipeline spec {path!r}: 'inputs' must name two or more inputs, "
+        if not (isinstance(inputs, dict) and inputs):
+            raise ConfigError(f"pipeline spec {path!r}: 'inputs' must name one or more inputs, "
                               f"{{name: {{\"source\": {{...}}, \"watermark\": {{...}}}}, ...}}, got {inputs!r}")
         for name, inp in inputs.items():
             if not (isinstance(inp, dict) and set(inp) == {"source", "watermark"}):
@@ -399,7 +407,7 @@ def _stage_problems(bad, spec: dict, wm) -> None:
         wm = WatermarkSpec(column, 0)
     ctx = StageContext(event_time=wm.column, watermarks={None: wm})
     for i, st in enumerate(stages):
-        (kind, opts), = st.items()
+        kind, opts, _ = stage_parts(st)
         path = f"$.stages[{i}].{kind}" if "stages" in spec else f"$.{kind}"
         try:
             got = stage_from_json(kind, opts, ctx)
@@ -419,30 +427,50 @@ def _stage_problems(bad, spec: dict, wm) -> None:
                            also_times=got.other_times())
 
 
+#: what a stage object may hold beside its kind: its name and the stream it reads (a graph of stages)
+WIRING = ("name", "input")
+
+
+def stage_parts(stage: dict) -> tuple[str, dict, dict]:
+    """A JSON stage as (kind, options, ``{"name": ..., "input": ...}``
+    given beside the kind)."""
+    wiring = {k: stage[k] for k in WIRING if k in stage}
+    (kind, opts), = ((k, v) for k, v in stage.items() if k not in WIRING)
+    return kind, opts, wiring
+
+
 def stages_of(spec: dict) -> list[dict]:
-    """The spec's stages, each ``{kind: options}`` (a stage kind at the top level is one stage)."""
+    """The spec's stages, each ``{kind: options}`` — with ``"name"`` and
+    ``"input"`` beside the kind in a graph of stages (``{"window": {...},
+    "name": "maxp", "input": "bids"}``: see ``Pipeline.stage``) — (a stage
+    kind at the top level is one stage)."""
     kinds = stage_kinds()
     out = spec["stages"] if "stages" in spec else [{k: spec[k]} for k in spec if k in kinds]
     for i, st in enumerate(out):
-        if not (isinstance(st, dict) and len(st) == 1 and next(iter(st)) in kinds
-                and isinstance(next(iter(st.values())), dict)):
-            kind = next(iter(st)) if isinstance(st, dict) and len(st) == 1 else None
+        rest = [k for k in st if k not in WIRING] if isinstance(st, dict) else []
+        wired = isinstance(st, dict) and all(isinstance(st[k], str) and st[k] for k in WIRING if k in st)
+        if not (isinstance(st, dict) and len(rest) == 1 and rest[0] in kinds and wired
+                and isinstance(st[rest[0]], dict)):
+            if isinstance(st, dict) and not wired:
+                raise ConfigError(f"stage {i}: 'name' and 'input' are stream names (non-empty strings), got "
+                                  f"{ {k: st[k] for k in WIRING if k in st} }")
+            kind = rest[0] if len(rest) == 1 else None
             if isinstance(kind, str) and kind not in kinds:
                 try:
                     stage_class(kind)
                 except ConfigError as e:  # an unknown kind: its near miss
                     raise ConfigError(f"stage {i}: {e}") from None
-            raise ConfigError(f"stage {i} must be one of {[{k: {}} for k in sorted(kinds)]} with its options, "
-                              f"got {st!r}")
+            raise ConfigError(f"stage {i} must be one of {[{k: {}} for k in sorted(kinds)]} with its options "
+                              f"(and 'name', 'input' beside it in a graph), got {st!r}")
     return out
 
 
 def add_stage(p, i: int, stage: dict) -> None:
     """Append one JSON stage ``{kind: options}`` to Pipeline ``p`` (any
     registered kind: :func:`gpuwm.operator.stage_kinds`)."""
-    (kind, opts), = stage.items()
+    kind, opts, wiring = stage_parts(stage)
     try:
-        p.add(kind, **opts)
+        p.add(kind, **wiring, **opts)
     except (ConfigError, SchemaError) as e:
         raise type(e)(f"stage {i}: {e}" if str(e).startswith(kind) else f"stage {i} ({kind}): {e}") from None
 

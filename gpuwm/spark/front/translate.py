@@ -24,7 +24,8 @@ window's rows by ``window_time(window)``, an aggregation after a dedup) —,
 or a stream-stream join of two watermarked sources on equal keys and a
 time range between their event times, equal event times, or the same
 window (``window(ts, ...)`` selected on each side; inner, left, right, full
-outer),
+outer) — a side may be a window aggregation's rows, the query then a graph
+of stages (Nexmark q5, q7, q8: :func:`_join_graph`) —,
 then projections (columns, struct fields, renames, casts) and filters
 (``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
 evaluated as the sink writes (:mod:`gpuwm.spark.io.project`). The window's
@@ -111,6 +112,10 @@ class Translation:
     inputs: dict[str, Translation] | None = None  # a join's two inputs ("left", "right"), each a watermarked source
     other_times: list[tuple[str, str]] = field(default_factory=list)  # more event-time columns (a join's right time)
     shown_time: str | None = None  # the watermark's column as the query names it, where gpuwm's name is its own
+    origin: str = ""  # Spark's withWatermark node (with its ids) the rows come from: one subtree, one input
+    graph: list[tuple[str, tuple[str, ...]]] | None = None  # a graph of stages: each one's name and what it reads
+    derived: tuple[str, ...] = ()  # a graph's join: its sides ("left", "right") that are a stage's rows
+    window_of: tuple | None = None  # a window stage's rows: (the window they are in, its start column, its end's)
 
 
 def _kind(node) -> str:
@@ -242,16 +247,21 @@ def _input(spark, node) -> Translation:
                                                     "not a timestamp")
             return Translation(_of_rows(spark, node.child()), str(ts.name()), _interval(node.delay()),
                                columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
-                               time=(str(ts.name()), str(ts.name())))
+                               time=(str(ts.name()), str(ts.name())), origin=str(node.toString()))
         if kind in _STATEFUL:
             return _STATEFUL[kind](spark, node)
-        if kind == "Project":  # columns, renames, and window_time(window) of a window stage below
-            made, renamed = {}, {}
+        if kind == "Project":  # columns, renames, window.start / .end and window_time(window) of a window below
+            made, renamed, fields = {}, {}, {}
             for e in scala_iter(node.projectList()):
                 if _kind(e) == "AttributeReference":
                     continue
                 if _kind(e) == "Alias" and _kind(e.child()) == "AttributeReference":
                     renamed[_id(e)] = (_id(e.child()), str(e.name()))
+                    continue
+                if _kind(e) == "Alias" and _kind(e.child()) == "GetStructField" and \
+                        _kind(e.child().child()) == "AttributeReference" and \
+                        str(e.child().extractFieldName()) in ("start", "end"):
+                    fields[_id(e)] = (_id(e.child().child()), f"window_{e.child().extractFieldName()}")
                     continue
                 m = _WINDOW_TIME.fullmatch(str(e.child().toString())) if _kind(e) == "Alias" else None
                 if m is None:
@@ -259,11 +269,15 @@ def _input(spark, node) -> Translation:
                     break
                 made[_id(e)] = int(m.group(1))
             if made is not None:
-                if made or renamed:
+                if made or renamed or fields:
                     below = _input(spark, node.child())
                     if any(w != below.window_id for w in made.values()):
                         raise Refused("Project", "window_time() of a column that is not the window of the "
                                                  "aggregation below")
+                    if any(w != below.window_id or below.window_id is None for w, _ in fields.values()):
+                        raise Refused("Project", "a field of a struct that is not the window of the aggregation "
+                                                 "below")
+                    below.columns.update({i: c for i, (_, c) in fields.items()})
                     if made:
                         below.columns.update({i: WINDOW_TIME for i in made})
                         below.time = next(str(e.name()) for e in scala_iter(node.projectList())
@@ -384,13 +398,22 @@ def _aggregate(spark, agg) -> Translation:
         bad = next(g for g in groups if _kind(g) != "AttributeReference")
         raise Refused("Aggregate", f"a grouping expression ({bad.sql()}): group by columns (add them before "
                                    "withWatermark)")
-    made, out, below = _windowing(agg.child())  # the window is the grouping attribute the node under it makes
-    win_id = _id(out)
+    try:
+        made, out, below = _windowing(agg.child())  # the window is the grouping attribute the node under it makes
+    except Refused:
+        made = out = below = None
+    t = _input(spark, agg.child()) if made is None else None
+    by_window = t is not None and t.window_id is not None and t.window_id in {_id(g) for g in groups}
+    if made is None and not by_window:
+        raise Refused("Aggregate", _NO_WINDOW)
+    win_id = t.window_id if by_window else _id(out)
     named = {_id(g): str(g.name()) for g in groups if _id(g) != win_id}  # Spark's names of the keys
     if len(groups) - len(named) != 1:
         raise Refused("Aggregate", _NO_WINDOW)
     if len(set(named.values())) != len(named):
         raise Refused("Aggregate", f"two grouping columns share a name ({list(named.values())})")
+    if by_window:  # grouped by the window of the aggregation below (Nexmark q5's maximum per window)
+        return _by_window(t, agg, named)
     t = _input(spark, below)
     if t.time is None:
         raise Refused("Aggregate", "a window over the rows of a stage that gives no event time (window a window's "
@@ -467,7 +490,67 @@ def _aggregate(spark, agg) -> Translation:
         raise Refused("Aggregate", f"two output columns share a name ({[n for n, _ in step]})")
     t.stages.append(("window", win, keys, aggs))
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
+    t.window_of = (win, "window_start", "window_end")
     t.shown.append(f"aggregate  {shown_win} by {list(named.values())}: {', '.join(shown_aggs)}")
+    return t
+
+
+def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
+    """An aggregation grouped by the window column of the window
+    aggregation ``t`` below it (and keys): each group is one of its
+    windows, which closes when the watermark passes the window's end, as
+    Spark's aggregation keyed by that window evicts it. gpuwm's form: the
+    window's bounds kept as keys (a select renames them apart), then a
+    tumbling window of the window's slide on ``window_time`` — exactly one
+    per window below (the windows end a slide apart)."""
+    from ...aggregates import WINDOW_TIME
+    from ...session import Session
+    from ...window import Tumble
+
+    _, below, bkeys, baggs = t.stages[-1]
+    if isinstance(below, Session) or t.window_of is None:
+        raise Refused("Aggregate", "grouped by a session window's column: gpuwm groups by a tumbling or hopping "
+                                   "window's")
+    if any(i not in t.columns for i in named):
+        raise Refused("Aggregate", "a grouping column the stage below does not give as a column")
+    n = len(t.stages)
+    start, end = f"__gpuwm_ws{n}", f"__gpuwm_we{n}"
+    kept = [*bkeys, *baggs, WINDOW_TIME]
+    t.stages.append(("select", [[start, "window_start"], [end, "window_end"], *[[c, c] for c in kept]]))
+    keys = [start, end, *(t.columns[i] for i in named)]
+    aggs: dict[str, tuple[str, str]] = {}
+    step, ids, shown_aggs, columns = [], {}, [], {i: t.columns[i] for i in named}
+    window_out = None
+    for ne in scala_iter(agg.aggregateExpressions()):
+        name, e = str(ne.name()), ne.child() if _kind(ne) == "Alias" else ne
+        k = _kind(e)
+        if k == "AttributeReference" and _id(e) == t.window_id:
+            step.append([name, {"struct": [["start", {"col": start}], ["end", {"col": end}]]}])
+            window_out = _id(ne)
+        elif k == "AttributeReference" and _id(e) in named:
+            step.append([name, {"col": t.columns[_id(e)]}])
+        elif k == "AggregateExpression" and _kind(e.aggregateFunction()) in _AGGS and not e.isDistinct() \
+                and not e.filter().isDefined() and _kind(e.aggregateFunction()) not in ("First", "Last"):
+            fk = _kind(e.aggregateFunction())
+            args = list(scala_iter(e.aggregateFunction().children()))
+            star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
+            if not star and not (len(args) == 1 and _kind(args[0]) == "AttributeReference"
+                                 and _id(args[0]) in t.columns):
+                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
+            inner = f"__gpuwm_agg{len(aggs)}_s{n + 1}"
+            aggs[inner] = ("*" if star else t.columns[_id(args[0])], _AGGS[fk])
+            step.append([name, {"col": inner}])
+            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({'*' if star else args[0].name()})")
+            columns[_id(ne)] = inner
+        else:
+            raise Refused("Aggregate", f"{e.sql()} in an aggregation by a window column: gpuwm computes count, "
+                                       "sum, min, max and avg of a column there")
+        ids[_id(ne)] = name
+    t.stages.append(("window", Tumble(WINDOW_TIME, below.slide), keys, aggs))
+    t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
+    t.window_of = (t.window_of[0], start, end)
+    t.shown.append(f"aggregate  by the window of the aggregation below, {list(named.values())}: "
+                   f"{', '.join(shown_aggs)}")
     return t
 
 
@@ -937,16 +1020,35 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     sides, windows, picks = {}, {}, {}
     for name, child in (("left", node.left()), ("right", node.right())):
         t, win, shown_win, ids, picks[name] = _join_side(spark, child)
-        if t.stages or t.inputs or t.time is None:
-            raise Refused("Join", f"its {name} side is not a watermarked source (gpuwm joins two of them)")
+        if t.inputs:
+            raise Refused("Join", f"its {name} side is a join's rows (a join of a join is not gpuwm's yet)")
+        if t.time is None and not t.stages:
+            raise Refused("Join", f"its {name} side has no event time")
+        if t.stages and t.stages[-1][0] != "window":
+            raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows: gpuwm joins a watermarked "
+                                  "source or a window aggregation's rows")
+        if t.stages and win is not None:
+            raise Refused("Join", f"a window(...) in its {name} side over a stage's rows")
         sides[name], windows[name] = t, (win, shown_win, ids)
-    clash = set(sides["left"].source.columns) & set(sides["right"].source.columns)
-    _rename(sides["left"], picks["left"], "left", clash)
-    _rename(sides["right"], picks["right"], "right", clash, set(sides["left"].source.columns))
+    derived = {n: t.window_id for n, t in sides.items() if t.stages}  # sides a stage makes: their window column
+    graph, wcols = None, {}
+    if derived:  # a graph: each side's stages over its source, the same subtree once, then the join
+        for name, t in sides.items():
+            t.columns.update({i: g for g, _, i in picks[name]})  # a source side's columns as it names them
+        graph, inputs, wcols = _join_graph(sides)
+    else:
+        clash = set(sides["left"].source.columns) & set(sides["right"].source.columns)
+        _rename(sides["left"], picks["left"], "left", clash)
+        _rename(sides["right"], picks["right"], "right", clash, set(sides["left"].source.columns))
+        inputs = sides
+    # each side's columns by Spark's ids of the columns it outputs (a self-join's sides may share the ids below)
+    outs = {n: {_id(a) for a in scala_iter(c.output())} for n, c in (("left", node.left()), ("right", node.right()))}
+    cols = {n: {i: c for i, c in t.columns.items() if i in outs[n]} for n, t in sides.items()}
     times = {}  # Spark's id of each side's watermark column -> the side
     for name, t in sides.items():
-        times.update({i: name for i, c in t.columns.items() if c == t.time[1]})
+        times.update({i: name for i, c in cols[name].items() if c == t.time[1]})
     wins = {i: name for name, (_, _, ids) in windows.items() for i in ids}
+    dwins = {i: name for name, i in derived.items() if i is not None}  # a window aggregation's window column
     cond = node.condition()
     conjuncts = (_conjuncts(cond.get()) if cond.isDefined() else []) + list(extra)
     if not conjuncts:
@@ -956,28 +1058,40 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
         k = _kind(e)
         if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
             a, b = _id(e.left()), _id(e.right())
-            if a in sides["right"].columns or wins.get(a) == "right":
+            if a in outs["right"]:
                 a, b = b, a
             if wins.get(a) == "left" and wins.get(b) == "right":
                 equal.add("window")
                 continue
+            if dwins.get(a) == "left" and dwins.get(b) == "right":  # two aggregations' windows: equal windows
+                lw, rw = (sides[n].window_of[0] for n in ("left", "right"))
+                if (lw.size, lw.slide) != (rw.size, rw.slide):
+                    raise Refused("Join", f"{e.sql()}: windows of two sizes are never equal")
+                equal.add("time")
+                continue
             if times.get(a) == "left" and times.get(b) == "right":
                 equal.add("time")
                 continue
-            if a in sides["left"].columns and b in sides["right"].columns and a not in times and b not in times:
-                on.append([sides["left"].columns[a], sides["right"].columns[b]])
+            if a in cols["left"] and b in cols["right"] and a not in times and b not in times:
+                on.append([cols["left"][a], cols["right"][b]])
                 continue
+            raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (a column of each side), equal "
+                                  "event times or equal windows")
+        if not _comparisons(e):
+            raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (a column of each side), "
+                                  "comparisons of a column of each side, and time bounds")
         for sym, a, b in _comparisons(e):
             got = _range_of(*_BOUND[sym], a, b, times)
             if got is None:  # the rest of the condition: Spark's post-join filter, one column of each side
                 ia, ib = (_id(x) if _kind(x) == "AttributeReference" else None for x in (a, b))
-                if ib in sides["left"].columns and ia in sides["right"].columns:
+                if ib in cols["left"] and ia in cols["right"]:
                     ia, ib, sym = ib, ia, FLIP[sym]
-                if ia not in sides["left"].columns or ib not in sides["right"].columns or ia in wins or ib in wins:
+                if ia not in cols["left"] or ib not in cols["right"] or ia in wins or ib in wins \
+                        or ia in dwins or ib in dwins:
                     raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (column = column), "
                                           "bounds between the two sides' watermark columns, equal event times or "
                                           "equal windows, and compares a column of each side")
-                where.append([sides["left"].columns[ia], sym, sides["right"].columns[ib]])
+                where.append([cols["left"][ia], sym, cols["right"][ib]])
                 continue
             for which, value in got:
                 if which in bounds:
@@ -1038,17 +1152,83 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     step = []
     for a in output:
         side = wins.get(_id(a))
-        if side is None:
+        if dwins.get(_id(a)) is not None:  # an aggregation's window: the struct of its side's columns
+            start, end = wcols[dwins[_id(a)]]
+            step.append([ids[_id(a)], {"struct": [["start", {"col": start}], ["end", {"col": end}]]}])
+        elif side is None:
             step.append([ids[_id(a)], {"col": columns[_id(a)]}])
         elif absent[side]:  # null where the side is absent, as Spark's
             step.append([ids[_id(a)], {"when": [{"is_not_null": {"col": sides[side].time[1]}}, _WINDOW_STRUCT]}])
         else:
             step.append([ids[_id(a)], _WINDOW_STRUCT])
     unbounded = between is not None and between[2] is None and between[3] is None
-    return Translation(None, left.column, left.delay, [("join", "left", "right", on, between, how, window, where)],
-                       [step], left.shown + right.shown + [shown], ids, columns,
-                       time=None if unbounded else time, inputs=sides,
-                       other_times=[] if time is None or unbounded else [right.time])
+    stage = ("join", "left", "right", on, between, how, window, where)
+    if graph is None:
+        return Translation(None, left.column, left.delay, [stage], [step], left.shown + right.shown + [shown], ids,
+                           columns, time=None if unbounded else time, inputs=inputs,
+                           other_times=[] if time is None or unbounded else [right.time])
+    *body, (_, (_, feeds)) = graph
+    stages = [st for st, _ in body] + [("join", *feeds) + stage[3:]]
+    wiring = [w for _, w in body] + [("join", feeds)]
+    shown_graph = "graph      " + "; ".join(f"{n} <- {', '.join(f)}" for n, f in wiring)
+    return Translation(None, left.column, left.delay, stages, [step],  # (a shared stage's line once)
+                       left.shown + [x for x in right.shown if x not in left.shown] + [shown, shown_graph], ids, columns,
+                       time=None if unbounded else time, inputs=inputs,
+                       other_times=[] if time is None or unbounded else [right.time], graph=wiring,
+                       derived=tuple(derived))
+
+
+def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translation], dict[str, tuple[str, str]]]:
+    """A join whose sides are stages' rows as a graph: each side's source
+    one named input (the same ``withWatermark`` subtree, one input), each
+    side's stages over it (the same stages over the same input, once), and
+    a select renaming the right side's columns apart from the left's. Each
+    side's translation then names its columns as the join reads them, and
+    its time is its event time (a window's ``window_time``). Returns the
+    stages with their wiring — ``[(stage, (name, feeds)), ...]``, ending
+    with a placeholder whose feeds are the join's —, the inputs, and each
+    aggregation side's window columns (start, end) as the join reads them."""
+    from ...aggregates import WINDOW_TIME
+
+    inputs: dict[str, Translation] = {}
+    by_origin: dict[str, str] = {}
+    made: dict[tuple, str] = {}  # (origin, the stages so far) -> the stage's name
+    graph: list = []
+    feeds = []
+    for name, t in sides.items():
+        if t.origin not in by_origin:
+            by_origin[t.origin] = f"in{len(by_origin)}"
+            inputs[by_origin[t.origin]] = t
+        feed = by_origin[t.origin]
+        for k, st in enumerate(t.stages):
+            key = (t.origin, repr(t.stages[:k + 1]))
+            if key not in made:
+                made[key] = f"{name}{k}"
+                graph.append((st, (made[key], (feed,))))
+            feed = made[key]
+        if t.stages:
+            t.time = ("window_time", WINDOW_TIME)
+        feeds.append(feed)
+
+    def columns(t: Translation) -> list[str]:  # the stream's columns: a window's output, or the source's
+        if not t.stages:
+            return list(t.source.columns)
+        _, _, keys, aggs = t.stages[-1]
+        return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
+
+
+    left, right = sides["left"], sides["right"]
+    lcols, rcols = set(columns(left)), columns(right)
+    new = {c: _unused(c, lcols | set(rcols), "right") if c in lcols else c for c in rcols}
+    if any(new[c] != c for c in rcols):  # the right side's columns renamed apart (Spark tells them apart by id)
+        graph.append((("select", [[new[c], c] for c in rcols]), (f"right{len(right.stages)}", (feeds[1],))))
+        feeds[1] = graph[-1][1][0]
+        right.columns = {i: new[c] for i, c in right.columns.items()}
+        right.time = (right.time[0], new[right.time[1]])
+    wcols = {n: tuple(new.get(c, c) if n == "right" else c for c in t.window_of[1:])
+             for n, t in sides.items() if t.stages}
+    graph.append((None, ("join", tuple(feeds))))
+    return graph, inputs, wcols
 
 
 def _unbounded_join(t: Translation) -> bool:
@@ -1086,6 +1266,13 @@ def _unbounded_lateness(df, t: Translation) -> None:
         return
     kept = [any(a.metadata().contains("spark.watermarkDelayMs") for a in scala_iter(c.output()))
             for c in (join.left(), join.right())]
+    if t.derived:  # a stage's rows: Spark drops none as late where its columns carry no watermark; nor does
+        #            gpuwm's join: a window's rows come out above the watermark it drained with (their time ends
+        #            in 999 µs, Spark's watermark in whole ms)
+        if all(k for k, side in zip(kept, ("left", "right")) if side not in t.derived):
+            return
+        raise Refused("Join", "a join with no time bound whose query does not read its source side's event time: "
+                              "Spark then drops none of its rows as late, gpuwm's join would")
     if all(kept):
         return
     if any(kept):
@@ -1217,16 +1404,22 @@ class Accelerated:
         for n, i in (t.inputs or {None: t}).items():
             p.watermark(i.column, delay=i.delay, profile=self.profile, input=n)
         try:
-            for st in t.stages:
+            for k, st in enumerate(t.stages):
+                # a graph's stage: its name, and what it reads (a join names its own)
+                graphed = t.graph is not None and k < len(t.graph)  # (a stage after a graph reads the one before)
+                named = {"name": t.graph[k][0]} if graphed else {}
+                wired = {**named, "input": t.graph[k][1][0]} if graphed and st[0] != "join" else named
                 if st[0] == "window":  # update / complete: each batch's changed / all (window, key) rows, as Spark's
                     p.window(st[1], by=st[2], aggs=st[3], emit={"update": "on-update", "complete": "complete"}.get(
-                        mode, "on-window-close"))
+                        mode, "on-window-close"), **wired)
                 elif st[0] == "join":
-                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6], where=st[7])
+                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6], where=st[7], **named)
                 elif st[0] == "topn":
-                    p.stage(st[1])
+                    p.stage(st[1], **wired)
+                elif st[0] == "select":
+                    p.add("select", columns=st[1], **wired)
                 else:
-                    p.dedup(key=st[1])
+                    p.add("dedup", key=st[1], **wired)
         except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make
             raise Refused("query", str(e)) from None
         if sink[0] == "parquet":
