@@ -1047,6 +1047,16 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     times = {}  # Spark's id of each side's watermark column -> the side
     for name, t in sides.items():
         times.update({i: name for i, c in cols[name].items() if c == t.time[1]})
+    # an aggregation side's window bounds as its event time (window_time, the end less 1 µs) shifted: a comparison
+    # of the other side's time with them is a time bound (q7's ``ts >= wstart AND ts < wend``), which cleans state
+    shifted: dict[int, int] = {}
+    for name in derived:
+        t = sides[name]
+        size = t.window_of[0].size // timedelta(microseconds=1)
+        start, end = wcols[name]
+        for i, c in cols[name].items():
+            if c in (start, end):
+                shifted[i], times[i] = (1 - size if c == start else 1), name
     wins = {i: name for name, (_, _, ids) in windows.items() for i in ids}
     dwins = {i: name for name, i in derived.items() if i is not None}  # a window aggregation's window column
     cond = node.condition()
@@ -1054,6 +1064,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     if not conjuncts:
         raise Refused("Join", "no join condition: gpuwm joins on equal keys within a time range")
     on, bounds, equal, where = [], {}, set(), []  # equal: "time" (ts = ts2), "window" (w = w2)
+    by_window = False  # a bound read from an aggregation side's window bounds
     for e in conjuncts:
         k = _kind(e)
         if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
@@ -1069,7 +1080,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
                     raise Refused("Join", f"{e.sql()}: windows of two sizes are never equal")
                 equal.add("time")
                 continue
-            if times.get(a) == "left" and times.get(b) == "right":
+            if times.get(a) == "left" and times.get(b) == "right" and a not in shifted and b not in shifted:
                 equal.add("time")
                 continue
             if a in cols["left"] and b in cols["right"] and a not in times and b not in times:
@@ -1081,7 +1092,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             raise Refused("Join", f"the condition {e.sql()}: gpuwm joins on equal keys (a column of each side), "
                                   "comparisons of a column of each side, and time bounds")
         for sym, a, b in _comparisons(e):
-            got = _range_of(*_BOUND[sym], a, b, times)
+            got = _range_of(*_BOUND[sym], a, b, times, shifted)
             if got is None:  # the rest of the condition: Spark's post-join filter, one column of each side
                 ia, ib = (_id(x) if _kind(x) == "AttributeReference" else None for x in (a, b))
                 if ib in cols["left"] and ia in cols["right"]:
@@ -1097,6 +1108,8 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
                 if which in bounds:
                     raise Refused("Join", f"two {which} bounds on the time between the sides")
                 bounds[which] = value
+            if any(x in shifted for x in (_time_term(a)[0], _time_term(b)[0])):
+                by_window = True
     left, right = sides["left"], sides["right"]
     if not on and not equal:
         raise Refused("Join", "gpuwm's join needs equal keys (column = column), equal event times or equal "
@@ -1140,6 +1153,8 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             op, b, kept = (">=", between[2], lt) if between[3] is None else ("<=", between[3], rt)
             shown = f"join       {how} on {on}, {rt} {op} {lt} {signed(b)}; no bound cleans {kept}'s side: its " \
                     "rows are kept in state (as Spark keeps them)"
+    if by_window:
+        shown += " (its window's bounds as its window_time's: state cleaned by the watermark; Spark keeps every row)"
     if where:
         shown += f", where {' and '.join(' '.join(w) for w in where)}"
     columns = {**left.columns, **right.columns}
@@ -1329,10 +1344,16 @@ def _time_term(e) -> tuple[int, int] | None:
     return None
 
 
-def _range_of(op: str, strict: int, a, b, times: dict[int, str]) -> list[tuple[str, int]] | None:
+def _range_of(op: str, strict: int, a, b, times: dict[int, str],
+              shifted: Mapping[int, int] = {}) -> list[tuple[str, int]] | None:
+    """``a op b`` (``strict``: one µs inside) as a bound of the right side's
+    time less the left's, where ``a`` and ``b`` are the sides' times
+    (``times``: Spark's id -> side; ``shifted``: ids that are a side's time
+    plus so many µs) plus intervals; None for another comparison."""
     ta, tb = _time_term(a), _time_term(b)
     if ta is None or tb is None or {times.get(ta[0]), times.get(tb[0])} != {"left", "right"}:
         return None
+    ta, tb = (ta[0], ta[1] + shifted.get(ta[0], 0)), (tb[0], tb[1] + shifted.get(tb[0], 0))
     if times[ta[0]] == "left":  # a op b  <=>  b (reversed op) a: the right side's time first
         ta, tb, op = tb, ta, {">=": "<=", "<=": ">="}[op]
     # right + ra  op  left + lb   <=>   right - left  op  lb - ra
