@@ -377,10 +377,12 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=6, help="Parquet files (micro-batches of --batch events) for "
                     + ", ".join(BEYOND))
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "nexmark"))
+    ap.add_argument("--driver-memory", default="6g", help="Spark's driver (and, in local mode, executor) heap: "
+                    "Spark's own q7 keeps every bid in its join's state")
     args = ap.parse_args()
     from gpuwm.spark import Pipeline, local_session, read_nexmark
 
-    spark = local_session(app="gpuwm-nexmark", cores=args.cores)
+    spark = local_session(app="gpuwm-nexmark", cores=args.cores, conf={"spark.driver.memory": args.driver_memory})
     rows = []
     import pyarrow.parquet as pq
 
