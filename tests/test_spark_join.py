@@ -285,6 +285,44 @@ def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):
     json.dumps(spec)
 
 
+def test_a_graph_is_built_only_where_a_stage_reads_other_than_the_stage_before(spark, tmp_path):
+    """A join of the inputs in either order, then a window, is a chain (at
+    vnodes 2 too); a stage that names its input, or a join of a stage's
+    rows, makes a graph, which runs on one vnode for now; a bad input or
+    name is refused in one line."""
+    auctions, bids = _streams(seed=1, batches=1)
+    _write(f"{tmp_path}/a", auctions)
+    _write(f"{tmp_path}/b", bids)
+    a = spark.readStream.schema(A_SCHEMA).parquet(f"{tmp_path}/a")
+    b = spark.readStream.schema(B_SCHEMA).parquet(f"{tmp_path}/b")
+
+    def pipe(vnodes=2):
+        return (Pipeline({"auctions": a, "bids": b}, f"{tmp_path}/ck", vnodes=vnodes)
+                .watermark("a_ts", "10 seconds", input="auctions", profile="spark")
+                .watermark("b_ts", "5 seconds", input="bids", profile="spark"))
+
+    on, between = [["b_aid", "a_id"]], ["a_ts", "b_ts", "-20 seconds", "0 seconds"]
+    chain = pipe().join("bids", "auctions", on, between).window(gpuwm.Tumble("b_ts", "10 seconds"),
+                                                                 aggs={"n": ("*", "count")})
+    plan = chain.write_parquet(f"{tmp_path}/o").explain()
+    assert "stage 0      join" in plan and "<-" not in plan
+    graph = (pipe(1).window(gpuwm.Tumble("a_ts", "10 seconds"), by=["a_id"], aggs={"n": ("*", "count")},
+                            name="per_auction", input="auctions")
+             .join("bids", "per_auction", [["b_aid", "a_id"]], ["b_ts", "window_time", None, None]))
+    assert "per_auction <- auctions: window" in graph.write_parquet(f"{tmp_path}/o").explain()
+    with pytest.raises(gpuwm.ConfigError, match="runs on one vnode for now; use vnodes=1, got 2"):
+        pipe().window(gpuwm.Tumble("a_ts", "10 seconds"), by=["a_id"], aggs={"n": ("*", "count")},
+                      input="auctions").join("bids", "stage0", [["b_aid", "a_id"]],
+                                             ["b_ts", "window_time", None, None]).write_parquet(
+            f"{tmp_path}/o").explain()
+    with pytest.raises(gpuwm.ConfigError, match="input='nope' is neither an input nor a stage before"):
+        pipe().window(gpuwm.Tumble("a_ts", "10 seconds"), input="nope")
+    with pytest.raises(gpuwm.ConfigError, match="stage name 'bids' is taken"):
+        pipe().window(gpuwm.Tumble("a_ts", "10 seconds"), input="auctions", name="bids")
+    with pytest.raises(gpuwm.ConfigError, match=r"\['bids'\] feed no stage"):
+        pipe(1).window(gpuwm.Tumble("a_ts", "10 seconds"), input="auctions").write_parquet(f"{tmp_path}/o").explain()
+
+
 NEX = {"totalEvents": 90_000, "eventsPerBatch": 15_000, "splits": 2, "eventsPerSecond": 1_000, "maxDelayMs": 3_000,
        "outOfOrderFraction": 0.2, "seed": 5}
 

@@ -425,8 +425,8 @@ class Pipeline:
         if self.inputs is None:
             return False
         for i, (st, (_, feeds)) in enumerate(zip(stages, graph)):
-            chain = (graph[i - 1][0],) if i else tuple(self.inputs)
-            if feeds != chain or st.takes_inputs != (i == 0):
+            if st.takes_inputs != (i == 0) or (sorted(feeds) != sorted(self.inputs) if i == 0
+                                               else feeds != (graph[i - 1][0],)):
                 return True
         return False
 
