@@ -57,6 +57,7 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 import pyarrow as pa
 
 from .errors import ConfigError, StateError, near_miss, unknown_keys
+from .schema import same_schema
 
 
 class Released(NamedTuple):
@@ -444,8 +445,6 @@ class Stateless(Operator):
         self.rows_in = self.rows_out = self.late_rows = self.null_rows = 0
 
     def bind(self, schema: pa.Schema) -> "Stateless":
-        from .schema import same_schema
-
         if self._schema is not None:
             same_schema(self._schema, schema, f"{type(self).__name__}.bind")
             return self

@@ -33,7 +33,7 @@ from ...inputs import INPUT, InputsSpec, input_schemas, inputs_schema, union_col
 from ...operator import OperatorSpec, StageContext
 from ...watermark import EXPR_COLUMN, WatermarkSpec
 from ..driver.loop import driver_filter
-from ..executor.plan import Plan, Sink, check_stages
+from ..executor.plan import Plan, Sink, check_stages, graph_text
 from ..storage.checkpoint import Checkpoint, Location, spark_fs_options
 
 _INT_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType")
@@ -579,7 +579,7 @@ class Pipeline:
         for i, st in enumerate(plan.stages):
             seg = plan.segments[seg_of[i]]
             d = {k: v for k, v in st.describe().items() if k != "kind"}
-            wired = f"{plan.graph[i][0]} <- {', '.join(plan.graph[i][1])}: " if plan.graph else ""
+            wired = f"{graph_text(plan.graph[i:i + 1])}: " if plan.graph else ""
             lines.append(f"stage {i}      {wired}{st.kind} {json.dumps(d, default=str)}  [segment {seg_of[i]}: "
                          f"{seg.tasks} task(s), keys {list(seg.keys)}]")
         lines.append(f"vnodes       {plan.vnodes}" + (" (first stage pre-aggregates before the shuffle)"

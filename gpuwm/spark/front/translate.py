@@ -56,6 +56,7 @@ from typing import Any, Mapping, Sequence
 
 from ...errors import ConfigError, GpuwmError, SchemaError
 from ...join import FLIP
+from ..executor.plan import graph_text
 from ..jvm.objects import scala_iter
 
 FALLBACKS = ("spark", "error")
@@ -1185,7 +1186,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     *body, (_, (_, feeds)) = graph
     stages = [st for st, _ in body] + [("join", *feeds) + stage[3:]]
     wiring = [w for _, w in body] + [("join", feeds)]
-    shown_graph = "graph      " + "; ".join(f"{n} <- {', '.join(f)}" for n, f in wiring)
+    shown_graph = "graph      " + graph_text(wiring)
     return Translation(None, left.column, left.delay, stages, [step],  # (a shared stage's line once)
                        left.shown + [x for x in right.shown if x not in left.shown] + [shown, shown_graph], ids, columns,
                        time=None if unbounded else time, inputs=inputs,
