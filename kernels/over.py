@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .xp import cummax
+
 
 class Segments(NamedTuple):
     """``first``: a segment starts at the row; ``seg``: each row's segment
@@ -95,7 +97,7 @@ def ranks(xp: Any, s: Segments, ties: Any, fn: str) -> Any:
         return s.pos + 1
     n = int(ties.shape[0])
     if fn == "rank":  # the position of the row's run's first row (runs start at every partition too)
-        run = xp.maximum.accumulate(xp.where(ties, xp.arange(n, dtype=xp.int64), 0)) if n else xp.zeros(0, xp.int64)
+        run = cummax(xp, xp.where(ties, xp.arange(n, dtype=xp.int64), 0)) if n else xp.zeros(0, xp.int64)
         return run - (xp.arange(n, dtype=xp.int64) - s.pos) + 1
     if fn == "dense_rank":
         return segmented_cumsum(xp, ties.astype(xp.int64), s)

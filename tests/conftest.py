@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -61,6 +62,28 @@ def _cupy_like_searchsorted(a, v, side="left", sorter=None):
     return _np_searchsorted(a, v, side=side, sorter=sorter)
 
 
+class _CupyLikeUfunc:
+    """A NumPy ufunc as CuPy has it: ``accumulate`` and ``reduceat`` exist
+    for ``add`` alone (cupy/cupy#7082; CuPy raises NotImplementedError).
+    Refused only when gpuwm's or the kernels' code asks, so NumPy's other
+    users (pandas, hypothesis) keep the real ufunc. A kernel calling
+    ``xp.maximum.accumulate`` then fails under ``gpu-sim`` in CI, not first
+    on a GPU (Top-N's rank did, on an H200)."""
+
+    def __init__(self, uf):
+        self._uf = uf
+
+    def __call__(self, *a, **k):
+        return self._uf(*a, **k)
+
+    def __getattr__(self, name):
+        if name in ("accumulate", "reduceat"):
+            caller = sys._getframe(1).f_globals.get("__name__", "").split(".")[0]
+            if caller in ("gpuwm", "kernels"):
+                raise NotImplementedError(f"CuPy has no {self._uf.__name__}.{name} (add alone has it)")
+        return getattr(self._uf, name)
+
+
 @pytest.fixture(
     params=[
         "cpu",
@@ -85,6 +108,8 @@ def backend(request, monkeypatch) -> str:
         monkeypatch.setattr("kernels.xp.CUPY_BRANCHES", True)
         # and CuPy's narrower argument types, as seen on a GPU (CuPy 14)
         monkeypatch.setattr(np, "searchsorted", _cupy_like_searchsorted)
+        for name in ("maximum", "minimum", "multiply", "logical_or", "logical_and"):
+            monkeypatch.setattr(np, name, _CupyLikeUfunc(getattr(np, name)))
         return "gpu"
     return request.param
 
