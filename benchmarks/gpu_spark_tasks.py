@@ -239,7 +239,8 @@ def time_tasks(plans: dict, per: int, nbatches: int, profile: str | None = None,
                         finally:
                             _restore(undo)
                     if prof:
-                        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+                        for order in ("tottime", "cumulative"):
+                            pstats.Stats(prof).sort_stats(order).print_stats(30)
                     if mode == "plain":
                         took[name] = total / nbatches
                         if name == "gpu":
