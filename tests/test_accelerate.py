@@ -100,8 +100,10 @@ def _query(spark, src, shape):
         return w.dropDuplicatesWithinWatermark(["k", "price"]).groupBy(F.window("ts", "5 seconds"), "k").count()
     if shape == "dropdup":  # dropDuplicates with the event time among the keys (Spark drains it by the watermark)
         return w.dropDuplicates(["k", "ts"])
-    if shape == "kafka":  # a Kafka sink's key and value: a cast to string, to_json of every column, a text field
-        a = w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+    if shape == "kafka":  # a Kafka sink's key and value: a cast to string, to_json of every column (a double
+        # too, with this JVM's Double.toString digits), a text field
+        a = w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"),
+                                                            F.avg("price").alias("p"))
         return a.select(F.col("k").cast("string").alias("key"), F.to_json(F.struct(
             "*", F.col("window.end").cast("string").alias("until"),
             F.lit('hi "q"\\\n\u00e9\u0001').alias("note"))).alias("value"))
@@ -1127,24 +1129,18 @@ def test_output_modes_gpuwm_does_not_run_fall_back_with_their_reason(spark, tmp_
 
 
 def test_a_kafka_value_gpuwm_does_not_write_as_spark_falls_back_with_its_reason(spark, tmp_path):
-    """``to_json`` of a double on Java 17 (whose ``Double.toString`` digits
-    gpuwm writes only from Java 19 on: ``tests/test_project.py``) and of a
-    float (``Float.toString``) are not translated: the query is Spark's,
-    and the reason names it; a sink column of a type Spark's Kafka sink
-    refuses (a bigint ``partition``) too."""
+    """``to_json`` of a double is translated on this JVM (its
+    ``Double.toString`` digits: ``tests/test_project.py``); of a float
+    (``Float.toString``) it is not: the query is Spark's, and the reason
+    names it; a sink column of a type Spark's Kafka sink refuses (a bigint
+    ``partition``) too."""
     from pyspark.sql import functions as F
-
-    from gpuwm.spark.driver.kafka import _java_version
 
     _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(24), 1, 5, step=6, behind=0, keys=2))
     agg = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds").groupBy(
         F.window("ts", "5 seconds"), "k").agg(F.avg("price").alias("p"))
     acc = accelerate(agg.select(F.to_json(F.struct("*")).alias("value")))
-    if _java_version() < 19:
-        assert acc.translation is None and "a double: Spark on Java 17 writes it with that Java's Double.toString" \
-            in acc.refused.reason, acc.refused
-    else:
-        assert acc.translation is not None, acc.refused
+    assert acc.translation is not None, acc.refused
     acc = accelerate(agg.select(F.to_json(F.struct("k", F.col("p").cast("float").alias("p"))).alias("value")))
     assert acc.translation is None and "to_json" in acc.refused.reason and "integer, double, boolean, string" in \
         acc.refused.reason, acc.refused

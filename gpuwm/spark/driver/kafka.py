@@ -487,12 +487,8 @@ def translate(e, ids: dict[int, str]) -> dict:
             fields = [[n, translate(v, ids)] for n, v in zip(names, values)]
             if "double" not in [x for t in types for x in _json_scalars(t)]:
                 return {"to_json": fields}
-            java = _java_version()
-            if java < 19:
-                raise Untranslatable(f"{e.sql()} (a double: Spark on Java {java} writes it with that Java's "
-                                     "Double.toString, whose digits gpuwm writes from Java 19 on; before, some are "
-                                     "not the shortest, JDK-4511638)")
-            return {"to_json": {"fields": fields, "java": java}}  # its doubles' digits are the JVM's
+            # its doubles' digits are those of the JVM Spark runs on (before Java 19 not always the shortest)
+            return {"to_json": {"fields": fields, "java": _java_version()}}
         raise Untranslatable(f"{e.sql()} (fields of integer, double, boolean, string, timestamp and struct types)")
     if kind == "CreateNamedStruct":
         names = [str(n.eval(None).toString()) for n in scala_iter(e.nameExprs())]
@@ -520,7 +516,8 @@ _JSON_SCALARS = ("bigint", "int", "smallint", "tinyint", "double", "boolean", "s
 def _java_version() -> int:
     """The feature version of the JVM Spark runs on (17 when none is up):
     ``Double.toString``, which Spark's ``to_json`` writes doubles with,
-    writes the shortest digits from Java 19 on (JDK-4511638)."""
+    writes the shortest digits from Java 19 on, before not always
+    (JDK-4511638): gpuwm writes either's."""
     from pyspark import SparkContext
 
     jvm = SparkContext._jvm
