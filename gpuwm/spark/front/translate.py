@@ -24,7 +24,7 @@ window's rows by ``window_time(window)``, an aggregation after a dedup) —,
 or a stream-stream join of two watermarked sources on equal keys and a
 time range between their event times, equal event times, or the same
 window (``window(ts, ...)`` selected on each side; inner, left, right, full
-outer) — a side may be a window aggregation's rows, the query then a graph
+outer) — a side may be a window aggregation's rows or a dedup's, the query then a graph
 of stages (Nexmark q5, q7, q8: :func:`_join_graph`) —,
 then projections (columns, struct fields, renames, casts) and filters
 (``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
@@ -1025,15 +1025,16 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             raise Refused("Join", f"its {name} side is a join's rows (a join of a join is not gpuwm's yet)")
         if t.time is None and not t.stages:
             raise Refused("Join", f"its {name} side has no event time")
-        if t.stages and t.stages[-1][0] != "window":
+        if t.stages and t.stages[-1][0] not in ("window", "dedup"):
             raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows: gpuwm joins a watermarked "
-                                  "source or a window aggregation's rows")
+                                  "source, a window aggregation's rows or a dedup's")
         if t.stages and win is not None:
             raise Refused("Join", f"a window(...) in its {name} side over a stage's rows")
         sides[name], windows[name] = t, (win, shown_win, ids)
-    derived = {n: t.window_id for n, t in sides.items() if t.stages}  # sides a stage makes: their window column
+    # sides an aggregation makes: their window column (a dedup's side keeps its source's columns and time)
+    derived = {n: t.window_id for n, t in sides.items() if t.stages and t.stages[-1][0] == "window"}
     graph, wcols = None, {}
-    if derived:  # a graph: each side's stages over its source, the same subtree once, then the join
+    if any(t.stages for t in sides.values()):  # a graph: each side's stages over its source, the same subtree once
         for name, t in sides.items():
             t.columns.update({i: g for g, _, i in picks[name]})  # a source side's columns as it names them
         graph, inputs, wcols = _join_graph(sides)
@@ -1222,12 +1223,12 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
                 made[key] = f"{name}{k}"
                 graph.append((st, (made[key], (feed,))))
             feed = made[key]
-        if t.stages:
+        if _aggregated(t):
             t.time = ("window_time", WINDOW_TIME)
         feeds.append(feed)
 
     def columns(t: Translation) -> list[str]:  # the stream's columns: a window's output, or the source's
-        if not t.stages:
+        if not _aggregated(t):  # (a dedup's rows are its source's)
             return list(t.source.columns)
         _, _, keys, aggs = t.stages[-1]
         return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
@@ -1242,9 +1243,14 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
         right.columns = {i: new[c] for i, c in right.columns.items()}
         right.time = (right.time[0], new[right.time[1]])
     wcols = {n: tuple(new.get(c, c) if n == "right" else c for c in t.window_of[1:])
-             for n, t in sides.items() if t.stages}
+             for n, t in sides.items() if _aggregated(t)}
     graph.append((None, ("join", tuple(feeds))))
     return graph, inputs, wcols
+
+
+def _aggregated(t: Translation) -> bool:
+    """Whether ``t``'s rows are a window aggregation's (its last stage)."""
+    return bool(t.stages) and t.stages[-1][0] == "window"
 
 
 def _unbounded_join(t: Translation) -> bool:
