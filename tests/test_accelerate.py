@@ -1553,7 +1553,8 @@ def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
     each seller, left outer, to its bids) — a graph of a dedup stage and
     the join —, through ``accelerate``: the same rows in the same
     micro-batches as Spark's own query. The dedups drop rows here (Spark's
-    inner join gives 186 pairs without the bids' dedup, 78 with it)."""
+    inner join gives 186 pairs without the bids' dedup, 78 with it). The
+    builder's ``name=``/``input=`` form names the same graph."""
     from pyspark.sql import functions as F
 
     a, b = _auctions_and_bids(spark, str(tmp_path), batches=8)
@@ -1572,6 +1573,21 @@ def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
             f"{tmp_path}/out-{name}").awaitTermination()
         assert _batches(f"{tmp_path}/out-{name}") == want, name
+    # the builder's form of the first: a named dedup stage over one input, joined to the other
+    from gpuwm.spark import Pipeline
+
+    from .test_spark_join import A_SCHEMA, B_SCHEMA
+
+    def side(name, schema):
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp_path}/{name}")
+
+    p = (Pipeline({"auctions": side("a", A_SCHEMA), "bids": side("b", B_SCHEMA)}, f"{tmp_path}/ck")
+         .watermark("a_ts", "10 seconds", input="auctions", profile="spark")
+         .watermark("b_ts", "5 seconds", input="bids", profile="spark")
+         .add("dedup", key=["b_aid"], input="bids", name="bd")
+         .join("auctions", "bd", on=[["a_id", "b_aid"]], between=["b_ts", "a_ts", "0 seconds", "20 seconds"])
+         .write_parquet(f"{tmp_path}/out"))
+    assert p._plan().graph == (("bd", ("bids",)), ("stage1", ("auctions", "bd")))
 
 
 def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_batch(spark, tmp_path):
