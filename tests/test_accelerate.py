@@ -19,12 +19,12 @@ import gpuwm
 from gpuwm.errors import ConfigError
 from gpuwm.spark import accelerate, explain, local_session
 
-from .test_spark import SCHEMA_TKP, T0, _random_batches, _session_batches, _write_batches
+from .test_spark import SCHEMA_TKP, T0, TEST_CONF, _random_batches, _session_batches, _write_batches
 
 
 @pytest.fixture(scope="module")
 def spark():
-    s = local_session(app="gpuwm-accelerate", cores=2)
+    s = local_session(app="gpuwm-accelerate", cores=2, conf=TEST_CONF)
     yield s
     s.stop()
 

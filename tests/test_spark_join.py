@@ -24,7 +24,7 @@ pyspark = pytest.importorskip("pyspark")
 from gpuwm.spark import Pipeline, local_session  # noqa: E402
 from gpuwm.spark.front.spec import build as build_spec  # noqa: E402
 
-from .test_spark import kill_after_batches, read_out  # noqa: E402
+from .test_spark import TEST_CONF, kill_after_batches, read_out  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TS = pa.timestamp("us", tz="UTC")
@@ -35,7 +35,7 @@ COND = "a_id = b_aid AND b_ts >= a_ts AND b_ts <= a_ts + interval 20 seconds"
 
 @pytest.fixture(scope="module")
 def spark():
-    s = local_session(app="gpuwm-join-tests", cores=2)
+    s = local_session(app="gpuwm-join-tests", cores=2, conf=TEST_CONF)
     yield s
     s.stop()
 
