@@ -491,13 +491,14 @@ class WindowAggregate(AggregateOperator):
         return self.snapshot_parts([name])[name]
 
     def snapshot_parts(self, names: Sequence[str]) -> dict[str, pa.Table]:
-        """Several open windows' state rows, fetched from the device in one copy."""
+        """Several open windows' state rows, fetched from the device in one
+        copy, as slices of one table (a table built per window cost ~20 us a window)."""
         starts = [int(n.removeprefix("win.")) for n in names]
-        cols, out, lo = self._state_columns(starts), {}, 0
+        rows, out, lo = pa.table(self._state_columns(starts)), {}, 0
         for name, s in zip(names, starts):
-            hi = lo + self._blocks[s][1][0].shape[0]
-            out[name] = pa.table({k: v[lo:hi] for k, v in cols.items()})
-            lo = hi
+            n = self._blocks[s][1][0].shape[0]
+            out[name] = rows.slice(lo, n)
+            lo += n
         return out
 
     def mark_saved(self, written: Sequence[str] = ()) -> None:
