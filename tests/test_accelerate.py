@@ -1588,6 +1588,10 @@ def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
          .join("auctions", "bd", on=[["a_id", "b_aid"]], between=["b_ts", "a_ts", "0 seconds", "20 seconds"])
          .write_parquet(f"{tmp_path}/out"))
     assert p._plan().graph == (("bd", ("bids",)), ("stage1", ("auctions", "bd")))
+    # a dedup of a window's rows as a side: refused in one line (its rows are the window's, not the source's)
+    bw = b.groupBy(F.window("b_ts", "10 seconds").alias("bw"), "b_aid").agg(F.count("*").alias("n"))
+    acc = accelerate(a.join(bw.dropDuplicatesWithinWatermark(["b_aid"]), F.expr("a_id = b_aid")))
+    assert acc.translation is None and "its right side is a dedup of a window's rows" in acc.refused.reason
 
 
 def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_batch(spark, tmp_path):

@@ -1028,6 +1028,9 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
         if t.stages and t.stages[-1][0] not in ("window", "dedup"):
             raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows: gpuwm joins a watermarked "
                                   "source, a window aggregation's rows or a dedup's")
+        if t.stages and t.stages[-1][0] == "dedup" and any(st[0] != "dedup" for st in t.stages):
+            raise Refused("Join", f"its {name} side is a dedup of a {t.stages[0][0]}'s rows: gpuwm joins a dedup of "
+                                  "a watermarked source")
         if t.stages and win is not None:
             raise Refused("Join", f"a window(...) in its {name} side over a stage's rows")
         sides[name], windows[name] = t, (win, shown_win, ids)
