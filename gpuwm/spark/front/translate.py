@@ -1028,14 +1028,15 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
         if t.stages and t.stages[-1][0] not in ("window", "dedup"):
             raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows: gpuwm joins a watermarked "
                                   "source, a window aggregation's rows or a dedup's")
-        if t.stages and t.stages[-1][0] == "dedup" and any(st[0] != "dedup" for st in t.stages):
-            raise Refused("Join", f"its {name} side is a dedup of a {t.stages[0][0]}'s rows: gpuwm joins a dedup of "
+        below = [st[0] for st in t.stages if st[0] != "dedup"]
+        if t.stages and t.stages[-1][0] == "dedup" and below:
+            raise Refused("Join", f"its {name} side is a dedup of a {below[-1]}'s rows: gpuwm joins a dedup of "
                                   "a watermarked source")
         if t.stages and win is not None:
             raise Refused("Join", f"a window(...) in its {name} side over a stage's rows")
         sides[name], windows[name] = t, (win, shown_win, ids)
     # sides an aggregation makes: their window column (a dedup's side keeps its source's columns and time)
-    derived = {n: t.window_id for n, t in sides.items() if t.stages and t.stages[-1][0] == "window"}
+    derived = {n: t.window_id for n, t in sides.items() if _aggregated(t)}
     graph, wcols = None, {}
     if any(t.stages for t in sides.values()):  # a graph: each side's stages over its source, the same subtree once
         for name, t in sides.items():
