@@ -98,6 +98,9 @@ class Capabilities:
     passes_rows : its output rows are its input rows as they came (a
         union): what the watermark filter must let through is decided by
         the stage after it (:meth:`OperatorSpec.filter_lateness`).
+    row_local : it holds no rows between batches and maps each batch's
+        rows alone (a select): in a graph over several vnodes it runs where
+        its input's rows are, with no exchange before it.
     """
 
     partials: bool = False
@@ -106,6 +109,7 @@ class Capabilities:
     needs_order: bool = False
     rescale: bool = False
     passes_rows: bool = False
+    row_local: bool = False
 
 
 @dataclass(frozen=True)

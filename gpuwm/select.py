@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from .errors import ConfigError, SchemaError
-from .operator import OperatorSpec, StageContext, Stateless, json_options
+from .operator import Capabilities, OperatorSpec, StageContext, Stateless, json_options
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class SelectSpec(OperatorSpec):
     columns: tuple[tuple[str, str], ...]
 
     kind: ClassVar[str] = "select"
+    capabilities: ClassVar[Capabilities] = Capabilities(row_local=True)
 
     def __post_init__(self) -> None:
         cols = tuple((c, c) if isinstance(c, str) else tuple(c) for c in self.columns)

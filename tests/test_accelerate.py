@@ -1526,7 +1526,8 @@ def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(sp
     (Spark's window struct as the join key: equal event times) with ``num
     >= maxn`` —, through ``accelerate``: a graph whose counts are computed
     once, a select renaming the maximum's columns apart; the same rows in
-    the same micro-batches as Spark's own query."""
+    the same micro-batches as Spark's own query, over 2 vnodes (the counts
+    keyed, their maximum on one task, the join keyed on the window)."""
     from pyspark.sql import functions as F
 
     rng = np.random.default_rng(55)
@@ -1538,7 +1539,7 @@ def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(sp
     c = bids.groupBy(F.window("ts", "10 seconds", "5 seconds").alias("w"), "k").agg(F.count("*").alias("num"))
     m = c.groupBy(F.col("w").alias("mw")).agg(F.max("num").alias("maxn"))
     q5 = c.join(m, F.expr("w = mw AND num >= maxn")).select("w", "k", "num", "maxn")
-    acc = accelerate(q5, fallback="error")  # the counts once, read by the maximum's stages and the join
+    acc = accelerate(q5, vnodes=2, fallback="error")  # the counts once, read by the maximum's stages and the join
     assert "graph      left0 <- in0; right1 <- left0; right2 <- right1; right3 <- right2; join <- left0, right3" \
         in acc.explain(), acc.explain()
     _equals_spark(spark, q5, acc, tmp_path)
@@ -1552,7 +1553,9 @@ def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
     first bid of each auction joined to its auction; the first auction of
     each seller, left outer, to its bids) — a graph of a dedup stage and
     the join —, through ``accelerate``: the same rows in the same
-    micro-batches as Spark's own query. The dedups drop rows here (Spark's
+    micro-batches as Spark's own query (the first over 2 vnodes: the bids'
+    rows reach the dedup's vnodes in an order that does not depend on
+    Spark's shuffle). The dedups drop rows here (Spark's
     inner join gives 186 pairs without the bids' dedup, 78 with it). The
     builder's ``name=``/``input=`` form names the same graph."""
     from pyspark.sql import functions as F
@@ -1563,7 +1566,7 @@ def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
                "auctions": a.dropDuplicatesWithinWatermark(["seller"]).join(b, cond, "leftOuter")}
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     for name, q in queries.items():
-        acc = accelerate(q, fallback="error")
+        acc = accelerate(q, vnodes=2 if name == "bids" else 1, fallback="error")
         graph = "right0 <- in1; join <- in0, right0" if name == "bids" else "left0 <- in0; join <- left0, in1"
         assert f"graph      {graph}" in acc.explain()
         _native(q, f"{tmp_path}/native-{name}", f"{tmp_path}/nck-{name}")
@@ -1598,8 +1601,8 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
     """Nexmark q8's shape as Spark runs it: two inputs each grouped per
     10 s window (auctions by id, bids by auction), the two aggregations'
     rows joined on the key and the window — a join whose sides are both
-    stages —, through ``accelerate``: the same rows in the same
-    micro-batches as Spark's own query; and the same graph as
+    stages —, through ``accelerate`` over 2 vnodes: the same rows in the
+    same micro-batches as Spark's own query; and the same graph as
     ``Pipeline``'s ``name=``/``input=`` build it."""
     from pyspark.sql import functions as F
 
@@ -1611,7 +1614,7 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
     aw = a.groupBy(F.window("a_ts", "10 seconds").alias("aw"), "a_id").agg(F.max("seller").alias("seller"))
     bw = b.groupBy(F.window("b_ts", "10 seconds").alias("bw"), "b_aid").agg(F.count("*").alias("nb"))
     q8 = aw.join(bw, F.expr("a_id = b_aid AND aw = bw"))
-    acc = accelerate(q8, fallback="error")
+    acc = accelerate(q8, vnodes=2, fallback="error")
     assert "graph      left0 <- in0; right0 <- in1; right1 <- right0; join <- left0, right1" in acc.explain()
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     _native(q8, f"{tmp_path}/native", f"{tmp_path}/nck")

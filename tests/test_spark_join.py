@@ -288,8 +288,8 @@ def test_bad_join_input_is_refused_before_the_first_batch(spark, tmp_path):
 def test_a_graph_is_built_only_where_a_stage_reads_other_than_the_stage_before(spark, tmp_path):
     """A join of the inputs in either order, then a window, is a chain (at
     vnodes 2 too); a stage that names its input, or a join of a stage's
-    rows, makes a graph, which runs on one vnode for now; a bad input or
-    name is refused in one line."""
+    rows, makes a graph (over 2 vnodes: a segment per keyed stage); a bad
+    input or name is refused in one line."""
     auctions, bids = _streams(seed=1, batches=1)
     _write(f"{tmp_path}/a", auctions)
     _write(f"{tmp_path}/b", bids)
@@ -310,11 +310,12 @@ def test_a_graph_is_built_only_where_a_stage_reads_other_than_the_stage_before(s
                             name="per_auction", input="auctions")
              .join("bids", "per_auction", [["b_aid", "a_id"]], ["b_ts", "window_time", None, None]))
     assert "per_auction <- auctions: window" in graph.write_parquet(f"{tmp_path}/o").explain()
-    with pytest.raises(gpuwm.ConfigError, match="runs on one vnode for now; use vnodes=1, got 2"):
-        pipe().window(gpuwm.Tumble("a_ts", "10 seconds"), by=["a_id"], aggs={"n": ("*", "count")},
-                      input="auctions").join("bids", "stage0", [["b_aid", "a_id"]],
-                                             ["b_ts", "window_time", None, None]).write_parquet(
-            f"{tmp_path}/o").explain()
+    over2 = pipe().window(gpuwm.Tumble("a_ts", "10 seconds"), by=["a_id"], aggs={"n": ("*", "count")},
+                          input="auctions").join("bids", "stage0", [["b_aid", "a_id"]],
+                                                 ["b_ts", "window_time", None, None]).write_parquet(
+        f"{tmp_path}/o").explain()  # over 2 vnodes: the inputs' segment, the window's, the join's
+    assert "stage0 <- auctions: window" in over2 and "[segment 1: 2 task(s), keys ['a_id']]" in over2 and \
+        "[segment 2: 2 task(s), keys ['b_aid=a_id']]" in over2, over2
     with pytest.raises(gpuwm.ConfigError, match="input='nope' is neither an input nor a stage before"):
         pipe().window(gpuwm.Tumble("a_ts", "10 seconds"), input="nope")
     with pytest.raises(gpuwm.ConfigError, match="stage name 'bids' is taken"):

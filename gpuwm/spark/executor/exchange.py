@@ -32,15 +32,16 @@ from ..storage.checkpoint import Checkpoint
 
 #: what every task after the filter returns: exchange rows (``__dest``,
 #: ``__piece`` — "" when no row goes there —, ``__wm`` the watermark the
-#: destination drains with) and result rows (``__metrics`` set)
+#: destination drains with; in a graph, ``__to`` = ``"<segment>:<stream>"``,
+#: the segment and the stream the rows are for) and result rows (``__metrics`` set)
 FLOW_SCHEMA = pa.schema([("__dest", pa.int32()), ("__vnode", pa.int32()), ("__piece", pa.string()),
-                         ("__wm", pa.string()), ("__metrics", pa.string())])
+                         ("__wm", pa.string()), ("__metrics", pa.string()), ("__to", pa.string())])
 
 
 def result_row(metrics: dict) -> pa.Table:
     return pa.table({"__dest": pa.nulls(1, pa.int32()), "__vnode": pa.array([metrics.get("vnode", -1)], pa.int32()),
                      "__piece": pa.nulls(1, pa.string()), "__wm": pa.nulls(1, pa.string()),
-                     "__metrics": [json.dumps(metrics)]}, schema=FLOW_SCHEMA)
+                     "__metrics": [json.dumps(metrics)], "__to": pa.nulls(1, pa.string())}, schema=FLOW_SCHEMA)
 
 
 
@@ -50,9 +51,10 @@ def least_watermark(watermarks: Sequence[Any]) -> Any:
 
 
 def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | None, dest: Any, ndest: int,
-         watermark: Any) -> pa.Table:
+         watermark: Any, to: str | None = None) -> pa.Table:
     """Write ``rows`` (row i to destination ``dest[i]``, stable) as one piece
-    per destination; the flow rows naming them, one per destination."""
+    per destination; the flow rows naming them, one per destination (``to``:
+    their ``__to``, a graph's segment and stream)."""
     pieces = [""] * ndest
     if rows is not None and rows.num_rows:
         dest = np.asarray(dest)
@@ -65,25 +67,35 @@ def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | N
                 pieces[r] = ck.write_piece(batch_id, tag, r, vnode, ordered.slice(lo, hi - lo))
     wm = json.dumps(encode_instant(watermark))
     return pa.table({"__dest": pa.array(range(ndest), pa.int32()), "__vnode": pa.array([vnode] * ndest, pa.int32()),
-                     "__piece": pieces, "__wm": [wm] * ndest, "__metrics": pa.nulls(ndest, pa.string())},
-                    schema=FLOW_SCHEMA)
+                     "__piece": pieces, "__wm": [wm] * ndest, "__metrics": pa.nulls(ndest, pa.string()),
+                     "__to": pa.array([to] * ndest, pa.string())}, schema=FLOW_SCHEMA)
 
 
 class Received:
     """What a shuffle partition of flow rows holds: the results passing
     through, and per destination its pieces (in source-vnode order, so the
-    output does not depend on arrival order) and watermark."""
+    output does not depend on arrival order) and watermark. In a graph
+    (``segment`` given) the destinations are ``(vnode, stream)`` pairs of
+    that segment, and flow rows for later segments pass through with the
+    results, to their own exchange."""
 
-    def __init__(self, ck: Checkpoint, batches: list[pa.RecordBatch]):
+    def __init__(self, ck: Checkpoint, batches: list[pa.RecordBatch], segment: int | None = None):
         self.ck = ck
         t = pa.Table.from_batches(batches, schema=FLOW_SCHEMA) if batches else FLOW_SCHEMA.empty_table()
         is_result = t.column("__metrics").is_valid()
         self.results = t.filter(is_result)
         flow = t.filter(pc.invert(is_result))
-        self.pieces: dict[int, list[tuple[int, str]]] = {}
-        self.watermark: dict[int, Any] = {}
-        senders: dict[int, list] = {}
-        for d, v, path, wm in zip(*(flow.column(c).to_pylist() for c in ("__dest", "__vnode", "__piece", "__wm"))):
+        if segment is not None:
+            mine = pc.fill_null(pc.starts_with(flow.column("__to"), f"{segment}:"), False)
+            self.results = pa.concat_tables([self.results, flow.filter(pc.invert(mine))])
+            flow = flow.filter(mine)
+        self.pieces: dict[Any, list[tuple[int, str]]] = {}
+        self.watermark: dict[Any, Any] = {}
+        senders: dict[Any, list] = {}
+        cols = ("__dest", "__vnode", "__piece", "__wm", "__to")
+        for d, v, path, wm, to in zip(*(flow.column(c).to_pylist() for c in cols)):
+            if segment is not None:
+                d = (d, to.split(":", 1)[1])
             self.pieces.setdefault(d, [])
             if path:
                 self.pieces[d].append((v, path))
@@ -92,7 +104,7 @@ class Received:
         # watermarks (they differ where a stage holds rows back, e.g. an over-window's leads)
         self.watermark = {d: least_watermark(ws) for d, ws in senders.items()}
 
-    def rows(self, dest: int, schema: pa.Schema) -> pa.Table:
+    def rows(self, dest: Any, schema: pa.Schema) -> pa.Table:
         paths = [p for _, p in sorted(self.pieces.get(dest, []))]
         if not paths:
             return schema.empty_table()

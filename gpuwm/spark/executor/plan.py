@@ -17,7 +17,11 @@ to them) and a join's side may be any stage's output (q7: the bids joined
 with their window's maximum). The stages are listed in an order where each
 comes after what it reads; each drains with the least of its feeds' output
 watermarks (Spark's ``WatermarkPropagator``: an operator's input watermark
-is the minimum of its children's output watermarks).
+is the minimum of its children's output watermarks). Over several vnodes a
+graph's segments are still one linear chain of exchanges
+(:meth:`Plan._cut_graph`): segment 0 takes the inputs, and each stream goes
+from the segment that makes it to every later segment that reads it, by the
+reader's keys (:meth:`Plan.sends`).
 """
 
 from __future__ import annotations
@@ -108,9 +112,10 @@ class Plan:
         graph = tuple((str(n), tuple(f)) for n, f in self.graph)
         if graph:
             check_graph(stages, graph, self.watermark.names)
-            if self.vnodes > 1:
-                raise ConfigError(f"a graph of stages (a stage that names what it reads: {graph_text(graph)}) runs "
-                                  f"on one vnode for now; use vnodes=1, got {self.vnodes}")
+            ordered = [s.kind for s in stages if s.capabilities.range_exchange or s.capabilities.needs_order]
+            if self.vnodes > 1 and ordered:
+                raise ConfigError(f"a graph of stages with a {ordered[0]} runs on one vnode: its ordered stream is "
+                                  f"merged over the vnodes only at the end of a chain; use vnodes=1, got {self.vnodes}")
         else:
             check_stages(stages, self.watermark.names)
         if self.aligned and self.vnodes > 1 and self.watermark.resolved_profile.emit != "on-batch":
@@ -161,6 +166,8 @@ class Plan:
             return (Segment((), (), self.vnodes),)
         if self.vnodes == 1:  # one task runs every stage: nothing to exchange
             return (Segment(tuple(range(len(self.stages))), (), 1),)
+        if self.graph:
+            return self._cut_graph()
         segs = [[0]]
         seg_keys = [tuple(self.stages[0].vnode_keys(self.vnodes))]
         for i, s in enumerate(self.stages[1:], start=1):
@@ -171,6 +178,67 @@ class Plan:
             segs[-1].append(i)
         return tuple(Segment(tuple(st), k, self.vnodes if (j == 0 or k) else 1)
                      for j, (st, k) in enumerate(zip(segs, seg_keys)))
+
+    def _cut_graph(self) -> tuple[Segment, ...]:
+        """A graph's segments over several vnodes, one linear chain of
+        exchanges in the graph's order: segment 0 takes the filtered inputs
+        and runs no stage (it sends each input to the stages that read it,
+        by their keys); a stage starts a segment of its own, but a
+        ``row_local`` one (a select), which runs in its input's segment, and
+        a stage that reads the rows of a stateful stage of the segment
+        before it with the same keys (no exchange between them). A stream
+        read in a later segment is sent there by the reader's keys
+        (:meth:`sends`), its pieces passing the segments in between."""
+        segs: list[list[int]] = [[]]
+        keys: list[tuple] = [()]
+        made = {n: 0 for n in self.watermark.names}  # the segment each stream is made in
+        local: set[str] = set()  # streams made by a row_local stage
+        for i, (s, (name, feeds)) in enumerate(zip(self.stages, self.graph)):
+            k = tuple(s.vnode_keys(self.vnodes))
+            if s.capabilities.row_local:
+                j = made[feeds[0]]
+                local.add(name)
+            elif (not s.takes_inputs and made[feeds[0]] == len(segs) - 1 > 0 and feeds[0] not in local
+                  and k == keys[-1]):
+                j = len(segs) - 1
+            else:
+                segs.append([])
+                keys.append(k)
+                j = len(segs) - 1
+            segs[j].append(i)
+            made[name] = j
+        return tuple(Segment(tuple(st), k, self.vnodes if (j == 0 or k) else 1)
+                     for j, (st, k) in enumerate(zip(segs, keys)))
+
+    def stream_segment(self, name: str) -> int:
+        """The segment a graph's stream is made in (0: a named input)."""
+        stage = next((i for i, (n, _) in enumerate(self.graph) if n == name), None)
+        return 0 if stage is None else next(j for j, s in enumerate(self.segments) if stage in s.stages)
+
+    def stream_schema(self, name: str) -> pa.Schema:
+        """A graph's stream's rows: a named input's, or its stage's output."""
+        stage = next((i for i, (n, _) in enumerate(self.graph) if n == name), None)
+        return input_schemas(self.input_schema)[name] if stage is None else self.outputs[stage]
+
+    def sends(self, seg: int) -> list[tuple[int, str, tuple[str, ...]]]:
+        """What segment ``seg``'s tasks send on in a graph over several
+        vnodes: ``(segment, stream, keys)`` for each stream made in ``seg``
+        and read by a stage of a later segment — the reader's segment, and
+        the columns rows reach its vnodes by (a join's: that input's keys)."""
+        out = []
+        for j in range(seg + 1, len(self.segments)):
+            for i in self.segments[j].stages:
+                s = self.stages[i]
+                for f in self.feeds(i):
+                    if self.stream_segment(f) == seg:
+                        out.append((j, f, tuple(s.input_keys(f) if s.takes_inputs else s.vnode_keys(self.vnodes))))
+        return out
+
+    def first_keys(self, name: str) -> tuple[str, ...]:
+        """The keys an input's rows reach segment 0's vnodes by in a graph:
+        those of the first stage that reads it (its state's keys: one
+        input partition's rows of a key stay together)."""
+        return next((keys for _, f, keys in self.sends(0) if f == name), ())
 
     def segment_of(self, stage: int) -> Segment:
         """The segment stage ``stage`` runs in."""
@@ -186,12 +254,15 @@ class Plan:
         """The first stage's partials cross the shuffle, not rows (vnodes > 1;
         not with a late-row sink: a late row must still be a row where the
         operator finds it late)."""
-        return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.partials and self.late is None
+        return (self.vnodes > 1 and not self.graph and bool(self.stages) and self.stages[0].capabilities.partials
+                and self.late is None)
 
     @property
     def arrival_order(self) -> bool:
         """Rows cross the first shuffle with their input partition and
         position (``__seq``), and each vnode takes them in that order."""
+        if self.graph:  # (segment 0 orders the inputs' rows, then sends them on in that order)
+            return self.vnodes > 1 and any(s.capabilities.arrival_order for s in self.stages)
         return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.arrival_order
 
     @property
@@ -346,7 +417,8 @@ SEQ = "__seq"
 def shuffled_schema(plan: Plan) -> pa.Schema:
     """The data rows the filter tasks send to the vnodes."""
     if plan.multi:
-        return union_schema(plan.input_schema)
+        u = union_schema(plan.input_schema)
+        return u.append(pa.field(SEQ, pa.int64())) if plan.arrival_order else u
     if plan.pre_aggregates:
         return partial_schema(plan)
     if plan.arrival_order:

@@ -203,10 +203,10 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id,
                                               partition or 0, now_iso, "skip", end, counts)
     vn = None
-    if plan.multi:  # each input's rows to the vnodes of their join keys, as one union
+    if plan.multi:  # each input's rows to the vnodes of their join keys (a graph's: its first reader's), as one union
         kept = {n: t if isinstance(t, pa.Table) else t.to_arrow() for n, t in kept.items()}
-        join = plan.stages[0]
-        vns = [vnode_of(kept[n], join.input_keys(n), plan.vnodes) for n in plan.watermark.names if n in kept]
+        keys = plan.first_keys if plan.graph else plan.stages[0].input_keys
+        vns = [vnode_of(kept[n], keys(n), plan.vnodes) for n in plan.watermark.names if n in kept]
         import numpy as np
 
         vn = np.concatenate(vns) if vns else np.zeros(0, dtype=np.int32)
@@ -326,15 +326,25 @@ def segment_task(plan: Plan, seg: int, batch_id: int, prev: store.Prev | None,
                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``repartition(tasks, "__dest").mapInArrow``: the results of earlier
     tasks pass through; each destination vnode hashed here runs segment
-    ``seg`` on the rows sent to it, with the watermark sent beside them."""
+    ``seg`` on the rows sent to it, with the watermark sent beside them. In
+    a graph: on each stream sent to it, with that stream's watermark; and
+    the flow rows for later segments pass through too."""
     from .device import use_task_gpu
 
     batches = list(batches)
     if not batches:
         return
     use_task_gpu(plan.backend)
-    got = exchange.Received(plan.checkpoint, batches)
+    got = exchange.Received(plan.checkpoint, batches, seg if plan.graph else None)
     yield from got.results.to_batches()
+    if plan.graph:  # each destination vnode's streams, each with the least of its senders' watermarks
+        for v in sorted({d for d, _ in got.watermark}):
+            t_start = time.perf_counter()
+            names = sorted(f for d, f in got.watermark if d == v)
+            rows = {f: got.rows((v, f), plan.stream_schema(f)) for f in names}
+            yield from run_segment(plan, seg, v, rows, {f: got.watermark[(v, f)] for f in names}, batch_id, prev,
+                                   t_start=t_start).to_batches()
+        return
     first = plan.segments[seg].stages[0]
     for v in sorted(got.watermark):
         t_start = time.perf_counter()
@@ -360,8 +370,12 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
     kernel_s = save_s = 0.0
     out = rows
     low = high = None
-    # a graph's streams so far, by name: (rows, output watermark); the named inputs' first
-    streams = {n: (rows.get(n), wm) for n in plan.watermark.names} if plan.graph else {}
+    # a graph's streams so far, by name: (rows, output watermark); the named inputs' first (after
+    # segment 0: the streams sent to this one, each with its own watermark)
+    streams: dict[str, tuple[Any, Any]] = {}
+    if plan.graph:
+        streams = {n: (rows.get(n), wm[n]) for n in wm} if isinstance(wm, dict) else \
+            {n: (rows.get(n), wm) for n in plan.watermark.names}
     for i in segment.stages:
         if plan.graph:  # what the stage reads, and the least of their watermarks (Spark's WatermarkPropagator)
             feeds = plan.feeds(i)
@@ -400,12 +414,25 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         high, wm = wm, released.watermark
         if plan.graph:
             streams[plan.graph[i][0]] = (out, wm)
-    if not segment.stages and not isinstance(out, pa.Table):
-        out = out.to_arrow()
     last = seg == len(plan.segments) - 1
-    emitted = out.num_rows
+    if plan.graph and last:
+        out = streams[plan.graph[-1][0]][0]
+    if not segment.stages and not isinstance(out, pa.Table) and not plan.graph:
+        out = out.to_arrow()
+    emitted = 0 if plan.graph and not last else out.num_rows
     written: dict = {}
-    if not last:  # to the next segment's vnodes, by its keys
+    if plan.graph and not last:  # each stream made here to the later segments that read it, by their keys
+        from gpuwm.partition import vnode_of
+
+        names = list(plan.watermark.names) + [n for n, _ in plan.graph]
+        for j, f, keys in plan.sends(seg):
+            got, w = streams[f]
+            got = plan.stream_schema(f).empty_table() if got is None else \
+                got if isinstance(got, pa.Table) else got.to_arrow()
+            ndest = plan.segments[j].tasks
+            flows.append(exchange.send(plan.checkpoint, batch_id, f"seg-{j}-{names.index(f)}", vnode, got,
+                                       vnode_of(got, keys, ndest), ndest, w, to=f"{j}:{f}"))
+    elif not last:  # to the next segment's vnodes, by its keys
         from gpuwm.partition import vnode_of
 
         nxt = plan.segments[seg + 1]
