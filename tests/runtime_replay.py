@@ -91,13 +91,19 @@ def run_tasks(plan, batches) -> tuple[list[pa.Table], list[int]]:
         if batch_id % 2:  # an executor that lost its memory: the state comes back from the checkpoint
             store._CACHE.clear()
         if plan.vnodes == 1:
-            rows = pa.concat_tables(parts).to_batches()
+            rows = pa.concat_tables(parts).to_batches() if parts else []  # (no parts: a batch without data)
             res = pa.Table.from_batches(list(tasks.single_task(plan, fstate, NOW, batch_id, prev, iter(rows))),
                                         schema=FLOW_SCHEMA)
         else:
+            s1 = tasks.stage1_schema(plan)
+            ticks = pa.table({f.name: pa.nulls(plan.vnodes, f.type) for f in s1}, schema=s1)  # every vnode runs
+            ticks = ticks.set_column(s1.get_field_index("__vnode"), "__vnode", pa.array(range(plan.vnodes), pa.int32()))
+            ticks = ticks.set_column(s1.get_field_index("__kind"), "__kind",
+                                     pa.array([tasks.KIND_TICK] * plan.vnodes, pa.int8()))
             stage1 = pa.Table.from_batches([b for i, part in enumerate(parts)
                                             for b in tasks.filter_task(plan, fstate, iter(part.to_batches()),
-                                                                       partition=i)])
+                                                                       partition=i, batch_id=batch_id)]
+                                           + ticks.to_batches(), schema=s1)
             res = _shuffle(stage1, "__vnode", plan.vnodes,
                            lambda b: tasks.vnodes_task(plan, fstate, NOW, batch_id, prev, b))
             for seg in range(1, len(plan.segments)):  # each later segment after its exchange

@@ -71,6 +71,44 @@ def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | N
                      "__to": pa.array([to] * ndest, pa.string())}, schema=FLOW_SCHEMA)
 
 
+def send_inputs(plan: Any, batch_id: int, partition: int, kept: dict[str, pa.Table]) -> list[list]:
+    """A graph's filter task over several vnodes: each input's kept rows of
+    input partition ``partition`` written as pieces for every segment that
+    reads the input, by the reader's keys (:meth:`~gpuwm.spark.executor.plan.Plan.sends`
+    of segment 0). Their ``[destination, piece, __to]`` list, which segment 0
+    names to the readers once the batch's watermark is known
+    (:func:`inputs_sent`)."""
+    from gpuwm.partition import vnode_of
+
+    out = []
+    names = list(plan.watermark.names)
+    for j, f, keys in plan.sends(0):
+        rows = kept.get(f)
+        ndest = plan.segments[j].tasks
+        dest = None if rows is None else vnode_of(rows, keys, ndest)
+        t = send(plan.checkpoint, batch_id, f"seg-{j}-{names.index(f)}", partition, rows, dest, ndest, None,
+                 to=f"{j}:{f}")
+        out += [[d, p, f"{j}:{f}"] for d, p in zip(t.column("__dest").to_pylist(), t.column("__piece").to_pylist())]
+    return out
+
+
+def inputs_sent(plan: Any, sent: Sequence[list], watermark: Any) -> pa.Table:
+    """The flow rows naming what each input partition's filter task wrote
+    (``sent``: :func:`send_inputs`'s lists, in partition order), each
+    partition a sender of its own so that its rows keep their order; and
+    one row with no piece per reader's destination, which runs it and
+    drains its state when no partition sent anything (a batch without
+    data has no input partition)."""
+    rows = [(d, -1, "", f"{j}:{f}") for j, f, _ in plan.sends(0) for d in range(plan.segments[j].tasks)]
+    rows += [(d, part, p, to) for part, got in enumerate(sent) for d, p, to in got if p]
+    wm = json.dumps(encode_instant(watermark))
+    return pa.table({"__dest": pa.array([r[0] for r in rows], pa.int32()),
+                     "__vnode": pa.array([r[1] for r in rows], pa.int32()),
+                     "__piece": [r[2] for r in rows], "__wm": [wm] * len(rows),
+                     "__metrics": pa.nulls(len(rows), pa.string()), "__to": [r[3] for r in rows]},
+                    schema=FLOW_SCHEMA)
+
+
 class Received:
     """What a shuffle partition of flow rows holds: the results passing
     through, and per destination its pieces (in source-vnode order, so the

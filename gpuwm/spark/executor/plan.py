@@ -234,12 +234,6 @@ class Plan:
                         out.append((j, f, tuple(s.input_keys(f) if s.takes_inputs else s.vnode_keys(self.vnodes))))
         return out
 
-    def first_keys(self, name: str) -> tuple[str, ...]:
-        """The keys an input's rows reach segment 0's vnodes by in a graph:
-        those of the first stage that reads it (its state's keys: one
-        input partition's rows of a key stay together)."""
-        return next((keys for _, f, keys in self.sends(0) if f == name), ())
-
     def segment_of(self, stage: int) -> Segment:
         """The segment stage ``stage`` runs in."""
         return next(s for s in self.segments if stage in s.stages)
@@ -261,8 +255,8 @@ class Plan:
     def arrival_order(self) -> bool:
         """Rows cross the first shuffle with their input partition and
         position (``__seq``), and each vnode takes them in that order."""
-        if self.graph:  # (segment 0 orders the inputs' rows, then sends them on in that order)
-            return self.vnodes > 1 and any(s.capabilities.arrival_order for s in self.stages)
+        if self.graph:  # (its filter tasks write the inputs' pieces, read back in input partition order)
+            return False
         return self.vnodes > 1 and bool(self.stages) and self.stages[0].capabilities.arrival_order
 
     @property
@@ -417,8 +411,7 @@ SEQ = "__seq"
 def shuffled_schema(plan: Plan) -> pa.Schema:
     """The data rows the filter tasks send to the vnodes."""
     if plan.multi:
-        u = union_schema(plan.input_schema)
-        return u.append(pa.field(SEQ, pa.int64())) if plan.arrival_order else u
+        return union_schema(plan.input_schema)
     if plan.pre_aggregates:
         return partial_schema(plan)
     if plan.arrival_order:

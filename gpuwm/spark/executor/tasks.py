@@ -188,7 +188,7 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
     they come before the batch's new rows)."""
     from gpuwm.partition import vnode_of
 
-    if partition is None and (plan.arrival_order or plan.late is not None or plan.aligned):
+    if partition is None and (plan.arrival_order or plan.late is not None or plan.aligned or plan.graph):
         from pyspark import TaskContext
 
         partition = TaskContext.get().partitionId()
@@ -203,10 +203,14 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id,
                                               partition or 0, now_iso, "skip", end, counts)
     vn = None
-    if plan.multi:  # each input's rows to the vnodes of their join keys (a graph's: its first reader's), as one union
+    if plan.graph:  # each input's rows, as pieces, to the segments that read them; none cross Spark's shuffle
         kept = {n: t if isinstance(t, pa.Table) else t.to_arrow() for n, t in kept.items()}
-        keys = plan.first_keys if plan.graph else plan.stages[0].input_keys
-        vns = [vnode_of(kept[n], keys(n), plan.vnodes) for n in plan.watermark.names if n in kept]
+        stats["sent"] = exchange.send_inputs(plan, batch_id, partition, kept)
+        kept = shuffled_schema(plan).empty_table()
+    elif plan.multi:  # each input's rows to the vnodes of their join keys, as one union
+        kept = {n: t if isinstance(t, pa.Table) else t.to_arrow() for n, t in kept.items()}
+        join = plan.stages[0]
+        vns = [vnode_of(kept[n], join.input_keys(n), plan.vnodes) for n in plan.watermark.names if n in kept]
         import numpy as np
 
         vn = np.concatenate(vns) if vns else np.zeros(0, dtype=np.int32)
@@ -421,7 +425,10 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         out = out.to_arrow()
     emitted = 0 if plan.graph and not last else out.num_rows
     written: dict = {}
-    if plan.graph and not last:  # each stream made here to the later segments that read it, by their keys
+    if plan.graph and not last and seg == 0:  # the filter tasks wrote the inputs' pieces: vnode 0 names them
+        if vnode == 0:
+            flows.append(exchange.inputs_sent(plan, [s["sent"] for s in sorted(stats, key=lambda s: s["part"])], wm))
+    elif plan.graph and not last:  # each stream made here to the later segments that read it, by their keys
         from gpuwm.partition import vnode_of
 
         names = list(plan.watermark.names) + [n for n, _ in plan.graph]
