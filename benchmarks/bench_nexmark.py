@@ -395,7 +395,7 @@ def main() -> int:
               f"# Nexmark q5, q7, q8 as Spark runs them, from Parquet files, Spark local[{args.cores}] "
               f"({time.strftime('%Y-%m-%d')})", "",
               f"{args.files} files of {args.batch:,} Nexmark events each (one file a micro-batch of each input; "
-              "watermark 4 s, profile spark, vnodes 1). gpuwm: `accelerate()` of the query, a graph of stages; "
+              f"watermark 4 s, profile spark, vnodes {args.vnodes}). gpuwm: `accelerate()` of the query, a graph of stages; "
               "Spark: the same query on its own, parquet sink, append. Events over the summed time of the "
               "micro-batches with data, the first left out; both outputs equal (checked). Floor: the input files "
               "read by Spark into Arrow and counted."])
