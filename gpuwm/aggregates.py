@@ -280,6 +280,12 @@ class AggregateOperator(Operator, Drained):
             out.append(v)
         return out
 
+    @property
+    def _keys(self) -> list:
+        """The codecs of the state's keys: the group keys, then one per
+        distinct aggregate's column (:meth:`_distinct_keys`)."""
+        return self._codecs + self._dcodecs
+
     def _distinct_keys(self, xp: Any, keys: list[Any], dcodes: list[Any], accs: list[Any]) -> tuple[list, list]:
         """The rows of a chunk grouped with their distinct values: each row once
         with every distinct key null (it carries the accumulators), and once
@@ -316,12 +322,12 @@ class AggregateOperator(Operator, Drained):
             extra.append(has.astype(xp.int64))
             if col in summed:
                 extra.append(xp.where(has, c.device_values(xp, d), 0))
-        group = [wins] + ([] if ends is None else [ends]) + keys[:nby]
+        # (a session's end after its keys: one session of a key starts at a time, and rows stay in (start, keys) order)
+        group = [wins] + keys[:nby] + ([] if ends is None else [ends])
         gk, ga, _, _ = group_reduce(xp, group, list(accs) + extra, [a.op for a in self._accs] + ["add"] * len(extra))
-        k = 1 if ends is None else 2
         it = iter(ga[len(accs):])
         dist = {col: (next(it), next(it) if col in summed else None) for col in self._dcols}
-        return gk[0], gk[k:], ga[:len(accs)], (None if ends is None else gk[1]), dist
+        return gk[0], gk[1:1 + nby], ga[:len(accs)], (None if ends is None else gk[-1]), dist
 
     @staticmethod
     def _identity(acc: Acc) -> Any:

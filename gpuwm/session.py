@@ -38,12 +38,21 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from kernels import group_starts, in_intervals, key_filter, key_filter_probe, order_indices, reduce_runs, sessionize
+from kernels import (
+    group_reduce,
+    group_starts,
+    in_intervals,
+    key_filter,
+    key_filter_probe,
+    order_indices,
+    reduce_runs,
+    sessionize,
+)
 from kernels.join import Ranges, expand
 from kernels.xp import INT64_MAX, mask_index
 
 from . import staging
-from .aggregates import DISTINCT, POSITIONAL, AggregateOperator, AggregateSpec
+from .aggregates import POSITIONAL, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, StateError, WatermarkError
 from .frame import Frame
 from .schema import same_schema
@@ -163,10 +172,6 @@ class SessionSpec(AggregateSpec):
             raise ConfigError("session windows emit on window close (emit='on-window-close') or every session "
                               "each drain (emit='complete'), not on update: a later row can merge sessions, which "
                               "an update stream would have to retract")
-        distinct = [f"{name} = {fn}({col})" for name, col, fn in self.aggs if fn in DISTINCT]
-        if distinct:
-            raise ConfigError(f"{', '.join(distinct)}: distinct aggregates over session windows are not gpuwm's yet "
-                              "(merging sessions would merge their sets of values); use a tumbling or hopping window")
         positional = [f"{name} = {fn}({col})" for name, col, fn in self.aggs if fn in POSITIONAL]
         if positional:
             raise ConfigError(f"{', '.join(positional)}: first / last over a session window are not gpuwm's "
@@ -228,7 +233,7 @@ class SessionAggregate(AggregateOperator):
         if fresh:
             xp = self._backend.xp
             z = xp.zeros(0, xp.int64)
-            self._empty = _Sessions([z for _ in self.by], z, z, [xp.zeros(0, a.dtype) for a in self._accs])
+            self._empty = _Sessions([z for _ in self._keys], z, z, [xp.zeros(0, a.dtype) for a in self._accs])
 
     #: the newest level is merged into the one before while that one has at
     #: most MERGE_RATIO times its alive sessions and fewer than
@@ -286,7 +291,7 @@ class SessionAggregate(AggregateOperator):
             late = self._merge(sessions, sorted_=True)  # one chunk's sessions are disjoint already
             if late is not None and self._late_kept is not None:  # their rows, for a side output
                 xp = self._backend.xp
-                mine = in_intervals(xp, keys, ts, late.keys, late.start, late.end - 1)
+                mine = in_intervals(xp, keys, ts, late.keys[:len(self.by)], late.start, late.end - 1)
                 self._set_aside(frame, mine if rows is None else rows[mine])
         return None
 
@@ -302,13 +307,35 @@ class SessionAggregate(AggregateOperator):
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
         keys = codes if rows is None else [c[rows] for c in codes]
         accs = self._acc_inputs(xp, frame, rows)
-        return self._sessions(xp, _Sessions(keys, ts, None, accs)), (frame, keys, ts, rows)
+        skeys, sts = keys, ts
+        if self._dcodecs:  # each row once more per distinct value it has (its event time with it)
+            dcodes = [c.encode(xp, frame.columns[col], b) for col, c in zip(self._dcols, self._dcodecs)]
+            got, accs = self._distinct_keys(xp, [*keys, ts], [d if rows is None else d[rows] for d in dcodes], accs)
+            nby = len(keys)
+            skeys, sts = got[:nby] + got[nby + 1:], got[nby]
+        return self._sessions(xp, _Sessions(skeys, sts, None, accs)), (frame, keys, ts, rows)
 
     def _sessions(self, xp: Any, s: _Sessions) -> _Sessions:
         """The sessions of intervals ``[start, end]`` (rows: ``end`` None, the
-        gap after ``start``), with their accumulators reduced."""
-        order, starts, skeys, sstart, send = sessionize(xp, s.keys, s.start, self._size if s.end is None else s.end)
-        return _Sessions(skeys, sstart, send, reduce_runs(xp, s.vals, [a.op for a in self._accs], order, starts))
+        gap after ``start``), with their accumulators reduced. With distinct
+        aggregates a session is several rows of the same keys, start and
+        end: one per distinct value it holds (the value's key set,
+        identity accumulators) besides the one with every distinct key
+        null — the rows merging sessions brings together are grouped by
+        (session, distinct keys), so each value stays once a session."""
+        nby = len(self.by)
+        order, starts, skeys, sstart, send = sessionize(xp, s.keys[:nby], s.start,
+                                                        self._size if s.end is None else s.end)
+        ops = [a.op for a in self._accs]
+        if not self._dcodecs:
+            return _Sessions(skeys, sstart, send, reduce_runs(xp, s.vals, ops, order, starts))
+        first = xp.zeros(int(order.shape[0]), dtype=xp.int64)
+        first[starts] = 1
+        sid = xp.empty_like(first)
+        sid[order] = xp.cumsum(first) - 1  # each row's session (sessions in (keys, start) order)
+        gk, vals, _, _ = group_reduce(xp, [sid, *s.keys[nby:]], s.vals, ops)
+        at = gk[0]
+        return _Sessions([k[at] for k in skeys] + gk[1:], sstart[at], send[at], vals)
 
     def _merge(self, new: _Sessions, sorted_: bool = False) -> _Sessions | None:
         """Merge sessions (of a chunk, or partials) into the state; sessions
@@ -376,7 +403,7 @@ class SessionAggregate(AggregateOperator):
         if self._schema is None:
             raise SchemaError("partial_schema() needs the input schema: call bind(schema) first")
         fields = [pa.field("__start", pa.int64()), pa.field("__end", pa.int64())]
-        fields += [self._schema.field(k) for k in self.by]
+        fields += [pa.field(c.name, c.type) for c in self._keys]
         fields += [pa.field(f"__acc{j}", pa.from_numpy_dtype(a.dtype)) for j, a in enumerate(self._accs)]
         return pa.schema(fields)
 
@@ -396,7 +423,7 @@ class SessionAggregate(AggregateOperator):
         """Sessions as :meth:`partial_schema` rows (keys decoded)."""
         to_np = self._backend.to_numpy
         cols = [pa.array(to_np(s.start)), pa.array(to_np(s.end))]
-        cols += [c.decode(to_np(k)) for c, k in zip(self._codecs, s.keys)]
+        cols += [c.decode(to_np(k)) for c, k in zip(self._keys, s.keys)]
         cols += [pa.array(to_np(v)) for v in s.vals]
         return pa.Table.from_arrays(cols, schema=self.partial_schema())
 
@@ -411,7 +438,7 @@ class SessionAggregate(AggregateOperator):
         b = self._backend
         xp = b.xp
         frame = Frame.from_arrow(partials, b)
-        keys = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        keys = [c.encode(xp, frame.columns[c.name], b) for c in self._keys]
         vals = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
         self._merge(_Sessions(keys, frame.values("__start")[0], frame.values("__end")[0], vals))
         return None
@@ -443,7 +470,7 @@ class SessionAggregate(AggregateOperator):
         # dictionary-coded ones, which _finalize orders with Arrow
         done = done.take(order_indices(xp, [done.start, *done.keys]))
         out = self._finalize(done.start, done.keys, done.vals, ends=done.end)
-        for i, c in enumerate(self._codecs):  # forget dictionary keys no session of any level references
+        for i, c in enumerate(self._keys):  # forget dictionary keys no session of any level references
             new = c.compact_codes(xp, [lv.s.keys[i] for lv in self._levels], self.state_rows,
                                   self._backend.to_numpy)
             if new is not None:
@@ -484,8 +511,8 @@ class SessionAggregate(AggregateOperator):
     def _state_columns(self, s: _Sessions) -> dict[str, Any]:
         to_np = self._backend.to_numpy
         cols: dict[str, Any] = {"session_start": to_np(s.start), "session_end": to_np(s.end)}
-        for k, codes in zip(self.by, s.keys):
-            cols[f"key.{k}"] = to_np(codes)
+        for c, codes in zip(self._keys, s.keys):
+            cols[f"key.{c.name}"] = to_np(codes)
         for acc, v in zip(self._accs, s.vals):
             cols[f"acc.{acc.agg}.{acc.role}"] = to_np(v)
         return cols
@@ -557,7 +584,7 @@ class SessionAggregate(AggregateOperator):
 
             def sessions(t: pa.Table) -> _Sessions:
                 col = lambda name: b.asarray(t.column(name).to_numpy())  # noqa: E731
-                return _Sessions([col(f"key.{k}") for k in self.by], col("session_start"), col("session_end"),
+                return _Sessions([col(f"key.{c.name}") for c in self._keys], col("session_start"), col("session_end"),
                                  [col(f"acc.{a.agg}.{a.role}") for a in self._accs])
 
             self._next_id = meta.get("next_level", 0)

@@ -452,12 +452,6 @@ class WindowAggregate(AggregateOperator):
 
     # -- state -----------------------------------------------------------------
     @property
-    def _keys(self) -> list:
-        """The codecs of the state's keys: the group keys, then one per
-        distinct aggregate's column (:meth:`_distinct_keys`)."""
-        return self._codecs + self._dcodecs
-
-    @property
     def state_rows(self) -> int:
         return sum(blk[1][0].shape[0] for blk in self._blocks.values())
 

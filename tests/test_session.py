@@ -122,6 +122,59 @@ def test_partial_sessions_merged_elsewhere_equal_rows(backend, keys, ops, cut):
     assert a.late_rows == ref.late
 
 
+@pytest.mark.parametrize("keys,via,levels", [("int", "push", "many"), ("str", "restore", "tiered"),
+                                              ("int", "partials", "one"), ("str", "partials", "many"),
+                                              ("none", "push", "tiered")])
+@given(ops=ops_st, cut=st.integers(0, 25))
+def test_distinct_aggregates_over_sessions_match_reference(backend, keys, via, levels, ops, cut, monkeypatch):
+    """count / sum / avg(DISTINCT x) over session windows beside plain
+    aggregates, exact: a session holds each distinct value once, also when
+    a row merges two sessions whose values overlap; pushed rows, partials
+    from other operators and a restore before every push all equal the
+    row-at-a-time reference (late rows counted once each)."""
+    from .test_window import DISTINCT_AGGS
+
+    monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
+    _levels(monkeypatch, levels)
+    by = keys != "none"
+    aggs = {n: ({1: "k", 2: "v"}[c] if c != "*" else c, fn) for n, (c, fn) in DISTINCT_AGGS.items()}
+    mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 6), by=["k"] if by else [], aggs=aggs,  # noqa: E731
+                                       backend=backend)
+    a = mk()
+    ref = RefSession(gap=6, close_minus_one=False, key_of=(lambda r: (r[1],)) if by else (lambda r: ()),
+                     aggs=DISTINCT_AGGS)
+    w = 0
+    for op, arg in ops:
+        if op == "push":
+            t = _table(arg, "int" if keys == "none" else keys)
+            if via == "partials":
+                a.bind(t.schema)
+                a.push_partials(pa.concat_tables([mk().partials(t.slice(0, cut)), mk().partials(t.slice(cut))]))
+            else:
+                if via == "restore":
+                    a = mk().restore(a.snapshot())
+                a.push(t)
+            ref.push(arg)
+        else:
+            w += arg
+            _cmp(a.drain(w), ref.drain(w), by, "int" if keys == "none" else keys, DISTINCT_AGGS)
+    assert a.late_rows == ref.late
+
+
+def test_merging_sessions_counts_a_value_they_share_once(backend):
+    """Two sessions of a key, each with the value 5, then a row between
+    them that merges them: count(DISTINCT v) is 2 (5 and 7), not 3; the
+    sum and mean of the distinct values are 12 and 6.0."""
+    a = gpuwm.WindowAggregate(gpuwm.Session("t", 6), by=["k"], backend=backend,
+                              aggs={"n": ("*", "count"), "dv": ("v", "count_distinct"), "sv": ("v", "sum_distinct"),
+                                    "av": ("v", "mean_distinct")})
+    a.push(pa.table({"t": [1, 3, 20], "k": [1, 1, 1], "v": [5, 5, 5]}))
+    assert a.drain(2).num_rows == 0
+    a.push(pa.table({"t": [9, 15], "k": [1, 1], "v": [7, None]}))
+    assert a.drain(30).to_pylist() == [{"window_start": 1, "window_end": 26, "k": 1, "n": 5, "dv": 2, "sv": 12,
+                                        "av": 6.0}]
+
+
 @given(ops=ops_st, stop=st.integers(0, 12), parts=st.booleans())
 @pytest.mark.parametrize("keys", ["int", "str"])
 def test_session_snapshot_restore(backend, ops, stop, parts, keys, monkeypatch):

@@ -264,8 +264,6 @@ def test_distinct_aggregate_errors():
         gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), aggs={"d": ("v", "count_distinct")}, emit="on-update")
     with pytest.raises(gpuwm.ConfigError, match="first / last beside a distinct"):
         gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), aggs={"d": ("v", "count_distinct"), "f": ("v", "first")})
-    with pytest.raises(gpuwm.ConfigError, match="over session windows"):
-        gpuwm.WindowAggregate(gpuwm.Session("t", 10), aggs={"d": ("v", "count_distinct")})
     a = gpuwm.WindowAggregate(gpuwm.Tumble("t", 10), aggs={"d": ("s", "sum_distinct")})
     with pytest.raises(gpuwm.SchemaError, match="sum_distinct needs a numeric column"):
         a.push(pa.table({"t": [1], "s": ["x"]}))

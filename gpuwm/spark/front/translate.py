@@ -392,7 +392,6 @@ def _positional(e, fn, win) -> None:
 
 
 def _aggregate(spark, agg) -> Translation:
-    from ...session import Session
 
     groups = list(scala_iter(agg.groupingExpressions()))
     if any(_kind(g) != "AttributeReference" for g in groups):
@@ -464,9 +463,6 @@ def _aggregate(spark, agg) -> Translation:
                 if fk not in ("Count", "Sum", "Average") or len(args) != 1:
                     raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm's DISTINCT aggregates are count, "
                                                "sum and avg of one column")
-                if isinstance(win, Session):
-                    raise Refused("Aggregate", f"the aggregate {e.sql()}: DISTINCT over a session window is not "
-                                               "gpuwm's yet (a tumbling or hopping window is)")
                 fn_name += "_distinct"
             star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
             if e.filter().isDefined():
