@@ -171,12 +171,14 @@ print("DONE", flush=True)
 """
 
 
-def test_sigkilled_repeatedly_on_an_s3_checkpoint_gives_the_uninterrupted_output(spark, s3, tmp_path):
+def test_sigkilled_on_an_s3_checkpoint_gives_the_uninterrupted_output(spark, s3, tmp_path):
     """The uninterrupted run on ``local-cluster[2,1,1024]`` — two executor
     processes that share no directory for gpuwm's state (all of it, and the
     input, the output and Spark's checkpoint, on S3) —, the interrupted one
-    in local mode, SIGKILLed twice and restarted on its S3
-    checkpoint: the same output, batch for batch."""
+    in local mode, SIGKILLed mid-run and restarted on its S3 checkpoint:
+    the same output, batch for batch. (Repeated kills of one checkpoint,
+    at each point of a batch's commit: ``test_spark.py``'s crash test and
+    ``test_drain.py``'s end-of-input test.)"""
     rng = np.random.default_rng(5)
     src = _put_batches(s3, "killed/in", _rows(rng, 5, 300, 5, 20))
     conf = {**s3.spark_conf(), "spark.jars": spark_jars()}
@@ -194,8 +196,7 @@ def test_sigkilled_repeatedly_on_an_s3_checkpoint_gives_the_uninterrupted_output
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     assert "EXECUTORS 2 PYTHON WORKERS 2" in r.stdout, r.stdout  # the tasks ran in two processes apart
     path = script("killed")
-    for n in (1, 2):  # SIGKILLed after 1, then 2 more batches of the restart
-        kill_after_batches(path, n)  # (asserts the run died of the SIGKILL)
+    kill_after_batches(path, 2)  # SIGKILLed after 2 batches (asserts the run died of the SIGKILL)
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     want = _read_all(Location.of(s3.uri("killed/clean/out"), s3.options()))
