@@ -1620,6 +1620,58 @@ def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
     assert acc.translation is None and "its right side is a dedup of a window's rows" in acc.refused.reason
 
 
+def test_multi_stateful_operators_suite_chains_equal_spark_batch_for_batch(spark, tmp_path):
+    """Spark's own ``MultiStatefulOperatorsSuite`` chains, with its data
+    (integers as seconds, watermark 0 s or 10 s), each micro-batch a file:
+    a window over the window column of a window aggregation, three windows
+    chained by ``window_time``, and ``dropDuplicates`` on the value and the
+    event time before a window — their ``CAST(window.start AS BIGINT)``
+    (whole seconds, floored) evaluated by gpuwm — through ``accelerate``:
+    the same rows in the same micro-batches as Spark's own queries."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    def src(name, batches, delay):
+        os.makedirs(f"{tmp_path}/{name}")
+        for i, b in enumerate(batches):
+            f = f"{tmp_path}/{name}/part-{i:03d}.parquet"
+            pq.write_table(pa.table({"value": pa.array(b, pa.int64())}), f)
+            os.utime(f, (1_000_000 + i, 1_000_000 + i))
+        return spark.readStream.schema("value bigint").option("maxFilesPerTrigger", 1).parquet(
+            f"{tmp_path}/{name}").withColumn("eventTime", F.timestamp_seconds("value")).withWatermark(
+            "eventTime", delay)
+
+    def start():
+        return F.col("window.start").cast("long")
+
+    five = F.window("eventTime", "5 seconds").alias("window")
+    queries = {  # (the suite's test name)
+        "window agg -> window agg": src("a", [list(range(10, 22)), list(range(10, 30)), [30, 31]], "0 seconds")
+        .groupBy(five).agg(F.count("*").alias("count")).groupBy(F.window("window", "10 seconds"))
+        .agg(F.count("*").alias("count"), F.sum("count").alias("sum")).select(start(), "count", "sum"),
+        "agg -> agg -> agg": src("b", [list(range(0, 38)), list(range(30, 61))], "0 seconds").groupBy(five)
+        .agg(F.count("*").alias("count")).groupBy(F.window(F.window_time("window"), "10 seconds"))
+        .agg(F.count("*").alias("count"), F.sum("count").alias("sum"))
+        .groupBy(F.window(F.window_time("window"), "20 seconds"))
+        .agg(F.count("*").alias("count"), F.sum("sum").alias("sum"))
+        .select(start(), F.col("window.end").cast("long"), "count", "sum"),
+        "stream deduplication -> aggregation": src("c", [list(range(1, 16)), [16, 30]], "10 seconds")
+        .dropDuplicates(["value", "eventTime"]).groupBy(five).agg(F.count("*").alias("count"),
+                                                                   F.sum("value").alias("sum"))
+        .select(start(), "count"),
+    }
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    for name, q in queries.items():
+        acc = accelerate(q, fallback="error")
+        d = f"{tmp_path}/{name.split()[0]}{len(name)}"
+        _native(q, f"{d}/native", f"{d}/nck")
+        want = _batches(f"{d}/native")
+        acc.writeStream.option("checkpointLocation", f"{d}/ck").trigger(availableNow=True).start(
+            f"{d}/out").awaitTermination()
+        assert _batches(f"{d}/out") == want, name
+    assert want == {1: [(0, 4)], 2: [(10, 5), (15, 2), (5, 5)]}  # the dedup's: the suite's first answer, then on
+
+
 def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_batch(spark, tmp_path):
     """Nexmark q8's shape as Spark runs it: two inputs each grouped per
     10 s window (auctions by id, bids by auction), the two aggregations'

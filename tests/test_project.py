@@ -102,12 +102,15 @@ def test_kafka_select_expressions_equal_sparks(spark):
              [["a", {"ts": [{"field": [{"col": "e"}, "ts"]}, "millis"]}],
               ["b", {"ts": [{"field": [{"col": "e"}, "k"]}, "seconds"]}],
               ["c", {"cast": [{"field": [{"col": "e"}, "k"]}, "timestamp"]}],
-              ["d", {"ts": [{"field": [{"col": "e"}, "ts"]}, "micros"]}], ["key", {"col": "key"}]]]
+              ["d", {"ts": [{"field": [{"col": "e"}, "ts"]}, "micros"]}], ["key", {"col": "key"}],
+              # (whole seconds of a timestamp, floored: before 1970 too)
+              ["s", {"cast": [{"ts": [{"field": [{"col": "e"}, "ts"]}, "millis"]}, "bigint"]}]]]
     want = df.selectExpr("from_json(CAST(value AS STRING), 'ts BIGINT, k BIGINT') AS e", "CAST(key AS STRING) AS key") \
         .selectExpr("timestamp_millis(e.ts) AS a", "timestamp_seconds(e.k) AS b", "CAST(e.k AS TIMESTAMP) AS c",
-                    "timestamp_micros(e.ts) AS d", "key").toArrow()
+                    "timestamp_micros(e.ts) AS d", "key", "CAST(timestamp_millis(e.ts) AS BIGINT) AS s").toArrow()
     got = evaluate(steps, t)
     assert got.column_names == want.column_names
+    assert got.column("s").to_pylist() == want.column("s").to_pylist() and min(got.column("s").to_pylist()) < 0
     for c in ("a", "b", "c", "d"):
         assert got.column(c).cast(pa.int64()).to_pylist() == want.column(c).cast(pa.int64()).to_pylist(), c
     assert got.column("key").cast(pa.binary()).to_pylist() == want.column("key").cast(pa.binary()).to_pylist()

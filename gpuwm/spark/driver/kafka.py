@@ -438,7 +438,7 @@ def translate(e, ids: dict[int, str]) -> dict:
         ints = ("bigint", "int", "smallint", "tinyint")
         ok = (src == "binary" and to == "string") or (src == "string" and to == "binary") \
             or (src in ints and to in ("timestamp", "bigint", "double")) \
-            or (src in ints and to == "int" and str(e.evalMode()) == "ANSI") \
+            or (src in ints and to == "int" and str(e.evalMode()) == "ANSI") or (src == "timestamp" and to == "bigint") \
             or (to == "string" and (src in ints or src == "string" or src == "timestamp" and _utc(e)))
         if not ok:
             raise Untranslatable(str(e.sql()))

@@ -12,7 +12,8 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
 - ``{"field": [expr, name]}`` — a struct's field (``e.ts``);
 - ``{"cast": [expr, type]}`` — ``binary → string`` (bytes as they are, as
   Spark's cast), ``string → binary`` (UTF-8), ``long → timestamp``
-  (seconds), integer widening, an integer to ``int`` (ANSI: overflow fails);
+  (seconds), ``timestamp → bigint`` (whole seconds, floored, as Spark's
+  ``floorDiv``), integer widening, an integer to ``int`` (ANSI: overflow fails);
 - ``{"ts": [expr, unit]}`` — ``timestamp_seconds/millis/micros``;
 - ``{"struct": [[field, expr], ...]}`` — a struct of the expressions
   (``accelerate``'s ``window`` column from ``window_start``/``window_end``,
@@ -214,6 +215,10 @@ def _cast(a: pa.Array, to: str) -> pa.Array:
         return _timestamp(a, "seconds")
     if to == "binary":  # from a string: its UTF-8 bytes
         return a.cast(pa.binary())
+    if to == "bigint" and pa.types.is_timestamp(a.type):  # seconds since the epoch, floored (Spark's floorDiv)
+        us = a.cast(pa.timestamp("us", tz=a.type.tz)).cast(pa.int64())
+        secs = np.floor_divide(us.fill_null(0).to_numpy(zero_copy_only=False), 1_000_000)
+        return pa.array(secs, pa.int64(), mask=us.is_null().to_numpy(zero_copy_only=False))
     return a.cast(JSON_TYPES[to])
 
 
