@@ -339,7 +339,7 @@ def _window(spark, upper, made, out, below, ts: str, keys: list[str] | None, on:
     from ...window import Hop, Tumble
 
     text = str(made.toString())
-    col = F.col(_quoted(ts))
+    col = F.col(_time_reference(below, made, ts, operator))
     if " as interval)" in text:
         m = re.search(r"cast\(([^()]+?) as interval\)", text)
         gap = m.group(1) if m else None
@@ -372,6 +372,23 @@ def _window(spark, upper, made, out, below, ts: str, keys: list[str] | None, on:
     if _no_ids(str(mine.toString())) != _no_ids(str(upper.toString())):
         raise Refused(operator, f"its window is not {shown} as gpuwm read it")
     return win, shown
+
+
+def _time_reference(below, made, ts: str, operator: str) -> str:
+    """How to name the time column ``ts`` of the rows ``below`` in a
+    DataFrame over them: its name, or — a join's two sides both have a
+    column of that name (Spark tells them apart by id) — its side's alias
+    and name (``left.eventTime``), the one ``made`` (the window) reads."""
+    same = [a for a in scala_iter(below.output()) if str(a.name()) == ts]
+    if len(same) <= 1:
+        return _quoted(ts)
+    first = re.search(rf"{re.escape(ts)}#(\d+)", str(made.toString()))  # (the window's expression comes first)
+    read = [a for a in same if first is not None and _id(a) == int(first.group(1))]
+    qualifier = [str(q) for q in scala_iter(read[0].qualifier())] if len(read) == 1 else []
+    if not qualifier or sum(1 for a in same if [str(q) for q in scala_iter(a.qualifier())] == qualifier) > 1:
+        raise Refused(operator, f"its window's time column {ts} is one of {len(same)} columns of that name below "
+                                "it: alias the join's sides (df.alias('left')) or rename one")
+    return ".".join(_quoted(q) for q in qualifier[-1:]) + "." + _quoted(ts)
 
 
 def _positional(e, fn, win) -> None:
