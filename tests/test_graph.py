@@ -114,6 +114,13 @@ def _graph(shape: str):
                                    "0 seconds", "0 seconds", time_key=True)]
         return stages, (("aw", ("auctions",)), ("s1", ("bids",)), ("bw", ("s1",)), ("j", ("aw", "bw"))), \
             ("auctions", "bids")
+    if shape == "two-reads":  # two keyed windows of the bids: not in one segment (each its own exchange of them)
+        stages = [_with_time(WindowSpec(gpuwm.Tumble("b_ts", "10 seconds"), ("b_aid",), {"n1": ("*", "count")})),
+                  _with_time(WindowSpec(gpuwm.Tumble("b_ts", "10 seconds"), ("price",), {"n2": ("*", "count")})),
+                  SelectSpec(("price", ("t2", "window_time"), "n2")),
+                  IntervalJoinSpec("w1", "s2", (("window_time", "t2"),), "window_time", "t2", "0 seconds",
+                                   "0 seconds", time_key=True, where=(("n1", ">", "n2"),))]
+        return stages, (("w1", ("bids",)), ("w2", ("bids",)), ("s2", ("w2",)), ("j", ("w1", "s2"))), ("bids",)
     stages = [DedupSpec(("b_aid",), "b_ts", "3 seconds"),
               IntervalJoinSpec("auctions", "bd", (("a_id", "b_aid"),), "a_ts", "b_ts", "0 seconds", "20 seconds")]
     return stages, (("bd", ("bids",)), ("j", ("auctions", "bd"))), ("auctions", "bids")
@@ -136,7 +143,7 @@ def _streams(seed: int, batches: int = 6, per: int = 300):
     return out
 
 
-@pytest.mark.parametrize("shape", ["q5", "q7", "q8", "dedup"])
+@pytest.mark.parametrize("shape", ["q5", "q7", "q8", "dedup", "two-reads"])
 def test_a_graph_over_several_vnodes_gives_one_vnode_s_rows_batch_for_batch(tmp_path, shape, backend,
                                                                             monkeypatch):
     """Spark's task functions replayed (``tests/runtime_replay.py``, no JVM),
@@ -144,7 +151,8 @@ def test_a_graph_over_several_vnodes_gives_one_vnode_s_rows_batch_for_batch(tmp_
     and 3 vnodes — segment 0 sending each input to the stages that read it,
     a stream passing a segment on its way to a later one (q5's counts), a
     global stage on one task (q7's and q5's maximum), a select in its
-    input's segment (q5, q8) — gives the rows one vnode gives, in the same
+    input's segment (q5, q8), q8's two windows in one segment, two windows
+    of one input in two — gives the rows one vnode gives, in the same
     micro-batches, a last one without data too; on each backend."""
     import gpuwm.spark.executor.device as device
     from gpuwm.inputs import to_union
@@ -169,8 +177,9 @@ def test_a_graph_over_several_vnodes_gives_one_vnode_s_rows_batch_for_batch(tmp_
     if vnodes > 1:
         segments = [(s.stages, s.tasks) for s in plan.segments]
         assert segments == {"q5": [((), 3), ((0,), 3), ((1, 2), 1), ((3,), 3)], "q7": [((), 3), ((0,), 1), ((1,), 3)],
-                            "q8": [((), 3), ((0,), 3), ((1, 2), 3), ((3,), 3)],
-                            "dedup": [((), 3), ((0,), 3), ((1,), 3)]}[shape]
+                            "q8": [((), 3), ((0, 1, 2), 3), ((3,), 3)],
+                            "dedup": [((), 3), ((0,), 3), ((1,), 3)],
+                            "two-reads": [((), 3), ((0,), 3), ((1, 2), 3), ((3,), 3)]}[shape]
     assert sum(map(bool, got[1])) >= 3, got[1]  # (q5: a window's hot items, one or a tie)
     assert got[2] == got[1] and got[3] == got[1]
 

@@ -182,33 +182,50 @@ class Plan:
     def _cut_graph(self) -> tuple[Segment, ...]:
         """A graph's segments over several vnodes, one linear chain of
         exchanges in the graph's order: segment 0 takes the filtered inputs
-        and runs no stage (it sends each input to the stages that read it,
-        by their keys); a stage starts a segment of its own, but a
-        ``row_local`` one (a select), which runs in its input's segment, and
-        a stage that reads the rows of a stateful stage of the segment
-        before it with the same keys (no exchange between them). A stream
-        read in a later segment is sent there by the reader's keys
-        (:meth:`sends`), its pieces passing the segments in between."""
+        and runs no stage (its filter tasks send each input to the stages
+        that read it, by their keys). A stateful stage runs in the first
+        segment after those of everything it reads — beside other stages
+        whose inputs are ready as early (q8's two windows, one a side), on
+        as many tasks, reading none of the same streams —, or in the
+        segment of the stateful stage it reads when their keys are the
+        same (no exchange between them); a ``row_local`` one (a select) in
+        its input's segment. A stream read in a later segment is sent there
+        by the reader's keys (:meth:`sends`), its pieces passing the
+        segments in between. A segment's ``keys`` are its first stage's;
+        each stage's own are :meth:`stage_keys`."""
         segs: list[list[int]] = [[]]
-        keys: list[tuple] = [()]
+        tasks = [self.vnodes]
+        reads: list[set[str]] = [set()]  # the streams made elsewhere that each segment's stages read
         made = {n: 0 for n in self.watermark.names}  # the segment each stream is made in
-        local: set[str] = set()  # streams made by a row_local stage
+        maker: dict[str, int] = {}  # the stage that makes each stage's stream
         for i, (s, (name, feeds)) in enumerate(zip(self.stages, self.graph)):
-            k = tuple(s.vnode_keys(self.vnodes))
+            k = self.stage_keys(i)
+            n = self.vnodes if k else 1
+            p = maker.get(feeds[0])
             if s.capabilities.row_local:
                 j = made[feeds[0]]
-                local.add(name)
-            elif (not s.takes_inputs and made[feeds[0]] == len(segs) - 1 > 0 and feeds[0] not in local
-                  and k == keys[-1]):
-                j = len(segs) - 1
+            elif not s.takes_inputs and p is not None and not self.stages[p].capabilities.row_local \
+                    and self.stage_keys(p) == k:
+                j = made[feeds[0]]
             else:
-                segs.append([])
-                keys.append(k)
-                j = len(segs) - 1
+                j = 1 + max(made[f] for f in feeds)
+                while j < len(segs) and (tasks[j] != n or reads[j] & set(feeds)):
+                    j += 1
+                if j == len(segs):
+                    segs.append([])
+                    tasks.append(n)
+                    reads.append(set())
             segs[j].append(i)
+            reads[j].update(f for f in feeds if made[f] != j)
             made[name] = j
-        return tuple(Segment(tuple(st), k, self.vnodes if (j == 0 or k) else 1)
-                     for j, (st, k) in enumerate(zip(segs, keys)))
+            maker[name] = i
+        return tuple(Segment(tuple(st), self.stage_keys(st[0]) if st else (), t)
+                     for st, t in zip(segs, tasks))
+
+    def stage_keys(self, stage: int) -> tuple[str, ...]:
+        """The columns stage ``stage``'s rows reach its vnodes by (its
+        state's partitioning: a rescale re-partitions it by them)."""
+        return tuple(self.stages[stage].vnode_keys(self.vnodes))
 
     def stream_segment(self, name: str) -> int:
         """The segment a graph's stream is made in (0: a named input)."""

@@ -581,7 +581,7 @@ class Pipeline:
             d = {k: v for k, v in st.describe().items() if k != "kind"}
             wired = f"{graph_text(plan.graph[i:i + 1])}: " if plan.graph else ""
             lines.append(f"stage {i}      {wired}{st.kind} {json.dumps(d, default=str)}  [segment {seg_of[i]}: "
-                         f"{seg.tasks} task(s), keys {list(seg.keys)}]")
+                         f"{seg.tasks} task(s), keys {list(plan.stage_keys(i))}]")
         lines.append(f"vnodes       {plan.vnodes}" + (" (first stage pre-aggregates before the shuffle)"
                                                       if plan.pre_aggregates else ""))
         lines.append(f"sink         {plan.sink.kind} {plan.sink.path or ''}".rstrip())

@@ -99,7 +99,7 @@ def load_operator(plan: Any, stage: int, prev: Prev | None, vnode: int) -> tuple
             raise StateError(f"stage {stage} ({plan.stages[stage].kind}) was saved over {len(saved)} vnode(s) "
                              f"and cannot be re-partitioned over {seg.tasks}")
         olds = [_read_operator(plan, stage, prev, u)[0] for u in saved]
-        return rescale(olds, plan.build(stage), seg.keys, seg.tasks, vnode), {}
+        return rescale(olds, plan.build(stage), plan.stage_keys(stage), seg.tasks, vnode), {}
     return _read_operator(plan, stage, prev, vnode)
 
 
