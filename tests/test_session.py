@@ -132,7 +132,7 @@ def test_distinct_aggregates_over_sessions_match_reference(backend, keys, via, l
     a row merges two sessions whose values overlap; pushed rows, partials
     from other operators and a restore before every push all equal the
     row-at-a-time reference (late rows counted once each)."""
-    from .test_window import DISTINCT_AGGS
+    from .test_window import DISTINCT_AGGS, drive_via
 
     monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
     _levels(monkeypatch, levels)
@@ -140,24 +140,10 @@ def test_distinct_aggregates_over_sessions_match_reference(backend, keys, via, l
     aggs = {n: ({1: "k", 2: "v"}[c] if c != "*" else c, fn) for n, (c, fn) in DISTINCT_AGGS.items()}
     mk = lambda: gpuwm.WindowAggregate(gpuwm.Session("t", 6), by=["k"] if by else [], aggs=aggs,  # noqa: E731
                                        backend=backend)
-    a = mk()
     ref = RefSession(gap=6, close_minus_one=False, key_of=(lambda r: (r[1],)) if by else (lambda r: ()),
                      aggs=DISTINCT_AGGS)
-    w = 0
-    for op, arg in ops:
-        if op == "push":
-            t = _table(arg, "int" if keys == "none" else keys)
-            if via == "partials":
-                a.bind(t.schema)
-                a.push_partials(pa.concat_tables([mk().partials(t.slice(0, cut)), mk().partials(t.slice(cut))]))
-            else:
-                if via == "restore":
-                    a = mk().restore(a.snapshot())
-                a.push(t)
-            ref.push(arg)
-        else:
-            w += arg
-            _cmp(a.drain(w), ref.drain(w), by, "int" if keys == "none" else keys, DISTINCT_AGGS)
+    keys = "int" if keys == "none" else keys
+    a = drive_via(mk, ref, ops, via, cut, by, keys, keys)
     assert a.late_rows == ref.late
 
 

@@ -234,9 +234,20 @@ def test_distinct_aggregates_match_reference(backend, window, by, emit, keys, vi
     aggs = {n: ({1: "k", 2: "v"}[c] if c != "*" else c, fn) for n, (c, fn) in DISTINCT_AGGS.items()}
     mk = lambda: gpuwm.WindowAggregate(spec, by=["k"] if by else [], aggs=aggs, emit=emit,  # noqa: E731
                                        backend=backend)
-    a = mk()
     ref = RefWindow(size=size, slide=slide, close_minus_one=False, key_of=(lambda r: (r[1],)) if by else (lambda r: ()),
                     aggs=DISTINCT_AGGS, complete=emit == "complete")
+    # (without a group key, count_distinct(k) of strings is compared as the same count of ints)
+    a = drive_via(mk, ref, ops, via, cut, by, keys, keys if by or keys == "int" else "int")
+    assert a.late_rows == ref.late
+
+
+def drive_via(mk, ref, ops, via: str, cut: int, by: bool, keys: str, cmp_keys: str):
+    """Push and drain an operator made by ``mk`` and the reference as
+    ``ops`` say — each push's rows pushed (``via`` "push"), first read back
+    from a snapshot ("restore"), or as partials of two fresh operators
+    split at ``cut`` ("partials") —, comparing every drain with
+    :data:`DISTINCT_AGGS`. Returns the operator."""
+    a = mk()
     w = 0
     for op, arg in ops:
         if op == "push":
@@ -251,12 +262,8 @@ def test_distinct_aggregates_match_reference(backend, window, by, emit, keys, vi
             ref.push(arg)
         else:
             w += arg
-            exp = ref.drain(w)
-            if by or keys == "int":
-                _cmp(a.drain(w), exp, by, keys, DISTINCT_AGGS)
-            else:  # count_distinct(k) of strings: the same count
-                _cmp(a.drain(w), exp, by, "int", DISTINCT_AGGS)
-    assert a.late_rows == ref.late
+            _cmp(a.drain(w), ref.drain(w), by, cmp_keys, DISTINCT_AGGS)
+    return a
 
 
 def test_distinct_aggregate_errors():
