@@ -65,10 +65,32 @@ def send(ck: Checkpoint, batch_id: int, tag: str, vnode: int, rows: pa.Table | N
             lo, hi = int(bounds[r]), int(bounds[r + 1])
             if hi > lo:
                 pieces[r] = ck.write_piece(batch_id, tag, r, vnode, ordered.slice(lo, hi - lo))
+    return _flow_rows(list(range(ndest)), [vnode] * ndest, pieces, watermark, [to] * ndest)
+
+
+def _flow_rows(dest: list[int], senders: list[int], pieces: list[str], watermark: Any, to: list) -> pa.Table:
+    """Flow rows: each destination, its sender, its piece ("" none) and
+    ``__to``, all with ``watermark``."""
     wm = json.dumps(encode_instant(watermark))
-    return pa.table({"__dest": pa.array(range(ndest), pa.int32()), "__vnode": pa.array([vnode] * ndest, pa.int32()),
-                     "__piece": pieces, "__wm": [wm] * ndest, "__metrics": pa.nulls(ndest, pa.string()),
-                     "__to": pa.array([to] * ndest, pa.string())}, schema=FLOW_SCHEMA)
+    return pa.table({"__dest": pa.array(dest, pa.int32()), "__vnode": pa.array(senders, pa.int32()),
+                     "__piece": pa.array(pieces, pa.string()), "__wm": [wm] * len(dest),
+                     "__metrics": pa.nulls(len(dest), pa.string()), "__to": pa.array(to, pa.string())},
+                    schema=FLOW_SCHEMA)
+
+
+def send_stream(plan: Any, batch_id: int, sender: int, segment: int, stream: str, keys: Sequence[str],
+                rows: pa.Table | None, watermark: Any) -> pa.Table:
+    """A graph's stream ``stream`` from ``sender`` to the tasks of segment
+    ``segment`` that read it, routed by the reader's ``keys``
+    (:meth:`~gpuwm.spark.executor.plan.Plan.sends`): :func:`send` with the
+    stream's piece tag and ``__to``."""
+    from gpuwm.partition import vnode_of
+
+    rows = plan.stream_schema(stream).empty_table() if rows is None else rows
+    ndest = plan.segments[segment].tasks
+    names = list(plan.watermark.names) + [n for n, _ in plan.graph]
+    return send(plan.checkpoint, batch_id, f"seg-{segment}-{names.index(stream)}", sender, rows,
+                vnode_of(rows, keys, ndest), ndest, watermark, to=f"{segment}:{stream}")
 
 
 def send_inputs(plan: Any, batch_id: int, partition: int, kept: dict[str, pa.Table]) -> list[list]:
@@ -78,17 +100,10 @@ def send_inputs(plan: Any, batch_id: int, partition: int, kept: dict[str, pa.Tab
     of segment 0). Their ``[destination, piece, __to]`` list, which segment 0
     names to the readers once the batch's watermark is known
     (:func:`inputs_sent`)."""
-    from gpuwm.partition import vnode_of
-
     out = []
-    names = list(plan.watermark.names)
     for j, f, keys in plan.sends(0):
-        rows = kept.get(f)
-        ndest = plan.segments[j].tasks
-        dest = None if rows is None else vnode_of(rows, keys, ndest)
-        t = send(plan.checkpoint, batch_id, f"seg-{j}-{names.index(f)}", partition, rows, dest, ndest, None,
-                 to=f"{j}:{f}")
-        out += [[d, p, f"{j}:{f}"] for d, p in zip(t.column("__dest").to_pylist(), t.column("__piece").to_pylist())]
+        t = send_stream(plan, batch_id, partition, j, f, keys, kept.get(f), None)
+        out += [list(r) for r in zip(*(t.column(c).to_pylist() for c in ("__dest", "__piece", "__to")))]
     return out
 
 
@@ -101,12 +116,8 @@ def inputs_sent(plan: Any, sent: Sequence[list], watermark: Any) -> pa.Table:
     data has no input partition)."""
     rows = [(d, -1, "", f"{j}:{f}") for j, f, _ in plan.sends(0) for d in range(plan.segments[j].tasks)]
     rows += [(d, part, p, to) for part, got in enumerate(sent) for d, p, to in got if p]
-    wm = json.dumps(encode_instant(watermark))
-    return pa.table({"__dest": pa.array([r[0] for r in rows], pa.int32()),
-                     "__vnode": pa.array([r[1] for r in rows], pa.int32()),
-                     "__piece": [r[2] for r in rows], "__wm": [wm] * len(rows),
-                     "__metrics": pa.nulls(len(rows), pa.string()), "__to": [r[3] for r in rows]},
-                    schema=FLOW_SCHEMA)
+    dest, senders, pieces, to = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
+    return _flow_rows(dest, senders, pieces, watermark, to)
 
 
 class Received:

@@ -197,11 +197,10 @@ class Plan:
         tasks = [self.vnodes]
         reads: list[set[str]] = [set()]  # the streams made elsewhere that each segment's stages read
         made = {n: 0 for n in self.watermark.names}  # the segment each stream is made in
-        maker: dict[str, int] = {}  # the stage that makes each stage's stream
         for i, (s, (name, feeds)) in enumerate(zip(self.stages, self.graph)):
             k = self.stage_keys(i)
             n = self.vnodes if k else 1
-            p = maker.get(feeds[0])
+            p = self._maker(feeds[0])
             if s.capabilities.row_local:
                 j = made[feeds[0]]
             elif not s.takes_inputs and p is not None and not self.stages[p].capabilities.row_local \
@@ -218,7 +217,6 @@ class Plan:
             segs[j].append(i)
             reads[j].update(f for f in feeds if made[f] != j)
             made[name] = j
-            maker[name] = i
         return tuple(Segment(tuple(st), self.stage_keys(st[0]) if st else (), t)
                      for st, t in zip(segs, tasks))
 
@@ -227,14 +225,18 @@ class Plan:
         state's partitioning: a rescale re-partitions it by them)."""
         return tuple(self.stages[stage].vnode_keys(self.vnodes))
 
+    def _maker(self, name: str) -> int | None:
+        """The stage that makes a graph's stream ``name`` (None: a named input)."""
+        return next((i for i, (n, _) in enumerate(self.graph) if n == name), None)
+
     def stream_segment(self, name: str) -> int:
         """The segment a graph's stream is made in (0: a named input)."""
-        stage = next((i for i, (n, _) in enumerate(self.graph) if n == name), None)
+        stage = self._maker(name)
         return 0 if stage is None else next(j for j, s in enumerate(self.segments) if stage in s.stages)
 
     def stream_schema(self, name: str) -> pa.Schema:
         """A graph's stream's rows: a named input's, or its stage's output."""
-        stage = next((i for i, (n, _) in enumerate(self.graph) if n == name), None)
+        stage = self._maker(name)
         return input_schemas(self.input_schema)[name] if stage is None else self.outputs[stage]
 
     def sends(self, seg: int) -> list[tuple[int, str, tuple[str, ...]]]:

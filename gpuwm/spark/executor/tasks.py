@@ -429,16 +429,10 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         if vnode == 0:
             flows.append(exchange.inputs_sent(plan, [s["sent"] for s in sorted(stats, key=lambda s: s["part"])], wm))
     elif plan.graph and not last:  # each stream made here to the later segments that read it, by their keys
-        from gpuwm.partition import vnode_of
-
-        names = list(plan.watermark.names) + [n for n, _ in plan.graph]
         for j, f, keys in plan.sends(seg):
             got, w = streams[f]
-            got = plan.stream_schema(f).empty_table() if got is None else \
-                got if isinstance(got, pa.Table) else got.to_arrow()
-            ndest = plan.segments[j].tasks
-            flows.append(exchange.send(plan.checkpoint, batch_id, f"seg-{j}-{names.index(f)}", vnode, got,
-                                       vnode_of(got, keys, ndest), ndest, w, to=f"{j}:{f}"))
+            got = got if got is None or isinstance(got, pa.Table) else got.to_arrow()
+            flows.append(exchange.send_stream(plan, batch_id, vnode, j, f, keys, got, w))
     elif not last:  # to the next segment's vnodes, by its keys
         from gpuwm.partition import vnode_of
 

@@ -409,7 +409,6 @@ def _positional(e, fn, win) -> None:
 
 
 def _aggregate(spark, agg) -> Translation:
-
     groups = list(scala_iter(agg.groupingExpressions()))
     if any(_kind(g) != "AttributeReference" for g in groups):
         bad = next(g for g in groups if _kind(g) != "AttributeReference")
