@@ -189,7 +189,8 @@ class Plan:
         as many tasks, reading none of the same streams —, or in the
         segment of the stateful stage it reads when their keys are the
         same (no exchange between them); a ``row_local`` one (a select) in
-        its input's segment. A stream read in a later segment is sent there
+        its input stage's segment (one reading a named input as a stateful
+        one: segment 0 runs no stage). A stream read in a later segment is sent there
         by the reader's keys (:meth:`sends`), its pieces passing the
         segments in between. A segment's ``keys`` are its first stage's;
         each stage's own are :meth:`stage_keys`."""
@@ -201,7 +202,7 @@ class Plan:
             k = self.stage_keys(i)
             n = self.vnodes if k else 1
             p = self._maker(feeds[0])
-            if s.capabilities.row_local:
+            if s.capabilities.row_local and made[feeds[0]] > 0:  # (an input's reader runs after segment 0)
                 j = made[feeds[0]]
             elif not s.takes_inputs and p is not None and not self.stages[p].capabilities.row_local \
                     and self.stage_keys(p) == k:
