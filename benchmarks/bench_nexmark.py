@@ -5,7 +5,7 @@ Run:  .venv/bin/python benchmarks/bench_nexmark.py [--events 3000000] [--batch 5
       (beyond Spark, from Parquet files: :data:`BEYOND`, :func:`beyond`; results/nexmark-beyond/)
       .venv/bin/python benchmarks/bench_nexmark.py --queries q5g,q7g,q8g [--files 6] [--batch 500000]
       (the real q5, q7, q8 as Spark runs them, graphs of stages: :data:`GRAPHS`, :func:`graphs`;
-      results/nexmark-graphs/)
+      results/nexmark-graphs/; ``jjg``: a join of a join's rows, results/join-of-join/)
 
 Q5-like: hopping 10 s / 2 s bid count per auction (watermark 4 s, profile
 ``spark``; beside it Spark's own ``withWatermark`` + ``window`` + append
@@ -196,7 +196,22 @@ def _q8(s):
     return p.join(a, F.expr("id = seller AND pw = aw")).select("id", "name", F.col("pw.start").alias("starttime"))
 
 
-GRAPHS = {"q5g": (_q5, ("bids",)), "q7g": (_q7, ("bids",)), "q8g": (_q8, ("persons", "auctions"))}
+def _jj(s):
+    """Not a Nexmark query: a join of a join's rows (#47). Each auction with
+    its bids of its first 10 s, joined with its seller registered in the
+    10 s before it opened."""
+    from pyspark.sql import functions as F
+
+    a, b, p = s["auctions"], s["bids"], s["persons"]
+    ten = F.expr("interval 10 seconds")
+    j = a.join(b, (a["id"] == b["auction"]) & b["date_time"].between(a["date_time"], a["date_time"] + ten)).select(
+        a["id"], a["seller"], a["date_time"].alias("a_time"), b["price"])
+    return j.join(p, (j["seller"] == p["id"]) & p["date_time"].between(j["a_time"] - ten, j["a_time"])).select(
+        j["id"], "a_time", "price", p["name"])
+
+
+GRAPHS = {"q5g": (_q5, ("bids",)), "q7g": (_q7, ("bids",)), "q8g": (_q8, ("persons", "auctions")),
+          "jjg": (_jj, ("auctions", "bids", "persons"))}
 
 
 def graphs(spark, args) -> list[dict]:

@@ -586,6 +586,50 @@ def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(s
     _equals_spark(spark, df, acc, tmp_path, batches=4)
 
 
+def test_a_join_of_a_joins_rows_equals_spark_running_it(spark, tmp_path):
+    """A join whose left side is a join's rows (auctions and their bids,
+    the select keeping the auction's time, Spark's one event time per
+    side), joined with a third stream, a second read of the bids: a graph
+    of two joins — the inner over two sources, the outer over its rows
+    renamed apart from the third source's — equal to Spark batch for
+    batch at vnodes 2, each batch's files read by gpuwm's tasks. The third
+    stream read from the bids' own directory (two inputs, one directory)
+    is read by Spark's reader, never by the first input alone, and equal
+    at vnodes 1. A condition on the inner join's right time is refused."""
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    from .test_spark_join import B_SCHEMA
+
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=12)
+    shutil.copytree(f"{tmp_path}/b", f"{tmp_path}/c")
+
+    def query(c_dir: str, keep: str = "a_ts", cond: str = "c_ts BETWEEN a_ts AND a_ts + interval 10 seconds"):
+        c = spark.readStream.schema(B_SCHEMA).option("maxFilesPerTrigger", 1).parquet(c_dir) \
+            .withWatermark("b_ts", "5 seconds") \
+            .select(F.col("b_aid").alias("c_aid"), F.col("b_ts").alias("c_ts"), F.col("price").alias("c_price"))
+        j = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 20 seconds")) \
+            .select("a_id", keep, "seller", "price")
+        return j.join(c, F.expr(f"a_id = c_aid AND {cond}"))
+
+    df = query(f"{tmp_path}/c")
+    text = explain(df, vnodes=2)
+    assert "  join       inner on [['a_id', 'b_aid']], c_ts between a_ts + 0:00:00 and a_ts + 0:00:10" in text
+    assert "  graph      left0 <- in0, in1; left1 <- left0; join <- left1, in2" in text, text
+    assert "read by gpuwm's tasks" in text, text
+    _equals_spark(spark, df, accelerate(df, vnodes=2, fallback="error"), tmp_path)
+    same = query(f"{tmp_path}/b")
+    assert "two inputs read one" in explain(same)
+    acc = accelerate(same, fallback="error")
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck1").trigger(availableNow=True).start(
+        f"{tmp_path}/out1").awaitTermination()
+    assert _batches(f"{tmp_path}/out1") == _batches(f"{tmp_path}/native")
+    refused = accelerate(query(f"{tmp_path}/c", "b_ts", "c_ts BETWEEN b_ts AND b_ts + interval 10 seconds"))
+    assert refused.translation is None and "reads the time of its left side's own right side" in \
+        refused.refused.reason, refused.refused
+
+
 def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):
     """A bug in translation (here: an exception planted in the plan
     reader) is no reason for the query to run nowhere: ``accelerate`` falls

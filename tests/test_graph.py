@@ -121,6 +121,16 @@ def _graph(shape: str):
                   IntervalJoinSpec("w1", "s2", (("window_time", "t2"),), "window_time", "t2", "0 seconds",
                                    "0 seconds", time_key=True, where=(("n1", ">", "n2"),))]
         return stages, (("w1", ("bids",)), ("w2", ("bids",)), ("s2", ("w2",)), ("j", ("w1", "s2"))), ("bids",)
+    if shape == "join-join":  # a join's rows, its auction time kept, joined again with the bids
+        stages = [IntervalJoinSpec("auctions", "bids", (("a_id", "b_aid"),), "a_ts", "b_ts", "0 seconds", "3 seconds"),
+                  SelectSpec((("l_id", "a_id"), ("l_ts", "a_ts"), ("p1", "price"))),
+                  IntervalJoinSpec("s", "bids", (("l_id", "b_aid"), ("p1", "price")), "l_ts", "b_ts", "0 seconds",
+                                   "2 seconds")]
+        return stages, (("ab", ("auctions", "bids")), ("s", ("ab",)), ("j", ("s", "bids"))), ("auctions", "bids")
+    if shape == "select-first":  # a select reading an input: after segment 0, which runs no stage
+        stages = [SelectSpec(("b_ts", "b_aid", ("p", "price"))),
+                  IntervalJoinSpec("auctions", "s", (("a_id", "b_aid"),), "a_ts", "b_ts", "0 seconds", "20 seconds")]
+        return stages, (("s", ("bids",)), ("j", ("auctions", "s"))), ("auctions", "bids")
     stages = [DedupSpec(("b_aid",), "b_ts", "3 seconds"),
               IntervalJoinSpec("auctions", "bd", (("a_id", "b_aid"),), "a_ts", "b_ts", "0 seconds", "20 seconds")]
     return stages, (("bd", ("bids",)), ("j", ("auctions", "bd"))), ("auctions", "bids")
@@ -143,7 +153,7 @@ def _streams(seed: int, batches: int = 6, per: int = 300):
     return out
 
 
-@pytest.mark.parametrize("shape", ["q5", "q7", "q8", "dedup", "two-reads"])
+@pytest.mark.parametrize("shape", ["q5", "q7", "q8", "dedup", "two-reads", "join-join", "select-first"])
 def test_a_graph_over_several_vnodes_gives_one_vnode_s_rows_batch_for_batch(tmp_path, shape, backend,
                                                                             monkeypatch):
     """Spark's task functions replayed (``tests/runtime_replay.py``, no JVM),
@@ -152,7 +162,9 @@ def test_a_graph_over_several_vnodes_gives_one_vnode_s_rows_batch_for_batch(tmp_
     a stream passing a segment on its way to a later one (q5's counts), a
     global stage on one task (q7's and q5's maximum), a select in its
     input's segment (q5, q8), q8's two windows in one segment, two windows
-    of one input in two — gives the rows one vnode gives, in the same
+    of one input in two, a join of a join's rows, a select of an input
+    (which lost its rows in segment 0, which runs no stage) — gives the
+    rows one vnode gives, in the same
     micro-batches, a last one without data too; on each backend."""
     import gpuwm.spark.executor.device as device
     from gpuwm.inputs import to_union
@@ -179,7 +191,9 @@ def test_a_graph_over_several_vnodes_gives_one_vnode_s_rows_batch_for_batch(tmp_
         assert segments == {"q5": [((), 3), ((0,), 3), ((1, 2), 1), ((3,), 3)], "q7": [((), 3), ((0,), 1), ((1,), 3)],
                             "q8": [((), 3), ((0, 1, 2), 3), ((3,), 3)],
                             "dedup": [((), 3), ((0,), 3), ((1,), 3)],
-                            "two-reads": [((), 3), ((0,), 3), ((1, 2), 3), ((3,), 3)]}[shape]
+                            "two-reads": [((), 3), ((0,), 3), ((1, 2), 3), ((3,), 3)],
+                            "join-join": [((), 3), ((0, 1), 3), ((2,), 3)],
+                            "select-first": [((), 3), ((0,), 1), ((1,), 3)]}[shape]
     assert sum(map(bool, got[1])) >= 3, got[1]  # (q5: a window's hot items, one or a tie)
     assert got[2] == got[1] and got[3] == got[1]
 

@@ -126,8 +126,8 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
             if why is not None:
                 return f"input {name!r}: {why}", [], None
             dirs.append(Location.of(source_path(d), what="source path").uri.rstrip("/") + "/")
-        if any(a != b and (a.startswith(b) or b.startswith(a)) for a in dirs for b in dirs):
-            return "one input's directory holds another's", [], None
+        if any(a.startswith(b) or b.startswith(a) for i, a in enumerate(dirs) for b in dirs[:i]):
+            return "one input's directory holds another's, or two inputs read one", [], None
         return None, dirs, None
     from ..io.nexmark import nexmark_source
 

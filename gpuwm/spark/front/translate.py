@@ -1034,12 +1034,12 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     for name, child in (("left", node.left()), ("right", node.right())):
         t, win, shown_win, ids, picks[name] = _join_side(spark, child)
         if t.inputs:
-            raise Refused("Join", f"its {name} side is a join's rows (a join of a join is not gpuwm's yet)")
+            _joined_side(name, t)
         if t.time is None and not t.stages:
             raise Refused("Join", f"its {name} side has no event time")
-        if t.stages and t.stages[-1][0] not in ("window", "dedup"):
+        if t.stages and t.stages[-1][0] not in ("window", "dedup", "join"):
             raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows: gpuwm joins a watermarked "
-                                  "source, a window aggregation's rows or a dedup's")
+                                  "source, a window aggregation's rows, a dedup's or a join's")
         below = [st[0] for st in t.stages if st[0] != "dedup"]
         if t.stages and t.stages[-1][0] == "dedup" and below:
             raise Refused("Join", f"its {name} side is a dedup of a {below[-1]}'s rows: gpuwm joins a dedup of "
@@ -1053,6 +1053,8 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     if any(t.stages for t in sides.values()):  # a graph: each side's stages over its source, the same subtree once
         for name, t in sides.items():
             t.columns.update({i: g for g, _, i in picks[name]})  # a source side's columns as it names them
+            if t.time is not None:
+                t.time = next((n for g, n, _ in picks[name] if g == t.time[1]), t.time[0]), t.time[1]
         graph, inputs, wcols = _join_graph(sides)
     else:
         clash = set(sides["left"].source.columns) & set(sides["right"].source.columns)
@@ -1076,6 +1078,9 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             if c in (start, end):
                 shifted[i], times[i] = (1 - size if c == start else 1), name
     wins = {i: name for name, (_, _, ids) in windows.items() for i in ids}
+    # a join side's other event times (its own right side's): gpuwm's join rows carry their left side's time alone
+    others = {i: name for name, t in sides.items() for i, c in cols[name].items()
+              if t.inputs and c in {o[1] for o in t.other_times}}
     dwins = {i: name for name, i in derived.items() if i is not None}  # a window aggregation's window column
     cond = node.condition()
     conjuncts = (_conjuncts(cond.get()) if cond.isDefined() else []) + list(extra)
@@ -1085,6 +1090,12 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     by_window = False  # a bound read from an aggregation side's window bounds
     for e in conjuncts:
         k = _kind(e)
+        read = {_id(a) for a in scala_iter(e.references())} & set(others)
+        if read:
+            side = others[min(read)]
+            raise Refused("Join", f"the condition {e.sql()} reads the time of its {side} side's own right side: a "
+                                  f"join's rows carry its left side's event time ({sides[side].time[0]}); "
+                                  "select that one")
         if k == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (e.left(), e.right())):
             a, b = _id(e.left()), _id(e.right())
             if a in outs["right"]:
@@ -1151,6 +1162,9 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
         on.append([left.time[1], right.time[1]])
         shown = f"join       {how} on {on} (equal event times)"
     elif not bounds and how == "inner":  # no time bound (Nexmark q3 as written): every pair, state kept forever
+        if any(t.inputs for t in sides.values()):
+            raise Refused("Join", "a join with no time bound over a join's rows: gpuwm joins a join's rows within "
+                                  "a time range of its event time")
         between = [right.time[1], left.time[1], None, None]
         shown = f"join       {how} on {on}, no time bound: every row kept in state (as Spark keeps it)"
     else:
@@ -1207,15 +1221,18 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     return Translation(None, left.column, left.delay, stages, [step],  # (a shared stage's line once)
                        left.shown + [x for x in right.shown if x not in left.shown] + [shown, shown_graph], ids, columns,
                        time=None if unbounded else time, inputs=inputs,
-                       other_times=[] if time is None or unbounded else [right.time], graph=wiring,
+                       other_times=[] if time is None or unbounded else
+                       [*left.other_times, right.time, *right.other_times], graph=wiring,
                        derived=tuple(derived))
 
 
 def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translation], dict[str, tuple[str, str]]]:
     """A join whose sides are stages' rows as a graph: each side's source
     one named input (the same ``withWatermark`` subtree, one input), each
-    side's stages over it (the same stages over the same input, once), and
-    a select renaming the right side's columns apart from the left's. Each
+    side's stages over it (the same stages over the same input, once), a
+    join side's two sources and its join, and a select renaming one
+    side's columns apart from the other's (the right side's; the left's
+    where the right is a source). Each
     side's translation then names its columns as the join reads them, and
     its time is its event time (a window's ``window_time``). Returns the
     stages with their wiring — ``[(stage, (name, feeds)), ...]``, ending
@@ -1228,11 +1245,34 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
     made: dict[tuple, str] = {}  # (origin, the stages so far) -> the stage's name
     graph: list = []
     feeds = []
-    for name, t in sides.items():
+
+    def source(t: Translation) -> str:  # a watermarked source's input: one per withWatermark subtree
         if t.origin not in by_origin:
             by_origin[t.origin] = f"in{len(by_origin)}"
             inputs[by_origin[t.origin]] = t
-        feed = by_origin[t.origin]
+        elif list(inputs[by_origin[t.origin]].source.columns) != list(t.source.columns):
+            raise Refused("Join", "one watermarked source read by two joins under other column names: gpuwm "
+                                  "reads a source once; rename its columns before withWatermark")
+        return by_origin[t.origin]
+
+    def columns(t: Translation) -> list[str]:  # the stream's columns: a window's or a join's output, or the source's
+        if t.inputs:  # (an interval join's rows: its left side's columns, then its right side's)
+            return [c for n in ("left", "right") for c in t.inputs[n].source.columns]
+        if not _aggregated(t):  # (a dedup's rows are its source's)
+            return list(t.source.columns)
+        _, _, keys, aggs = t.stages[-1]
+        return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
+
+    for name, t in sides.items():
+        if t.inputs:  # a join's rows (:func:`_joined_side`): its two sources, then its stage, once
+            ins = tuple(source(t.inputs[n]) for n in ("left", "right"))
+            key = (ins, repr(t.stages))
+            if key not in made:
+                made[key] = f"{name}0"
+                graph.append((("join", *ins) + tuple(t.stages[0][3:]), (made[key], ins)))
+            feeds.append(made[key])
+            continue
+        feed = source(t)
         for k, st in enumerate(t.stages):
             key = (t.origin, repr(t.stages[:k + 1]))
             if key not in made:
@@ -1243,25 +1283,41 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
             t.time = ("window_time", WINDOW_TIME)
         feeds.append(feed)
 
-    def columns(t: Translation) -> list[str]:  # the stream's columns: a window's output, or the source's
-        if not _aggregated(t):  # (a dedup's rows are its source's)
-            return list(t.source.columns)
-        _, _, keys, aggs = t.stages[-1]
-        return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
-
-
-    left, right = sides["left"], sides["right"]
-    lcols, rcols = set(columns(left)), columns(right)
-    new = {c: _unused(c, lcols | set(rcols), "right") if c in lcols else c for c in rcols}
-    if any(new[c] != c for c in rcols):  # the right side's columns renamed apart (Spark tells them apart by id)
-        graph.append((("select", [[new[c], c] for c in rcols]), (f"right{len(right.stages)}", (feeds[1],))))
-        feeds[1] = graph[-1][1][0]
-        right.columns = {i: new[c] for i, c in right.columns.items()}
-        right.time = (right.time[0], new[right.time[1]])
-    wcols = {n: tuple(new.get(c, c) if n == "right" else c for c in t.window_of[1:])
-             for n, t in sides.items() if _aggregated(t)}
+    # the columns both sides have renamed apart (Spark tells them apart by id) by a select over a stage's rows: the
+    # right side's, or the left's where the right is a source (a select of an input would cost an exchange)
+    cols = {n: columns(t) for n, t in sides.items()}
+    n, other = ("left", "right") if not sides["right"].stages else ("right", "left")
+    t, taken = sides[n], set(cols["left"]) | set(cols["right"])
+    new = {c: _unused(c, taken, n) if c in cols[other] else c for c in cols[n]}
+    if any(new[c] != c for c in cols[n]):
+        k = 0 if n == "left" else 1
+        graph.append((("select", [[new[c], c] for c in cols[n]]), (f"{n}{len(t.stages)}", (feeds[k],))))
+        feeds[k] = graph[-1][1][0]
+        t.columns = {i: new[c] for i, c in t.columns.items()}
+        t.time = (t.time[0], new[t.time[1]])
+        t.other_times = [(shown, new.get(c, c)) for shown, c in t.other_times]
+    wcols = {s: tuple(new.get(c, c) if s == n else c for c in t.window_of[1:])
+             for s, t in sides.items() if _aggregated(t)}
     graph.append((None, ("join", tuple(feeds))))
     return graph, inputs, wcols
+
+
+def _joined_side(name: str, t: Translation) -> None:
+    """A join's side that is a join's rows: an interval join (or one on
+    equal event times) of two watermarked sources, its rows carrying its
+    left side's event time (Spark's join needs one event-time column on
+    each side: the query selects one); refused, in one line, otherwise."""
+    if t.graph is not None:
+        raise Refused("Join", f"its {name} side is a join of a stage's rows: gpuwm joins the rows of a join of "
+                              "two watermarked sources")
+    if t.stages[-1][0] != "join":
+        raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows over a join: gpuwm joins a join's "
+                              "own rows")
+    if t.stages[-1][6] is not None:
+        raise Refused("Join", f"its {name} side is a join in the same window, whose rows carry a window, not an "
+                              "event time")
+    if _unbounded_join(t) or t.time is None:
+        raise Refused("Join", f"its {name} side is a join with no time bound, whose rows carry no watermark")
 
 
 def _aggregated(t: Translation) -> bool:
