@@ -407,7 +407,8 @@ def main() -> int:
         ap.error(f"unknown queries {unknown}")
     if any(q in GRAPHS for q in asked):
         _file_results(args, "-graphs", graphs(spark, args), [
-              f"# Nexmark q5, q7, q8 as Spark runs them, from Parquet files, Spark local[{args.cores}] "
+              f"# {', '.join(q for q in asked if q in GRAPHS)} as Spark runs them (graphs of stages), from "
+              f"Parquet files, Spark local[{args.cores}] "
               f"({time.strftime('%Y-%m-%d')})", "",
               f"{args.files} files of {args.batch:,} Nexmark events each (one file a micro-batch of each input; "
               f"watermark 4 s, profile spark, vnodes {args.vnodes}). gpuwm: `accelerate()` of the query, a graph of stages; "

@@ -548,7 +548,8 @@ def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spar
     names (``id``, ``ts``), told apart by the side they come from (Spark's
     expression ids), the join's output names as Spark's: translated — in
     SQL with table aliases too, to the same stages —, and equal to Spark
-    batch for batch."""
+    batch for batch, each side's files read by gpuwm's tasks through the
+    select that renames its columns."""
     from pyspark.sql import functions as F
 
     from gpuwm.spark.front.translate import translate
@@ -558,7 +559,8 @@ def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spar
     b = b.select(F.col("b_aid").alias("id"), F.col("b_ts").alias("ts"), "price")
     df = a.join(b, (a["id"] == b["id"]) & (b["ts"] >= a["ts"]) & (b["ts"] <= a["ts"] + F.expr("interval 20 seconds"))) \
         .select(a["id"], a["ts"], "seller", "price", b["ts"].alias("bid_ts"))
-    acc = accelerate(df)
+    history: list = []
+    acc = accelerate(df, on_batch=history.append)
     assert acc.translation is not None, acc.refused
     a.createOrReplaceTempView("auction")
     b.createOrReplaceTempView("bid")
@@ -567,6 +569,8 @@ def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spar
     got, frame = translate(sql), acc.translation
     assert (got.stages, got.output) == (frame.stages, frame.output) and sql.columns == df.columns
     _equals_spark(spark, df, acc, tmp_path)
+    # each side's columns renamed by a select over its source: its files read by gpuwm's tasks, the select applied
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
 
 
 def test_a_window_on_the_right_sides_time_after_a_join_equals_spark_running_it(spark, tmp_path):
@@ -618,7 +622,9 @@ def test_a_join_of_a_joins_rows_equals_spark_running_it(spark, tmp_path):
     assert "  join       inner on [['a_id', 'b_aid']], c_ts between a_ts + 0:00:00 and a_ts + 0:00:10" in text
     assert "  graph      left0 <- in0, in1; left1 <- left0; join <- left1, in2" in text, text
     assert "read by gpuwm's tasks" in text, text
-    _equals_spark(spark, df, accelerate(df, vnodes=2, fallback="error"), tmp_path)
+    history: list = []
+    _equals_spark(spark, df, accelerate(df, vnodes=2, fallback="error", on_batch=history.append), tmp_path)
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}  # the renamed sources' files too
     same = query(f"{tmp_path}/b")
     assert "two inputs read one" in explain(same)
     acc = accelerate(same, fallback="error")

@@ -112,6 +112,19 @@ def parquet_projection(df) -> tuple[list, pa.Schema] | str | None:
     return steps, source
 
 
+def files_steps(df) -> tuple[list, pa.Schema] | None:
+    """The selects over a Parquet source (:func:`parquet_projection`) that
+    its tasks evaluate on each file's rows, and the files' columns they
+    read; None for the source itself."""
+    from ..io.project import inputs_of
+
+    got = parquet_projection(df)
+    if not isinstance(got, tuple):
+        return None
+    need = inputs_of(got[0])
+    return got[0], pa.schema([f for f in got[1] if f.name in need])
+
+
 def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str | None, list[str], dict | None]:
     """Why gpuwm's tasks cannot make the query's input themselves (None:
     they can); with several named ``inputs``, each one's directory (a file
@@ -149,9 +162,12 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
 
 
 def source_path(df) -> str | None:
-    """The directory a plain file-stream DataFrame reads (its ``path`` option), or None."""
+    """The directory a file-stream DataFrame reads (its ``path`` option;
+    below selects of its columns too), or None."""
+    from .kafka import under_selects
+
     try:
-        ds = df._jdf.queryExecution().analyzed().dataSource()
+        ds = under_selects(df._jdf.queryExecution().analyzed())[0].dataSource()
         opts = ds.options()
         got = opts.get("path")
         return str(got.get()) if got.isDefined() else None

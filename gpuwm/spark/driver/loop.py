@@ -241,7 +241,7 @@ class Driver:
     def __init__(self, plan: Plan, spark, df, *, inputs: tuple[str, ...], read: str, direct: bool,
                  input_dirs: list[str], kafka: dict | None, owner: Owner, history: list[dict],
                  on_batch: Callable[[dict], None] | None, verbose: bool, name: str | None,
-                 foreach_batch: tuple | None = None):
+                 foreach_batch: tuple | None = None, input_steps: list | None = None):
         self.plan = plan
         self.foreach_batch = foreach_batch  # a foreachBatch sink's (function, Spark schema)
         self.spark = spark
@@ -249,16 +249,12 @@ class Driver:
         from ..io.nexmark import nexmark_source
 
         self._nexmark = nexmark_source(df)  # a Nexmark stream's options: its tasks generate each batch
-        from .direct import parquet_projection
+        from .direct import files_steps
 
-        got = None if inputs or self._nexmark is not None or kafka is not None else parquet_projection(df)
-        #: the selects over a Parquet source its tasks evaluate on each file's rows, and the files' schema
-        self._files_steps = None
-        if isinstance(got, tuple):  # (only the columns the selects read are read)
-            from ..io.project import inputs_of
-
-            need = inputs_of(got[0])
-            self._files_steps = got[0], pa.schema([f for f in got[1] if f.name in need])
+        #: the selects over a Parquet source its tasks evaluate on each file's rows, and the files' schema (only
+        #: the columns the selects read are read); with several inputs, each one's (``input_steps``)
+        self._files_steps = None if inputs or self._nexmark is not None or kafka is not None else files_steps(df)
+        self._input_steps = input_steps or [None] * len(inputs)
         self.checkpoint = plan.checkpoint
         self.inputs = inputs
         self.read = read
@@ -592,10 +588,15 @@ class Driver:
                         why = f"file {f} is in no input's directory"
                         break
                     tagged.append([k, f])
+                steps = self._input_steps
                 for k, s in enumerate(named):
-                    why = why or check_files([f for j, f in tagged if j == k], s, plan.checkpoint.loc.options)
+                    why = why or check_files([f for j, f in tagged if j == k], s if steps[k] is None else steps[k][1],
+                                             plan.checkpoint.loc.options)
                 if why is None:
-                    return {"files": tagged}, len(tagged)
+                    if not any(steps):
+                        return {"files": tagged}, len(tagged)
+                    return {"files": tagged, "steps": [None if st is None else [st[0], schema_to_text(st[1])]
+                                                       for st in steps]}, len(tagged)
         elif self._kafka is not None:
             from .kafka import batch_source
 

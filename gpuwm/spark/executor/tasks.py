@@ -168,7 +168,7 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None,
 
     options = plan.checkpoint.loc.options  # Spark's spark.hadoop.fs.* settings: the input's file system's too
     if plan.multi:
-        return read_union_files(plan, direct["files"], batches, options)
+        return read_union_files(plan, direct["files"], batches, options, direct.get("steps"), counts)
     if "files" in direct:
         return read_files(direct["files"], plan.input_schema, batches, options, direct.get("steps"),
                           direct.get("schema"), counts)

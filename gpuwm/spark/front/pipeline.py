@@ -654,10 +654,14 @@ class Pipeline:
         if os.environ.get(SAID_BY) == str(os.getpid()) and plan.backend in (None, "auto"):
             get_backend(plan.backend)  # local mode: whether the workers find a GPU, said once, by the driver
         owner = prepare_checkpoint(self.checkpoint, plan)
+        from ..driver.direct import files_steps
+
         driver = Driver(plan, self.spark, self.df, inputs=tuple(self.inputs or ()), read=self.read,
                         direct=why is None, input_dirs=dirs, kafka=kafka, owner=owner, history=self.history,
                         on_batch=self.on_batch, verbose=self.verbose, name=self.name,
-                        foreach_batch=self._foreach_batch(plan))
+                        foreach_batch=self._foreach_batch(plan),
+                        input_steps=[files_steps(d) for d in self.inputs.values()] if self.inputs and why is None
+                        else None)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         df = spark_watermark(drain.with_drains(self.df, self.checkpoint), plan)
         writer = df.writeStream.foreachBatch(driver.run_batch).option("checkpointLocation", self.checkpoint.loc.uri)

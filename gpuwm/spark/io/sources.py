@@ -49,20 +49,31 @@ def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch
             yield from t.to_batches()
 
 
-def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch],
-                     options: tuple = ()) -> Iterator[pa.RecordBatch]:
+def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch], options: tuple = (),
+                     steps: list | None = None, counts: dict | None = None) -> Iterator[pa.RecordBatch]:
     """:func:`read_files` for several inputs: ``files`` as ``[input index,
     path]``; each file's rows as the inputs' union rows
-    (:func:`gpuwm.inputs.to_union`)."""
+    (:func:`gpuwm.inputs.to_union`); ``steps``: per input, None or its
+    selects over the source and the files' columns they read (a schema's
+    text), as :func:`read_files` takes them."""
     from gpuwm.inputs import input_schemas, to_union
+    from gpuwm.schema import schema_from_text
+
+    from .project import evaluate
 
     named = list(input_schemas(plan.input_schema).items())
+    steps = steps or [None] * len(named)
+    read = [None if st is None else (st[0], schema_from_text(st[1])) for st in steps]
     for b in ids:
         for i in b.column(0).to_pylist():
             k, uri = files[i]
             name, schema = named[k]
             fs, path = file_of(uri, options)
-            t = pq.read_table(path, columns=schema.names, filesystem=fs).cast(schema)
+            if read[k] is None:
+                t = pq.read_table(path, columns=schema.names, filesystem=fs).cast(schema)
+            else:
+                t = evaluate(read[k][0], pq.read_table(path, columns=read[k][1].names, filesystem=fs)
+                             .cast(read[k][1]), counts).cast(schema)
             yield from to_union(plan.input_schema, {name: t}).to_batches()
 
 
