@@ -28,6 +28,19 @@ def file_of(uri: str, options: tuple = ()) -> tuple[Any, str]:
 
 
 
+def _read_file(uri: str, schema: pa.Schema, options: tuple, steps: list | None = None,
+               source: pa.Schema | None = None, counts: dict | None = None) -> pa.Table:
+    """One file's rows cast to ``schema`` — or, with ``steps`` (the selects
+    over the source, :mod:`gpuwm.spark.io.project`), its columns
+    ``source`` with the selects applied, then cast."""
+    from .project import evaluate
+
+    fs, path = file_of(uri, options)
+    read = schema if steps is None else source
+    t = pq.read_table(path, columns=read.names, filesystem=fs).cast(read)
+    return t if steps is None else evaluate(steps, t, counts).cast(schema)
+
+
 def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch],
                options: tuple = (), steps: list | None = None, read: str | None = None,
                counts: dict | None = None) -> Iterator[pa.RecordBatch]:
@@ -37,16 +50,10 @@ def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch
     the files' columns ``read`` (a schema's text) with the selects applied."""
     from gpuwm.schema import schema_from_text
 
-    from .project import evaluate
-
-    source = schema if steps is None else schema_from_text(read)
+    source = None if steps is None else schema_from_text(read)
     for b in ids:
         for i in b.column(0).to_pylist():
-            fs, path = file_of(paths[i], options)
-            t = pq.read_table(path, columns=source.names, filesystem=fs).cast(source)
-            if steps is not None:
-                t = evaluate(steps, t, counts).cast(schema)
-            yield from t.to_batches()
+            yield from _read_file(paths[i], schema, options, steps, source, counts).to_batches()
 
 
 def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch], options: tuple = (),
@@ -59,24 +66,14 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
     from gpuwm.inputs import input_schemas, to_union
     from gpuwm.schema import schema_from_text
 
-    from .project import evaluate
-
     named = list(input_schemas(plan.input_schema).items())
-    steps = steps or [None] * len(named)
-    read = [None if st is None else (st[0], schema_from_text(st[1])) for st in steps]
+    read = [(None, None) if st is None else (st[0], schema_from_text(st[1])) for st in steps or [None] * len(named)]
     for b in ids:
         for i in b.column(0).to_pylist():
             k, uri = files[i]
             name, schema = named[k]
-            fs, path = file_of(uri, options)
-            if read[k] is None:
-                t = pq.read_table(path, columns=schema.names, filesystem=fs).cast(schema)
-            else:
-                t = evaluate(read[k][0], pq.read_table(path, columns=read[k][1].names, filesystem=fs)
-                             .cast(read[k][1]), counts).cast(schema)
+            t = _read_file(uri, schema, options, *read[k], counts)
             yield from to_union(plan.input_schema, {name: t}).to_batches()
-
-
 
 
 def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
