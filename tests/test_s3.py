@@ -149,7 +149,7 @@ def hop_query(spark, src: str, ck: str, out: str, on_batch=None) -> Pipeline:
 
 
 KILLED = """
-import os, sys
+import os, sys, time
 sys.path.insert(0, {root!r})
 from gpuwm.spark import local_session
 from tests.test_s3 import hop_query
@@ -162,7 +162,15 @@ def pids(batches):  # each task's process id (defined here: pickled by value for
 
 
 spark = local_session(app="s3-crash", cores=2, conf={conf!r})
-p = hop_query(spark, {src!r}, {ck!r}, {out!r}, on_batch=lambda m: print("BATCH", m["batch_id"], flush=True))
+
+
+def on_batch(m):
+    print("BATCH", m["batch_id"], "replayed" if m.get("replayed") else "", flush=True)
+    if m["batch_id"] == 1 and not m.get("replayed"):
+        time.sleep({hold})  # the SIGKILL lands here: gpuwm committed batch 1, Spark has not
+
+
+p = hop_query(spark, {src!r}, {ck!r}, {out!r}, on_batch=on_batch)
 p.start(trigger={{"availableNow": True}}).awaitTermination()
 tasks = spark.range(0, 8, 1, 8).mapInArrow(pids, "pid long").collect()
 print("EXECUTORS", spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1,
@@ -175,17 +183,22 @@ def test_sigkilled_on_an_s3_checkpoint_gives_the_uninterrupted_output(spark, s3,
     """The uninterrupted run on ``local-cluster[2,1,1024]`` — two executor
     processes that share no directory for gpuwm's state (all of it, and the
     input, the output and Spark's checkpoint, on S3) —, the interrupted one
-    in local mode, SIGKILLed mid-run and restarted on its S3 checkpoint:
-    the same output, batch for batch. (Repeated kills of one checkpoint,
-    at each point of a batch's commit: ``test_spark.py``'s crash test and
-    ``test_drain.py``'s end-of-input test.)"""
+    in local mode, SIGKILLed inside batch 1's commit (gpuwm's written,
+    Spark's not) and restarted on its S3 checkpoint: the same output, batch
+    for batch. The kill is placed: one between Spark's file-source log and
+    its offset log makes the restarted batch read two files (Spark's
+    ``FileStreamSource`` resumes from its own log), legitimately another
+    output under ``profile="spark"`` (DESIGN.md, the checkpoint). (Repeated
+    kills at each point of a batch's commit, on a source without that log:
+    ``test_spark.py``'s crash test and ``test_drain.py``'s end-of-input
+    test.)"""
     rng = np.random.default_rng(5)
     src = _put_batches(s3, "killed/in", _rows(rng, 5, 300, 5, 20))
     conf = {**s3.spark_conf(), "spark.jars": spark_jars()}
 
     def script(name: str, **more) -> str:
         code = KILLED.format(root=ROOT, conf={**conf, **more}, src=src, ck=s3.uri(f"killed/{name}/ck"),
-                             out=s3.uri(f"killed/{name}/out"))
+                             out=s3.uri(f"killed/{name}/out"), hold=0 if name == "clean" else 30)
         path = f"{tmp_path}/{name}.py"
         with open(path, "w") as fh:
             fh.write(textwrap.dedent(code))
@@ -199,6 +212,7 @@ def test_sigkilled_on_an_s3_checkpoint_gives_the_uninterrupted_output(spark, s3,
     kill_after_batches(path, 2)  # SIGKILLed after 2 batches (asserts the run died of the SIGKILL)
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert "BATCH 1 replayed" in r.stdout, r.stdout  # Spark replayed batch 1; gpuwm ran nothing of it again
     want = _read_all(Location.of(s3.uri("killed/clean/out"), s3.options()))
     got = _read_all(Location.of(s3.uri("killed/killed/out"), s3.options()))
     assert len(want) > 20 and got == want  # 0 lost, 0 duplicated, batch for batch
