@@ -20,6 +20,16 @@ reaches it. This is for a stream whose rows all have their event time at
 or below ``until`` — a join whose condition bounds one side's time by a
 column of the other, Nexmark q9's ``b_ts BETWEEN a_ts AND expires``: once
 the watermark passes an auction's ``expires``, no bid can join it.
+
+Or a partition closes once idle (``ttl=(column, duration)``, no window): the
+rows with equal keys form one partition, which closes once the watermark
+passes its latest event time by ``duration`` — Flink's state TTL, on event
+time. This is for a rank whose partition has no time bound at all (Nexmark
+q18's last bid per bidder and auction, q19's top 10 bids per auction): it
+equals the rank over the whole input where no partition's rows are more
+than ``duration`` apart; a row of keys whose partition closed starts a new
+one (emitted again when it closes), and a row whose own time plus
+``duration`` the watermark passed is late.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import pyarrow as pa
 
 from kernels import group_starts, order_indices
 from kernels.over import ranks, segments
+from kernels.xp import reduceat
 
 from .backend import Backend, get_backend
 from .drained import Drained
@@ -92,6 +103,8 @@ class TopNSpec(OperatorSpec):
     output: str | None = None
     #: instead of a window: the column whose value closes a partition (the rows' event times are at or below it)
     until: str | None = None
+    #: instead of a window: (event-time column, duration): a partition closes once idle that long
+    ttl: tuple | None = None
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     kind: ClassVar[str] = "topn"
@@ -99,12 +112,16 @@ class TopNSpec(OperatorSpec):
     def __post_init__(self) -> None:
         from .window import Tumble
 
-        if self.until is not None:
-            if self.window is not None:
-                raise ConfigError("top-n partitions close by a window or by an 'until' column, not both")
-        elif not isinstance(self.window, Tumble):
-            raise ConfigError(f"top-n partitions by a tumbling window (gpuwm.Tumble) or closes them by an 'until' "
-                              f"column, got {self.window!r}")
+        if (self.window is not None) + (self.until is not None) + (self.ttl is not None) > 1:
+            raise ConfigError("top-n partitions close by a window, by an 'until' column or after a 'ttl', "
+                              "one of them")
+        if self.ttl is not None:
+            if not (isinstance(self.ttl, (tuple, list)) and len(self.ttl) == 2 and isinstance(self.ttl[0], str)):
+                raise ConfigError(f"top-n ttl is (event-time column, duration), got {self.ttl!r}")
+            object.__setattr__(self, "ttl", tuple(self.ttl))
+        elif self.until is None and not isinstance(self.window, Tumble):
+            raise ConfigError(f"top-n partitions by a tumbling window (gpuwm.Tumble), closes them by an 'until' "
+                              f"column or after a 'ttl', got {self.window!r}")
         object.__setattr__(self, "by", (self.by,) if isinstance(self.by, str) else tuple(self.by))
         object.__setattr__(self, "order", _check_order(self.order))
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
@@ -119,11 +136,17 @@ class TopNSpec(OperatorSpec):
         event time (after a window stage, omit it: the stage's windows)."""
         from .window import Tumble
 
-        o = json_options("topn", options, {"window", "by", "order", "n", "fn", "output", "until"}, ("order", "n"),
+        o = json_options("topn", options, {"window", "by", "order", "n", "fn", "output", "until", "ttl"},
+                         ("order", "n"),
                          '{"topn": {"window": "10 seconds", "by": ["k"], "order": ["-price"], "n": 3}}')
         if ctx.event_time is None:
             raise ConfigError("a topn stage needs a watermark (its partitions close by it)")
         size = o.get("window")
+        if o.get("ttl") is not None:
+            if size is not None or o.get("until") is not None:
+                raise ConfigError("a topn stage takes 'window', 'until' or 'ttl', one of them")
+            return cls(None, o.get("by", ()), o["order"], o["n"], o.get("fn", "row_number"), o.get("output"),
+                       ttl=(ctx.event_time, o["ttl"]))
         if o.get("until") is not None:
             if size is not None:
                 raise ConfigError("a topn stage takes 'window' or 'until', not both")
@@ -158,28 +181,32 @@ class TopNSpec(OperatorSpec):
         return self.window.size if profile.window_lateness == "window" else None
 
     def describe(self) -> dict:
-        """The dataclass's fields; ``until`` only when set (a checkpoint from before it still matches)."""
+        """The dataclass's fields; ``until`` and ``ttl`` only when set (a checkpoint from before them still
+        matches)."""
         d = super().describe()
-        if self.until is None:
-            del d["until"]
+        for k in ("until", "ttl"):
+            if getattr(self, k) is None:
+                del d[k]
         return d
 
     def build(self, profile: Any, backend: str | None = None) -> "TopN":
         return TopN(self.window, self.by, self.order, self.n, self.fn, self.output, profile, backend=backend,
-                    until=self.until)
+                    until=self.until, ttl=self.ttl)
 
     def keys(self) -> tuple[str, ...]:
         return self.by
 
     def check(self, ctx: StageContext) -> None:
-        if self.window is not None and self.window.column != ctx.event_time and \
-                self.window.column not in ctx.also_times:
-            raise ConfigError(f"top-n window column {self.window.column!r} differs from the event-time column of "
-                              f"its input, {ctx.event_time!r}")
+        col = self.window.column if self.window is not None else self.ttl[0] if self.ttl is not None else None
+        if col is not None and col != ctx.event_time and col not in ctx.also_times:
+            raise ConfigError(f"top-n {'window' if self.window is not None else 'ttl'} column {col!r} differs from "
+                              f"the event-time column of its input, {ctx.event_time!r}")
 
     def output_schema(self, schema: pa.Schema) -> pa.Schema:
         if self.until is not None:
             event_time_domain(schema, self.until)
+        elif self.ttl is not None:
+            event_time_domain(schema, self.ttl[0]).duration(self.ttl[1], "ttl", allow_zero=False)
         else:
             self.window.raw(event_time_domain(schema, self.window.column))
         for k in self.by:
@@ -227,8 +254,9 @@ class TopN(Operator, Drained):
 
     def __init__(self, window: Any, by: Sequence[str] = (), order: Any = (), n: int = 1, fn: str = "row_number",
                  output: str | None = None, profile: str | Profile = "risingwave", *,
-                 close_minus_one: bool | None = None, backend: str | None = None, until: str | None = None):
-        self.spec = TopNSpec(window, by, order, n, fn, output, until)
+                 close_minus_one: bool | None = None, backend: str | None = None, until: str | None = None,
+                 ttl: tuple | None = None):
+        self.spec = TopNSpec(window, by, order, n, fn, output, until, ttl)
         self.window, self.by, self.order = window, list(self.spec.by), self.spec.order
         self.n, self.fn, self.output = n, fn, output
         self.profile = resolve(profile, close_minus_one=close_minus_one)
@@ -244,7 +272,14 @@ class TopN(Operator, Drained):
             return self
         self._out_schema = self.spec.output_schema(schema)
         self._until = self.spec.until
-        if self._until is not None:  # a partition's "window" is its close time itself
+        self._ttl = None
+        if self.spec.ttl is not None:  # a partition's "window" is its close time: its latest row's time + ttl
+            self._until = self.spec.ttl[0]
+            self._domain = event_time_domain(schema, self._until)
+            self._ttl = self._domain.duration(self.spec.ttl[1], "ttl", allow_zero=False)
+            self._size, self._close = 1, 1 if self.profile.close_minus_one else 0
+            self._bucket = 1000 * self._domain.one_ms()
+        elif self._until is not None:  # a partition's "window" is its close time itself
             self._domain = event_time_domain(schema, self._until)
             self._size, self._close = 1, 0
             self._bucket = 1000 * self._domain.one_ms()  # state parts: one per second of close times
@@ -271,7 +306,7 @@ class TopN(Operator, Drained):
         xp = self._backend.xp
         # a row's partition closes at the end of its window — or, closed by a column, at its value (as a
         # "window" index that ends there: (until - 1 + 1) * 1)
-        widx = ts // self._size if self._until is None else ts - 1
+        widx = ts // self._size if self._until is None else ts - 1 if self._ttl is None else ts + (self._ttl - 1)
         if self._drained is not None and widx.shape[0]:
             open_ = (widx + 1) * self._size > self._drained + self._close
             nlate = int(widx.shape[0] - xp.count_nonzero(open_))
@@ -281,11 +316,33 @@ class TopN(Operator, Drained):
                 frame, widx = frame.filter(open_), widx[open_]
         if not frame.num_rows:
             return None
+        rows_, widx_ = Frame.concat([self._rows, frame]), xp.concatenate([self._widx, widx])
+        if self._ttl is not None:  # a partition closes by its latest row: every row of it takes that close time
+            before, widx_ = widx_, self._latest(rows_, widx_)
+            moved = before != widx_
+            self._dirty.update(self._backend.to_numpy(xp.unique(before[moved] // self._bucket)).tolist())
+            widx = widx_[self._widx.shape[0]:]
+            widx = xp.concatenate([widx, widx_[moved]])
         self._dirty.update(self._backend.to_numpy(xp.unique(widx // self._bucket)).tolist())
-        rows_, widx_, rank = self._ranked(Frame.concat([self._rows, frame]), xp.concatenate([self._widx, widx]))
+        rows_, widx_, rank = self._ranked(rows_, widx_)
         keep = rank <= self.n
         self._rows, self._widx = rows_.filter(keep), widx_[keep]
         return None
+
+    def _latest(self, frame: Frame, widx: Any) -> Any:
+        """Each row's partition's greatest ``widx`` (the partition: the rows
+        of equal keys)."""
+        b = self._backend
+        xp = b.xp
+        if not self.by:
+            return xp.full(widx.shape, xp.max(widx), dtype=widx.dtype)
+        keys = [KeyCodec(k, self._schema.field(k).type).encode(xp, frame.columns[k], b) for k in self.by]
+        perm = order_indices(xp, keys)
+        first = group_starts(xp, [k[perm] for k in keys])
+        top = reduceat(xp, "max", widx[perm], xp.flatnonzero(first))
+        out = xp.empty_like(widx)
+        out[perm] = top[xp.cumsum(first) - 1]
+        return out
 
     def _ranked(self, frame: Frame, widx: Any) -> tuple[Frame, Any, Any]:
         """``frame`` sorted by (window, keys, order) — stably: ties keep

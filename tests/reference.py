@@ -699,6 +699,8 @@ class RefTopN:
     fn: str = "row_number"
     #: r[0] is not an event time but the partition's close time (TopN's ``until``): closed once r[0] <= w
     until: bool = False
+    #: TopN's ``ttl``: a partition is the rows of one key; it closes once its greatest r[0] + ttl <= w
+    ttl: int | None = None
     state: dict = field(default_factory=dict)  # (window, key) -> rows in arrival order
     drained: Any = None
     late: int = 0
@@ -709,14 +711,19 @@ class RefTopN:
             if r[0] is None:
                 self.nulls += 1
                 continue
-            w = r[0] if self.until else r[0] // self.size
+            w = r[0] + self.ttl if self.ttl is not None else r[0] if self.until else r[0] // self.size
             if self.drained is not None and self._closes(w, self.drained):
                 self.late += 1
+                continue
+            if self.ttl is not None:  # the key's open partition, its close time moved to its latest row's
+                old = next((p for p in self.state if p[1] == self.key_of(r)), None)
+                rows_ = self.state.pop(old) if old is not None else []
+                self.state[(max(w, old[0]) if old is not None else w, self.key_of(r))] = rows_ + [r]
                 continue
             self.state.setdefault((w, self.key_of(r)), []).append(r)
 
     def _closes(self, w: int, watermark: int) -> bool:
-        return w <= watermark if self.until else (w + 1) * self.size <= watermark
+        return w <= watermark if self.until or self.ttl is not None else (w + 1) * self.size <= watermark
 
     def _sort_key(self, r: tuple) -> tuple:
         out = []

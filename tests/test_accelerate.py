@@ -349,10 +349,11 @@ def test_a_sql_specs_problems_are_named_before_spark_starts(tmp_path):
     """A ``sql`` spec is checked whole without Spark, as the others are:
     each source's watermark, the settings, the keys it cannot take."""
     with pytest.raises(gpuwm.ConfigError) as e:
-        _sql_spec(tmp_path, "in", " ", "bad", profile="sprak", fallback="never", vnodes=0)
+        _sql_spec(tmp_path, "in", " ", "bad", profile="sprak", fallback="never", vnodes=0, state_ttl=3600)
     msg = str(e.value)
-    assert msg.startswith(f"pipeline spec '{tmp_path}/bad.json': 4 problems: "), msg
+    assert msg.startswith(f"pipeline spec '{tmp_path}/bad.json': 5 problems: "), msg
     for part in ("$.vnodes: a whole number >= 1", "$.sql: a Spark SQL query over the sources' names, got ' '",
+                 '$.state_ttl: a duration, e.g. "1 hour", got 3600',
                  "$.profile: one of ['flink', 'risingwave', 'spark'], got 'sprak': did you mean 'spark'?",
                  "$.fallback: one of ['spark', 'error'], got 'never'"):
         assert part in msg, (part, msg)
@@ -362,7 +363,7 @@ def test_a_sql_specs_problems_are_named_before_spark_starts(tmp_path):
 
     def problems_of(**change) -> str:
         spec = json.loads((tmp_path / "bad.json").read_text())
-        spec.update(sql="SELECT * FROM bids", profile="spark", fallback="spark", vnodes=1)
+        spec.update(sql="SELECT * FROM bids", profile="spark", fallback="spark", vnodes=1, state_ttl="1 hour")
         for k, v in change.items():
             spec[k] = v
         (tmp_path / "bad.json").write_text(json.dumps(spec))
@@ -1341,9 +1342,69 @@ def test_top_n_per_window_equals_spark_batch(spark, tmp_path):
         assert len(want) > 5 and got == want, name
 
 
+_Q18 = ("SELECT auction, bidder, price, date_time FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction "
+        "ORDER BY date_time DESC) AS rank_number FROM {}) WHERE rank_number <= 1")
+_Q19 = ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number "
+        "FROM {}) WHERE rank_number <= 10")
+
+
+@pytest.mark.parametrize("vnodes", [1, 2])
+def test_nexmark_q18_q19_as_written_run_with_a_state_ttl(spark, tmp_path, vnodes):
+    """Nexmark q18 (each bidder's last bid per auction) and q19 (each
+    auction's 10 highest bids) in their published SQL: a rank with no
+    window among its partition keys. With ``state_ttl`` a partition closes
+    once the watermark passes its latest bid by that long, and its rows go
+    out then. Spark refuses both on a stream; its batch run of the same SQL
+    over the whole input (no row late, no partition's bids further apart
+    than the ttl) is the oracle for every partition the stream closed (a
+    last bid at 600 s, of an auction of its own, closes all others), at
+    vnodes 1 and 2. ``spark.gpuwm.stateTtl`` is the same setting."""
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(18 + vnodes)
+    prices = iter(rng.permutation(10_000).tolist())  # no ties: row_number's order is the oracle's
+    batches = []
+    for i in range(5):  # within 4 s of the newest: none late under a 10 s delay; distinct times
+        secs = i * 5 + rng.integers(-4, 5, 40) + rng.permutation(1000)[:40] / 1000
+        batches.append([(float(t), int(k), next(prices)) for t, k in zip(secs.clip(0), rng.integers(0, 4, 40))])
+    _write_batches(f"{tmp_path}/in", batches + [[(600, 99, 1)]])
+    bid = "k AS auction", "price % 3 AS bidder", "price", "ts AS date_time"
+    _source(spark, f"{tmp_path}/in").selectExpr(*bid).withWatermark("date_time", "10 seconds") \
+        .createOrReplaceTempView(f"bid18s{vnodes}")
+    spark.read.schema(SCHEMA_TKP).parquet(f"{tmp_path}/in").selectExpr(*bid).createOrReplaceTempView("bid18b")
+    for name, sql in (("q18", _Q18), ("q19", _Q19)):
+        df = spark.sql(sql.format(f"bid18s{vnodes}"))
+        if name == "q19":
+            spark.conf.set("spark.gpuwm.stateTtl", "1 minute")
+        try:
+            acc = accelerate(df, vnodes=vnodes, fallback="error", **({"state_ttl": "1 minute"} if name == "q18"
+                                                                       else {}))
+        finally:
+            spark.conf.unset("spark.gpuwm.stateTtl")
+        assert "per partition (closed when the watermark passes its latest date_time by 1 minute: state_ttl)" \
+            in acc.explain(), acc.explain()
+        acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
+            f"{tmp_path}/out-{name}").awaitTermination()
+        got = sorted((r for rows in _batches(f"{tmp_path}/out-{name}").values() for r in rows), key=repr)
+        want = sorted((tuple(_norm(v) for v in r) for r in spark.sql(sql.format("bid18b")).filter(
+            F.col("auction") != 99).collect()), key=repr)
+        assert len(want) > (10 if name == "q18" else 30) and got == want, name
+    if vnodes == 1:  # a "sql" spec's "state_ttl": the same q19 over the source's own columns
+        from gpuwm.spark.front.spec import run
+
+        sql = _Q19.replace("auction", "k").format("bids")
+        run(spark, _sql_spec(tmp_path, f"{tmp_path}/in", sql, "spec", state_ttl="1 minute", fallback="error"),
+            verbose=False)
+        spark.read.schema(SCHEMA_TKP).parquet(f"{tmp_path}/in").createOrReplaceTempView("bids_batch")
+        got = sorted((r for rows in _batches(f"{tmp_path}/spec").values() for r in rows), key=repr)
+        want = sorted((tuple(_norm(v) for v in r) for r in spark.sql(sql.replace("FROM bids", "FROM bids_batch"))
+                       .filter("k != 99").collect()), key=repr)
+        assert len(want) > 30 and got == want
+
+
 def test_a_rank_gpuwm_does_not_run_falls_back_with_its_reason(spark, tmp_path):
-    """Nexmark q18 as written (the last bid per key, no window: its state
-    would never be cleaned), a rank with no filter on it, another window
+    """Nexmark q18 as written without ``state_ttl`` (the last bid per key,
+    no window: its state would never be cleaned), a rank with no filter on it, another window
     function, a hopping window, a rank over an aggregation's rows not
     partitioned by its window: each refused in one line saying why."""
     from pyspark.sql import Window
@@ -1355,8 +1416,9 @@ def test_a_rank_gpuwm_does_not_run_falls_back_with_its_reason(spark, tmp_path):
     over = "OVER (PARTITION BY window(ts, '10 seconds') ORDER BY ts DESC)"
     cases = [
         ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM bid18) WHERE rn = 1",
-         "a rank over a source's rows needs a window(ts, ...) of its event time among the partition keys: its "
-         "state would never be cleaned otherwise"),
+         "a rank over a source's rows with no window(ts, ...) of its event time among the partition keys: its "
+         "state would never be cleaned (add the window, or give state_ttl — spark.gpuwm.stateTtl — to close a "
+         "partition once the watermark passes its latest row by that long)"),
         (f"SELECT *, ROW_NUMBER() {over} AS rn FROM bid18", "a rank needs a filter on it right above (rank <= N, "
          "rank < N or rank = 1): gpuwm runs top-N per window, emitted when the window closes"),
         (f"SELECT * FROM (SELECT *, lag(price) {over} AS p FROM bid18) WHERE p > 1",

@@ -40,7 +40,9 @@ def _rows(t: pa.Table, keytype="int") -> list:
     ("row_number", "-v", "int", False, False), ("rank", "v,-u", "str", True, False),
     ("dense_rank", "v nulls last", "none", False, False), ("row_number", "v,-u", "none", True, False),
     ("rank", "-v", "int", False, False), ("dense_rank", "-v", "str", True, False),
-    ("row_number", "-v", "int", True, True), ("rank", "v,-u", "none", False, True)])
+    ("row_number", "-v", "int", True, True), ("rank", "v,-u", "none", False, True),
+    ("row_number", "-v", "int", True, "ttl"), ("dense_rank", "v,-u", "str", False, "ttl"),
+    ("rank", "-v", "none", True, "ttl")])
 @given(ops=ops_st, n=st.integers(1, 3))
 def test_topn_matches_reference(backend, fn, order, keys, restore, until, ops, n):
     """Every drain equals the reference's rows and ranks (row_number's ties
@@ -50,16 +52,22 @@ def test_topn_matches_reference(backend, fn, order, keys, restore, until, ops, n
     not to be written again keeps its last file) and every push goes to an
     operator loaded from it.
     ``until``: partitions closed by a column (``t`` as a close time, not a
-    window's event time: Nexmark q9's ``expires``)."""
+    window's event time: Nexmark q9's ``expires``); ``"ttl"``: one partition
+    per key, closed once the watermark passes its latest ``t`` by 7 (q18's
+    last bid per key)."""
     by = [] if keys == "none" else ["k"]
-    if until:
+    if until == "ttl":
+        mk = lambda: gpuwm.TopN(None, by, SPEC_ORDERS[order], n, fn, "rn", backend=backend,  # noqa: E731
+                                ttl=("t", 7))
+    elif until:
         mk = lambda: gpuwm.TopN(None, by, SPEC_ORDERS[order], n, fn, "rn", backend=backend,  # noqa: E731
                                 until="t")
     else:
         mk = lambda: gpuwm.TopN(gpuwm.Tumble("t", 10), by, SPEC_ORDERS[order], n, fn, "rn",  # noqa: E731
                                 backend=backend)
     a = mk()
-    ref = RefTopN(10, (lambda r: (r[1],)) if by else (lambda r: ()), list(ORDERS[order]), n, fn, until=until)
+    ref = RefTopN(10, (lambda r: (r[1],)) if by else (lambda r: ()), list(ORDERS[order]), n, fn,
+                  until=until is True, ttl=7 if until == "ttl" else None)
     w, store = 0, _Store()
     for op, arg in ops:
         if op == "push":
@@ -91,8 +99,14 @@ def test_topn_output_types_and_order():
 def test_topn_spec_errors():
     with pytest.raises(gpuwm.ConfigError, match="partitions by a tumbling window"):
         TopNSpec(gpuwm.Hop("t", 10, 5), (), ["v"], 1)
-    with pytest.raises(gpuwm.ConfigError, match="by a window or by an 'until' column, not both"):
+    with pytest.raises(gpuwm.ConfigError, match="by a window, by an 'until' column or after a 'ttl', one of"):
         TopNSpec(gpuwm.Tumble("t", 10), (), ["v"], 1, until="t")
+    with pytest.raises(gpuwm.ConfigError, match="one of them"):
+        TopNSpec(None, (), ["v"], 1, until="t", ttl=("t", 5))
+    with pytest.raises(gpuwm.ConfigError, match=r"ttl is \(event-time column, duration\)"):
+        TopNSpec(None, (), ["v"], 1, ttl="5 seconds")
+    with pytest.raises(gpuwm.ConfigError, match="ttl"):
+        TopNSpec(None, (), ["v"], 1, ttl=("t", 0)).output_schema(pa.schema([("t", pa.int64()), ("v", pa.int64())]))
     with pytest.raises(gpuwm.ConfigError, match="n >= 1"):
         TopNSpec(gpuwm.Tumble("t", 10), (), ["v"], 0)
     with pytest.raises(gpuwm.ConfigError, match="ranks with one of"):

@@ -67,7 +67,10 @@ Operators: ``stages``, a list of stages, each one of
   when the window closes (after a window stage, no ``window``: its
   windows; after a join, ``"until": col`` instead: a partition of equal
   keys and ``col`` closes once the watermark reaches ``col``, a column
-  every row's event time is at or below — Nexmark q9's ``expires``),
+  every row's event time is at or below — Nexmark q9's ``expires``; or
+  ``"ttl": duration`` instead, no window: a partition of equal keys closes
+  once the watermark passes its latest event time by ``duration`` —
+  Nexmark q18, q19),
 - ``{"join": {"left": name, "right": name, "on": [[left col, right col], ...],
   "between": [t1, t2, lower, upper] | "window": {"tumble": size} | {"hop":
   size, "slide": s}, "how": "inner" | "left" | "right" | "full", "where":
@@ -103,7 +106,10 @@ Or the operators as Spark SQL: ``"sql"`` over ``"sources"``, each a
 analyzes the query, :func:`gpuwm.spark.front.translate` translates its plan
 (what it cannot run, Spark runs as written with one warning line, or with
 ``"fallback": "error"`` it is refused in one line; ``--dry-run`` prints the
-split); ``"profile"`` defaults to ``spark``. ``stages``, ``source``,
+split); ``"profile"`` defaults to ``spark``; ``"state_ttl"`` (e.g. ``"1
+hour"``) lets a rank with no window among its partition keys run (Nexmark
+q18, q19: each partition closes once the watermark passes its latest row
+by that long). ``stages``, ``source``,
 ``watermark`` and ``late`` do not go with it::
 
     {
@@ -141,9 +147,9 @@ from ...operator import stage_class, stage_kinds
 
 _SINKS = ("parquet", "console", "delta", "kafka")
 _TOP = {"source", "checkpoint", "watermark", "stages", "sink", "trigger", "vnodes", "backend", "read", "late",
-        "inputs", "conf", "sql", "sources", "profile", "fallback"}
+        "inputs", "conf", "sql", "sources", "profile", "fallback", "state_ttl"}
 #: keys only a ``sql`` spec takes, and those it does not (its query says what they would)
-_SQL_ONLY = ("sql", "sources", "profile", "fallback")
+_SQL_ONLY = ("sql", "sources", "profile", "fallback", "state_ttl")
 _NOT_WITH_SQL = ("source", "watermark", "inputs", "stages", "late")
 
 
@@ -299,6 +305,8 @@ def _sql_problems(bad, keys, spec: dict) -> None:
 
     if not (isinstance(spec["sql"], str) and spec["sql"].strip()):
         bad("$.sql", f"a Spark SQL query over the sources' names, got {spec['sql']!r}")
+    if "state_ttl" in spec and not (isinstance(spec["state_ttl"], str) and spec["state_ttl"].strip()):
+        bad("$.state_ttl", f"a duration, e.g. \"1 hour\", got {spec['state_ttl']!r}")
     for k, choices in (("profile", tuple(sorted(PROFILES))), ("fallback", FALLBACKS)):
         if k in spec and spec[k] not in choices:
             bad(f"$.{k}", f"one of {list(choices)}, got {spec[k]!r}{near_miss(str(spec[k]), choices)}")
@@ -495,7 +503,7 @@ def accelerated(spark, spec: dict, verbose: bool = True):
         df.createOrReplaceTempView(name)
     return accelerate(spark.sql(spec["sql"]), vnodes=spec.get("vnodes"), profile=spec.get("profile"),
                       fallback=spec.get("fallback"), read=spec.get("read"), backend=spec.get("backend"),
-                      verbose=verbose)
+                      verbose=verbose, state_ttl=spec.get("state_ttl"))
 
 
 def _sink_tuple(spec: dict, columns) -> tuple:

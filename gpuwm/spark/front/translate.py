@@ -47,6 +47,7 @@ Spark's file-sink log.
 
 from __future__ import annotations
 
+import contextvars
 import re
 import sys
 import tempfile
@@ -156,8 +157,22 @@ def _of_rows(spark, plan):
     return DataFrame(jdf, spark)
 
 
-def translate(df) -> Translation:
-    """``df``'s plan as gpuwm runs it, or :class:`Refused` saying why not."""
+#: accelerate()'s ``state_ttl`` while a plan is translated (None: not given)
+_STATE_TTL: contextvars.ContextVar = contextvars.ContextVar("gpuwm_state_ttl", default=None)
+
+
+def translate(df, state_ttl: Any = None) -> Translation:
+    """``df``'s plan as gpuwm runs it, or :class:`Refused` saying why not.
+    ``state_ttl``: how long a rank's partition with no time bound stays
+    open after its latest row (by event time; see :func:`accelerate`)."""
+    token = _STATE_TTL.set(state_ttl)
+    try:
+        return _translate(df)
+    finally:
+        _STATE_TTL.reset(token)
+
+
+def _translate(df) -> Translation:
     if not getattr(df, "isStreaming", False):
         raise ConfigError("accelerate() takes a streaming DataFrame (spark.readStream...)")
     try:
@@ -686,7 +701,11 @@ def _topn(spark, node, tops: list) -> Translation:
         cols = t.columns
         ts = WINDOW_TIME
     elif source:
-        t, ts, win_attr, shown_win = _topn_source(spark, node, part)
+        found = _topn_source(spark, node, part)
+        if found is None:  # no window: a partition closes once idle for state_ttl, when given
+            t, ts, win_attr, shown_win = _topn_ttl(spark, node)
+        else:
+            t, ts, win_attr, shown_win = found
         cols = t.columns
     else:
         raise Refused("Window", "a rank over a dedup's or a join's rows: gpuwm's top-N partitions by a window, or "
@@ -716,6 +735,8 @@ def _topn(spark, node, tops: list) -> Translation:
             spec = TopNSpec(None, by, order, n, fn, _RANK_COLUMN, until)
             shown_win = f"partition (closed when the watermark passes {until}, which bounds the joined rows' time)"
             win_attr = (None, None)
+        elif win_attr[0] is None:
+            spec = TopNSpec(None, by, order, n, fn, _RANK_COLUMN, ttl=(ts, _STATE_TTL.get()))
         else:
             spec = TopNSpec(Tumble(ts, win_attr[1]), by, order, n, fn, _RANK_COLUMN)
         step = []  # the columns below the ranking, by their names there
@@ -740,8 +761,26 @@ def _topn(spark, node, tops: list) -> Translation:
     t.shown.append(f"top-n      {fn}() <= {n} per {shown_win}"
                    + (f", {[str(p.name()) for p in part if _id(p) in cols]}" if by else "")
                    + f" ORDER BY {', '.join(shown_order)}: emitted when the "
-                   + ("partition" if until is not None else "window") + " closes")
+                   + ("partition" if until is not None or win_attr[0] is None else "window") + " closes")
     return t
+
+
+def _topn_ttl(spark, node) -> tuple:
+    """A rank over a source's rows with no window among its partition keys,
+    run only with ``state_ttl`` given: each partition (its keys) closes once
+    the watermark passes its latest row's event time by that long."""
+    ttl = _STATE_TTL.get()
+    if ttl is None:
+        raise Refused("Window", "a rank over a source's rows with no window(ts, ...) of its event time among the "
+                                "partition keys: its state would never be cleaned (add the window, or give "
+                                "state_ttl — spark.gpuwm.stateTtl — to close a partition once the watermark "
+                                "passes its latest row by that long)")
+    t = _input(spark, node.child())
+    if t.time is None:
+        raise Refused("Window", "a rank over a source's rows needs withWatermark on the source: state_ttl closes "
+                                "a partition by the watermark")
+    return t, t.time[0], (None, None), \
+        f"partition (closed when the watermark passes its latest {t.time[0]} by {ttl}: state_ttl)"
 
 
 def _until(t: Translation) -> str | None:
@@ -795,10 +834,11 @@ def _rank_limit(tops: list, rank_id: int) -> int:
     return n
 
 
-def _topn_source(spark, node, part: list) -> tuple[Translation, str, tuple[int, timedelta], str]:
+def _topn_source(spark, node, part: list) -> tuple[Translation, str, tuple[int, timedelta], str] | None:
     """The rows of a watermarked source with a tumbling ``window(ts, size)``
     column among the partition keys: (the source's translation, gpuwm's
-    event-time column, (the window column's id, size), its text)."""
+    event-time column, (the window column's id, size), its text); None
+    when no window of its event time is among them."""
     from ...window import Tumble
 
     below, renamed = node.child(), {}  # an alias's id -> the id it renames
@@ -811,8 +851,7 @@ def _topn_source(spark, node, part: list) -> tuple[Translation, str, tuple[int, 
                 break
         below = below.child()
     if _kind(below) != "Project":
-        raise Refused("Window", "a rank over a source's rows needs a window(ts, ...) of its event time among the "
-                                "partition keys: its state would never be cleaned otherwise")
+        return None
     made, out, under = _windowing(below, "Window")
     if _kind(under) == "Expand":
         raise Refused("Window", "a hopping window in PARTITION BY: gpuwm's top-N partitions a source's rows by a "
@@ -826,8 +865,7 @@ def _topn_source(spark, node, part: list) -> tuple[Translation, str, tuple[int, 
 
     hit = [_id(p) for p in part if root(_id(p)) == _id(out)]
     if not hit or t.time is None:
-        raise Refused("Window", "a rank over a source's rows needs a window(ts, ...) of its event time among the "
-                                "partition keys: its state would never be cleaned otherwise")
+        return None
     win, shown = _window(spark, below, made, out, under, t.time[0], None, t.time[1])
     for i in renamed:  # a source column renamed on the way up is that column
         if root(i) in t.columns:
@@ -1454,7 +1492,7 @@ class Accelerated:
 
     def __init__(self, df, *, vnodes: int | None = None, profile: str | None = None, fallback: str | None = None,
                  read: str | None = None, backend: str | None = None, verbose: bool = False,
-                 on_batch: Any = None):
+                 on_batch: Any = None, state_ttl: Any = None):
         spark = df.sparkSession
         self.df = df
         self.fallback = _conf(spark, "fallback", fallback, "spark")
@@ -1470,7 +1508,7 @@ class Accelerated:
         self.translation: Translation | None = None
         self.refused: Refused | None = None
         try:
-            self.translation = translate(df)
+            self.translation = translate(df, _conf(spark, "stateTtl", state_ttl, None))
         except Exception as e:  # (an exception escaping translation is a bug: Spark still runs the query)
             self._refuse(refusal(e))
 
@@ -2194,8 +2232,13 @@ def accelerate(df, **settings: Any) -> Accelerated:
     Settings, as keywords or Spark conf: ``vnodes`` (``spark.gpuwm.vnodes``,
     default 1), ``profile`` (``spark.gpuwm.profile``, default ``spark``:
     Spark's results), ``fallback`` (``spark.gpuwm.fallback``: ``spark``,
-    the default, or ``error``); ``read``, ``backend``, ``verbose``,
-    ``on_batch`` as :class:`~gpuwm.spark.Pipeline` takes them."""
+    the default, or ``error``), ``state_ttl`` (``spark.gpuwm.stateTtl``,
+    e.g. ``"1 hour"``: a rank with no window among its partition keys —
+    Nexmark q18, q19 — closes each partition once the watermark passes its
+    latest row's event time by that long, and emits its rows then; without
+    it such a rank is refused: its state would never be cleaned); ``read``,
+    ``backend``, ``verbose``, ``on_batch`` as :class:`~gpuwm.spark.Pipeline`
+    takes them."""
     return Accelerated(df, **settings)
 
 
