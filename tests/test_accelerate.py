@@ -1496,23 +1496,16 @@ def test_a_join_bounded_by_a_column_of_one_side_equals_spark_running_it(spark, t
     _equals_spark(spark, per_window, accelerate(per_window, fallback="error"), tmp_path / "window", batches=1)
 
 
-def test_nexmark_q9_as_published_equals_spark_batch(spark, tmp_path):
-    """Nexmark q9 (each auction's winning bid) in its published SQL: ``FROM
-    auction A, bid B WHERE A.id = B.auction AND B.dateTime BETWEEN
-    A.dateTime AND A.expires``, ``ROW_NUMBER() OVER (PARTITION BY A.id
-    ORDER BY B.price DESC, B.dateTime)``, ``rownum <= 1``. Spark refuses it
-    on a stream; gpuwm joins (bids cleaned by the watermark, auctions
-    kept), then ranks each auction's bids and emits the winner once the
-    watermark passes its ``expires`` (no bid can join it after). Equal to
-    Spark's batch run of the same SQL over the whole input (no row late)
-    for every auction that expired (a last batch at 600 s expires all),
-    at vnodes 2."""
-    from pyspark.sql import functions as F
-
-    from .test_spark_join import A_SCHEMA, B_SCHEMA, TS
+def _late_free_auctions_and_bids(tmp_path, seed: int) -> None:
+    """Auctions ``(a_id, a_ts, seller)`` and bids ``(b_aid, b_ts, price)``,
+    a file per micro-batch each under ``a/`` and ``b/``: bids of recent
+    auctions, every row within 1 s of its input's newest (none late under
+    a 1 s delay), times distinct to the millisecond; a last row of each at
+    600 s closes all before it."""
+    from .test_spark_join import TS
     from .test_spark_join import _write as write_streams
 
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(seed)
     auctions, bids, nid = [], [], 0
     for i in range(6):  # every row within its input's delay of the newest: none late
         ids = np.arange(nid, nid + 12)
@@ -1529,6 +1522,60 @@ def test_nexmark_q9_as_published_equals_spark_batch(spark, tmp_path):
     bids.append(pa.table({"b_aid": [10**6 + 1], "b_ts": end, "price": [1]}))
     write_streams(f"{tmp_path}/a", auctions)
     write_streams(f"{tmp_path}/b", bids)
+
+
+@pytest.mark.parametrize("on", ["a_ts", "b_ts"])
+def test_top_n_per_window_of_a_joins_rows_equals_spark_batch(spark, tmp_path, on):
+    """A rank over an interval join's rows (auctions and their bids of the
+    next 3 s), partitioned by a tumbling window of either side's time and
+    the seller: each seller's two highest bids per window. Spark refuses
+    it on a stream; its batch run over the whole input (no row late) is
+    the oracle for every window the stream closed, at vnodes 2."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from .test_spark_join import A_SCHEMA, B_SCHEMA
+
+    _late_free_auctions_and_bids(tmp_path, 23)
+
+    def query(reader, delay):
+        def side(name, schema, ts):
+            got = reader.schema(schema).parquet(f"{tmp_path}/{name}")
+            return got if delay is None else got.withWatermark(ts, delay)
+
+        j = side("a", A_SCHEMA, "a_ts").join(side("b", B_SCHEMA, "b_ts"), F.expr(
+            "a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 3 seconds"))
+        rank = F.row_number().over(Window.partitionBy("w", "seller").orderBy(F.desc("price"), "b_ts"))
+        return j.withColumn("w", F.window(on, "4 seconds")).withColumn("rn", rank).filter("rn <= 2")
+
+    acc = accelerate(query(spark.readStream.option("maxFilesPerTrigger", 1), "1 second"), vnodes=2,
+                     fallback="error")
+    assert f"top-n      row_number() <= 2 per window({on}, 0:00:04)" in acc.explain(), acc.explain()
+    acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out").awaitTermination()
+    got = sorted((r for rows in _batches(f"{tmp_path}/out").values() for r in rows), key=repr)
+    last = T0 + timedelta(seconds=600)
+    want = sorted((tuple(_norm(v) for v in r) for r in query(spark.read, None).filter(
+        F.col("w.end") < F.lit(last)).collect()), key=repr)
+    assert len(want) > 20 and got == want
+
+
+def test_nexmark_q9_as_published_equals_spark_batch(spark, tmp_path):
+    """Nexmark q9 (each auction's winning bid) in its published SQL: ``FROM
+    auction A, bid B WHERE A.id = B.auction AND B.dateTime BETWEEN
+    A.dateTime AND A.expires``, ``ROW_NUMBER() OVER (PARTITION BY A.id
+    ORDER BY B.price DESC, B.dateTime)``, ``rownum <= 1``. Spark refuses it
+    on a stream; gpuwm joins (bids cleaned by the watermark, auctions
+    kept), then ranks each auction's bids and emits the winner once the
+    watermark passes its ``expires`` (no bid can join it after). Equal to
+    Spark's batch run of the same SQL over the whole input (no row late)
+    for every auction that expired (a last batch at 600 s expires all),
+    at vnodes 2."""
+    from pyspark.sql import functions as F
+
+    from .test_spark_join import A_SCHEMA, B_SCHEMA
+
+    _late_free_auctions_and_bids(tmp_path, 9)
     expires = F.expr("date_time + INTERVAL '3' SECOND * (seller % 3) + INTERVAL '1' SECOND")
     # both sides' times named date_time, as Nexmark's: B.date_time, only in ORDER BY, is a second date_time below
     q9 = ("SELECT a_id, seller, expires, auction, price, bid_ts FROM (SELECT A.*, B.b_aid AS auction, B.price, "

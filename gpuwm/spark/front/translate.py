@@ -327,6 +327,20 @@ def _input(spark, node) -> Translation:
 _NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"
 
 
+def _time_read_by(t: Translation, made) -> None:
+    """``t``'s event time made the one ``made`` (the node that makes a
+    window column) reads: a join's right time instead of its left where
+    the window's own expressions read it (the node's, not its children's:
+    the plan below names both times)."""
+    text = " ".join(str(e.toString()) for e in scala_iter(made.expressions())
+                    if _kind(e) != "AttributeReference")  # (not the columns it passes on)
+    for other in t.other_times:
+        ids = [i for i, c in t.columns.items() if c == other[1]]
+        if any(re.search(rf"#{i}\b", text) for i in ids):
+            t.time = other
+            break
+
+
 def _windowing(upper, operator: str = "Aggregate") -> tuple[Any, Any, Any]:
     """The two nodes Spark's analyzer makes of ``window(...)``, ``upper``
     the higher (tumble: Project over Filter; hop: Filter over Expand;
@@ -449,15 +463,7 @@ def _aggregate(spark, agg) -> Translation:
     if t.time is None:
         raise Refused("Aggregate", "a window over the rows of a stage that gives no event time (window a window's "
                                    "rows by window_time(window))")
-    # a join's right time instead of its left: the one the window's own expressions read (the node's, not
-    # its children's: the plan below names both times)
-    text = " ".join(str(e.toString()) for e in scala_iter(made.expressions())
-                    if _kind(e) != "AttributeReference")  # (not the columns it passes on)
-    for other in t.other_times:
-        ids = [i for i, c in t.columns.items() if c == other[1]]
-        if any(re.search(rf"#{i}\b", text) for i in ids):
-            t.time = other
-            break
+    _time_read_by(t, made)
     cols = t.columns
     if any(i not in cols for i in named):
         raise Refused("Aggregate", "a grouping column the stage below does not give as a column (its window?)")
@@ -656,8 +662,11 @@ def _topn(spark, node, tops: list) -> Translation:
     <window>, keys ORDER BY ...)`` under a filter ``rank <= N``: the filter
     (taken out of ``tops``) and the ranking are a top-N stage
     (:class:`gpuwm.topn.TopNSpec`) over a windowed aggregation's rows (its
-    window among the partition keys) or over a watermarked source's rows
-    (a tumbling ``window(ts, ...)`` of its event time among them). Spark's
+    window among the partition keys), over a watermarked source's rows
+    (a tumbling ``window(ts, ...)`` of its event time among them) or a
+    join's (of either side's time; or closed by a column that bounds the
+    joined rows' time), or, with ``state_ttl``, over a source's rows
+    partitioned by keys alone. Spark's
     analyzer makes these plans; its streaming checker refuses them
     (``NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING``)."""
     from ...aggregates import WINDOW_TIME
@@ -761,7 +770,7 @@ def _topn(spark, node, tops: list) -> Translation:
     t.shown.append(f"top-n      {fn}() <= {n} per {shown_win}"
                    + (f", {[str(p.name()) for p in part if _id(p) in cols]}" if by else "")
                    + f" ORDER BY {', '.join(shown_order)}: emitted when the "
-                   + ("partition" if until is not None or win_attr[0] is None else "window") + " closes")
+                   + ("partition" if until is not None or spec.ttl is not None else "window") + " closes")
     return t
 
 
@@ -857,6 +866,7 @@ def _topn_source(spark, node, part: list) -> tuple[Translation, str, tuple[int, 
         raise Refused("Window", "a hopping window in PARTITION BY: gpuwm's top-N partitions a source's rows by a "
                                 "tumbling window")
     t = _input(spark, under)
+    _time_read_by(t, made)  # over a join's rows: either side's time
 
     def root(i: int) -> int:  # the column an alias (of an alias ...) renames
         while i in renamed:
