@@ -1,7 +1,7 @@
 """Nexmark-like queries on the embedded source, Spark local mode.
 
 Run:  .venv/bin/python benchmarks/bench_nexmark.py [--events 3000000] [--batch 500000] [--queries q5,q7,q11]
-      .venv/bin/python benchmarks/bench_nexmark.py --queries q15,q17,q19w,hot,q9 [--files 6] [--batch 500000]
+      .venv/bin/python benchmarks/bench_nexmark.py --queries q15,q16,q17,q19w,hot,q9,q18,q19 [--files 6] [--batch 500000]
       (beyond Spark, from Parquet files: :data:`BEYOND`, :func:`beyond`; results/nexmark-beyond/)
       .venv/bin/python benchmarks/bench_nexmark.py --queries q5g,q7g,q8g [--files 6] [--batch 500000]
       (the real q5, q7, q8 as Spark runs them, graphs of stages: :data:`GRAPHS`, :func:`graphs`;
@@ -129,6 +129,14 @@ BEYOND = {
            "count(DISTINCT bidder) AS total_bidders, count(DISTINCT bidder) FILTER (WHERE price < 10000) AS "
            "rank1_bidders, count(DISTINCT auction) AS total_auctions FROM {bids} GROUP BY window(date_time, "
            "'10 seconds')",
+    # q16: q15 per channel ({bidsc}: the bids with Nexmark's channel; its max(date_format(date_time, 'HH:mm'))
+    # left out: an expression inside an aggregate, not gpuwm's)
+    "q16": "SELECT channel, date_format(window.start, 'yyyy-MM-dd HH:mm:ss') AS slot, count(*) AS total_bids, "
+           "count(*) FILTER (WHERE price < 10000) AS rank1_bids, "
+           "count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, "
+           "count(DISTINCT bidder) AS total_bidders, count(DISTINCT bidder) FILTER (WHERE price < 10000) AS "
+           "rank1_bidders, count(DISTINCT auction) AS total_auctions FROM {bidsc} GROUP BY channel, "
+           "window(date_time, '10 seconds')",
     "q17": "SELECT auction, window.start AS slot, count(*) AS total_bids, "
            "count(*) FILTER (WHERE price < 10000) AS rank1_bids, sum(price) FILTER (WHERE price >= 1000000) "
            "AS rank3_sum, min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, "
@@ -154,6 +162,8 @@ BEYOND = {
 SLOT = {"q9": "expires"}
 #: the queries that read the auctions as well
 WITH_AUCTIONS = {"q9"}
+#: Nexmark's channels (the generator makes none: a bid's is CHANNELS[bidder % 4])
+CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 #: accelerate()'s state_ttl, and the partition keys: the oracle is Spark's batch run over the keys whose bids are
 #: never further apart than the ttl (one partition each) and that gpuwm closed
 STATE_TTL = {"q18": ("10 seconds", ["bidder", "auction"]), "q19": ("10 seconds", ["auction"])}
@@ -301,6 +311,7 @@ def beyond(spark, args) -> list[dict]:
     its), and the floor (the files' columns read by Spark and counted)."""
     import os
 
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -314,6 +325,8 @@ def beyond(spark, args) -> list[dict]:
     for i in range(args.files):
         for d, make in (("in", bids), ("auctions", auctions)):
             t = make(cfg, i * args.batch, (i + 1) * args.batch).drop(["split", "event_id"])
+            if d == "in":
+                t = t.append_column("channel", pa.array(np.array(CHANNELS)[t.column("bidder").to_numpy() % 4]))
             path = f"{work}/{d}/part-{i:04d}.parquet"
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(t, path)
@@ -323,14 +336,16 @@ def beyond(spark, args) -> list[dict]:
     schema = "auction bigint, bidder bigint, price bigint, date_time timestamp"
     a_schema = ("id bigint, item_name string, initial_bid bigint, reserve bigint, date_time timestamp, "
                 "expires timestamp, seller bigint, category bigint")
-    for d, view, sch in (("in", "bids", schema), ("auctions", "auctions", a_schema)):
+    c_schema = schema + ", channel string"
+    for d, view, sch in (("in", "bids", schema), ("in", "bidsc", c_schema), ("auctions", "auctions", a_schema)):
         spark.readStream.schema(sch).option("maxFilesPerTrigger", 1).parquet(f"{work}/{d}").withWatermark(
             "date_time", "4 seconds").createOrReplaceTempView(f"{view}_s")
         spark.read.schema(sch).parquet(f"{work}/{d}").createOrReplaceTempView(f"{view}_b")
     rows = []
     for q in [q for q in args.queries.split(",") if q in BEYOND]:
         history: list[dict] = []
-        acc = accelerate(spark.sql(BEYOND[q].format(bids="bids_s", auctions="auctions_s")), fallback="error",
+        acc = accelerate(spark.sql(BEYOND[q].format(bids="bids_s", bidsc="bidsc_s", auctions="auctions_s")),
+                         fallback="error",
                          vnodes=args.vnodes, on_batch=history.append, state_ttl=STATE_TTL.get(q, (None,))[0])
         acc.writeStream.option("checkpointLocation", f"{work}/ck-{q}").trigger(availableNow=True).start(
             f"{work}/out-{q}").awaitTermination()
@@ -338,7 +353,7 @@ def beyond(spark, args) -> list[dict]:
         ours = sum(m["wall_s"] for m in data)
         read_rows = n["in"] + (n["auctions"] if q in WITH_AUCTIONS else 0)
         eps = sum(m["input_rows"] for m in data) / ours * events / read_rows
-        batch = spark.sql(BEYOND[q].format(bids="bids_b", auctions="auctions_b"))
+        batch = spark.sql(BEYOND[q].format(bids="bids_b", bidsc="bidsc_b", auctions="auctions_b"))
         batch.collect()  # warm
         t0 = time.perf_counter()
         want = batch.collect()
@@ -368,7 +383,8 @@ def beyond(spark, args) -> list[dict]:
             sorted((_plain(r.asDict(recursive=True)) for r in keep), key=repr), f"{q}: gpuwm and Spark batch differ"
 
         floor_s = arrow_s = 0.0
-        for d, sch in (("in", schema), ("auctions", a_schema))[:2 if q in WITH_AUCTIONS else 1]:
+        for d, sch in (("in", c_schema if "{bidsc}" in BEYOND[q] else schema),
+                       ("auctions", a_schema))[:2 if q in WITH_AUCTIONS else 1]:
             cols = [c.split()[0] for c in sch.split(", ")]
             floor_s += spark_read_s(spark, f"{work}/{d}", cols)
             t0 = time.perf_counter()
