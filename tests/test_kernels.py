@@ -268,6 +268,41 @@ def test_float_scatter_min_max_exact_on_the_cupy_side(rows, init, width, monkeyp
         assert np.array_equal(got, want[name], equal_nan=True), (name, got, want[name])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpuwm.gpu_available(), reason="no usable GPU (cupy)")
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("slots", [1, 8, 300, 512])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_private_scatter_equals_numpys_at_on_a_gpu(dtype, slots, seed):
+    """The privatised scatter min/max (a copy of the slots per warp in shared
+    memory, one global atomic per slot and block) equals its NumPy twin,
+    ``minimum.at``/``maximum.at``, on inputs that take it (at least
+    PRIVATE_ROWS rows, at most PRIVATE_SLOTS slots): random values with the
+    type's extremes among them, slots no row hits, and an initial ``out``
+    that already beats some rows."""
+    import cupy
+
+    import kernels.xp as kx
+
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    n = kx.PRIVATE_ROWS + int(rng.integers(0, 200_000))
+    idx = rng.integers(0, max(1, slots - (slots > 4)), n).astype([np.int8, np.int16][seed] if slots < 128
+                                                                 else np.int64)
+    vals = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    vals[rng.integers(0, n, 5)] = info.min
+    vals[rng.integers(0, n, 5)] = info.max
+    start = rng.integers(info.min // 2, info.max // 2, slots, dtype=dtype)
+    for name, uf, fn in (("max", np.maximum, kx.scatter_max), ("min", np.minimum, kx.scatter_min)):
+        want = start.copy()
+        uf.at(want, idx.astype(np.int64), vals)
+        got = cupy.asarray(start)
+        fn(cupy, got, cupy.asarray(idx), cupy.asarray(vals))
+        assert got.dtype == want.dtype
+        assert np.array_equal(cupy.asnumpy(got), want), name
+        assert (np.dtype(dtype).str, name) in kx._private_kernels  # the privatised kernel ran
+
+
 @given(ts=st.lists(st.integers(-2**62, 2**62), max_size=40), lo=st.one_of(st.none(), st.integers(-2**61, 2**61)),
        width=st.integers(-5, 2**61), parts=st.integers(1, 9))
 def test_range_parts(ts, lo, width, parts):
