@@ -271,18 +271,15 @@ class TopN(Operator, Drained):
             same_schema(self._schema, schema, "TopN.push")
             return self
         self._out_schema = self.spec.output_schema(schema)
-        self._until = self.spec.until
+        self._until = self.spec.until if self.spec.ttl is None else self.spec.ttl[0]
         self._ttl = None
-        if self.spec.ttl is not None:  # a partition's "window" is its close time: its latest row's time + ttl
-            self._until = self.spec.ttl[0]
-            self._domain = event_time_domain(schema, self._until)
-            self._ttl = self._domain.duration(self.spec.ttl[1], "ttl", allow_zero=False)
-            self._size, self._close = 1, 1 if self.profile.close_minus_one else 0
-            self._bucket = 1000 * self._domain.one_ms()
-        elif self._until is not None:  # a partition's "window" is its close time itself
-            self._domain = event_time_domain(schema, self._until)
+        if self._until is not None:  # a partition's "window" is its close time: a column's value, or its
+            self._domain = event_time_domain(schema, self._until)  # latest row's time + ttl
             self._size, self._close = 1, 0
             self._bucket = 1000 * self._domain.one_ms()  # state parts: one per second of close times
+            if self.spec.ttl is not None:
+                self._ttl = self._domain.duration(self.spec.ttl[1], "ttl", allow_zero=False)
+                self._close = 1 if self.profile.close_minus_one else 0
         else:
             self._bucket = 1  # state parts: one per window
             self._domain = event_time_domain(schema, self.window.column)
