@@ -4,7 +4,10 @@ The first row of each key is emitted at once; later rows with that key are
 dropped (and counted in ``duplicate_rows``) while the key is held. A key is
 held from its first row until ``first event time + delay <= W`` for a
 drain's watermark ``W``; then it is forgotten, and a later row with that key
-is a first row again. State is bounded by the watermark.
+is a first row again. State is bounded by the watermark. With no delay
+(``delay=None``: Spark's ``dropDuplicates`` without the event-time column
+among its keys) a key is held forever, as Spark holds it: state grows with
+the distinct keys.
 
 State is a list of *runs*, one per push that kept rows: the kept keys,
 distinct and sorted, with the time each expires. A push looks its chunk's
@@ -44,7 +47,8 @@ from .timecol import TimeDomain, check_delay, event_time_domain
 
 @dataclass(frozen=True)
 class DedupSpec(OperatorSpec):
-    """Deduplicate on ``key`` within ``delay`` of event time ``column``.
+    """Deduplicate on ``key`` within ``delay`` of event time ``column``
+    (``None``: every key held forever).
 
     >>> DedupSpec(("id",), "ts", 10).keys()
     ('id',)
@@ -62,15 +66,19 @@ class DedupSpec(OperatorSpec):
         if not key or not all(isinstance(k, str) for k in key):
             raise ConfigError(f"dedup needs key columns, e.g. key=['id'], got {self.key!r}")
         object.__setattr__(self, "key", key)
-        object.__setattr__(self, "delay", check_delay(self.delay))
+        if self.delay is not None:
+            object.__setattr__(self, "delay", check_delay(self.delay))
 
     @classmethod
     def from_json(cls, options: dict, ctx: StageContext) -> "DedupSpec":
-        """``{"dedup": {"key": [columns]}}``: within the watermark's delay of the input's event time."""
-        o = json_options("dedup", options, {"key"}, ("key",), '{"dedup": {"key": ["id"]}}')
+        """``{"dedup": {"key": [columns]}}``: within the watermark's delay of the input's event time;
+        ``"forever": true``: every key held forever (Spark's ``dropDuplicates`` without the event time)."""
+        o = json_options("dedup", options, {"key", "forever"}, ("key",), '{"dedup": {"key": ["id"]}}')
+        if not isinstance(o.get("forever", False), bool):
+            raise ConfigError(f"dedup's 'forever' is true or false, got {o['forever']!r}")
         if None not in ctx.watermarks and ctx.inputs:
             raise ConfigError("dedup after several inputs is not supported yet (it takes the watermark's delay)")
-        return cls(o["key"], ctx.event_time, ctx.watermark().delay)
+        return cls(o["key"], ctx.event_time, None if o.get("forever") else ctx.watermark().delay)
 
     def build(self, profile: Any = None, backend: str | None = None) -> "Dedup":
         return Dedup(self.key, self.column, self.delay, backend=backend)
@@ -79,7 +87,9 @@ class DedupSpec(OperatorSpec):
         return self.key
 
     def output_schema(self, schema: pa.Schema) -> pa.Schema:
-        event_time_domain(schema, self.column).duration(self.delay, "delay")
+        dom = event_time_domain(schema, self.column)
+        if self.delay is not None:
+            dom.duration(self.delay, "delay")
         for k in self.key:
             if k not in schema.names:
                 raise SchemaError(f"dedup key column {k!r} not found; the table has columns {schema.names}")
@@ -115,7 +125,9 @@ class Dedup(Operator, Drained, Tiers):
     key : key columns (any types; nulls are a value, as in Spark).
     column : event-time column (timestamp or integer).
     delay : how long after its first row a key is held (the watermark's
-        delay, as Spark uses it): the key expires once ``ts + delay <= W``.
+        delay, as Spark uses it): the key expires once ``ts + delay <= W``;
+        ``None``: never (Spark's ``dropDuplicates`` without the event time
+        among its keys).
     backend : ``"auto"``, ``"cpu"`` or ``"gpu"``.
 
     ``push`` returns the first rows, in arrival order; ``drain(W)`` forgets
@@ -154,7 +166,7 @@ class Dedup(Operator, Drained, Tiers):
             return self
         self.spec.output_schema(schema)
         self._domain = event_time_domain(schema, self.column)
-        self._delay = self._domain.duration(self.spec.delay, "delay")
+        self._delay = None if self.spec.delay is None else self._domain.duration(self.spec.delay, "delay")
         self._codecs = [KeyCodec(k, schema.field(k).type) for k in self.key]
         self._schema = schema
         self._bind_pending_drain()
@@ -192,7 +204,7 @@ class Dedup(Operator, Drained, Tiers):
             held |= hit
         new = ~held
         # how many are new, and the bounds of their expiries: one read
-        exp = ts[first] + self._delay
+        exp = ts[first] + self._delay if self._delay is not None else xp.full(first.shape, INT64_MAX, xp.int64)
         kept, lo, hi = staging.read_ints(b, [xp.count_nonzero(new), xp.where(new, exp, INT64_MAX).min(),
                                              xp.where(new, exp, -INT64_MAX).max()]) if first.shape[0] else (0, 0, 0)
         nidx = mask_index(xp, new, kept)

@@ -426,9 +426,11 @@ class RefDedup:
     """Spark's dropDuplicatesWithinWatermark, one row at a time: a key's
     first row is kept and holds the key until ``ts + delay <= W`` for a
     drain's ``W``; rows with the key meanwhile are duplicates. Null event
-    times are dropped; a null key is a value like any other."""
+    times are dropped; a null key is a value like any other. ``delay``
+    None: a key is held forever (Spark's dropDuplicates without the event
+    time among its keys)."""
 
-    delay: int
+    delay: int | None
     key_of: Callable[[tuple], tuple]
     held: dict = field(default_factory=dict)  # key -> expires
     dups: int = 0
@@ -442,12 +444,12 @@ class RefDedup:
             elif self.key_of(r) in self.held:
                 self.dups += 1
             else:
-                self.held[self.key_of(r)] = r[0] + self.delay
+                self.held[self.key_of(r)] = None if self.delay is None else r[0] + self.delay
                 out.append(r)
         return out
 
     def drain(self, w: int) -> None:
-        self.held = {k: e for k, e in self.held.items() if e > w}
+        self.held = {k: e for k, e in self.held.items() if e is None or e > w}
 
 
 @dataclass

@@ -100,6 +100,8 @@ def _query(spark, src, shape):
         return w.dropDuplicatesWithinWatermark(["k", "price"]).groupBy(F.window("ts", "5 seconds"), "k").count()
     if shape == "dropdup":  # dropDuplicates with the event time among the keys (Spark drains it by the watermark)
         return w.dropDuplicates(["k", "ts"])
+    if shape == "dropdup-forever":  # without the event time: every key kept forever, late rows dropped
+        return w.dropDuplicates(["k"])
     if shape == "kafka":  # a Kafka sink's key and value: a cast to string, to_json of every column (a double
         # too, with this JVM's Double.toString digits), a text field
         a = w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"),
@@ -111,7 +113,7 @@ def _query(spark, src, shape):
 
 
 @pytest.mark.parametrize("shape", ["tumble", "hop", "session", "select", "chain", "dedup-window", "dropdup",
-                                   "first-last", "kafka"])
+                                   "dropdup-forever", "first-last", "kafka"])
 def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     """The query as a Spark user writes it, run by Spark and through
     ``accelerate`` (profile spark; vnodes 2 for the shapes whose state or
@@ -120,10 +122,11 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     included, with Spark's columns (``window`` a struct) — and gpuwm ran
     it, reading the files itself."""
     rng = np.random.default_rng({"tumble": 1, "hop": 2, "session": 3, "select": 5, "chain": 6, "dedup-window": 7,
-                                 "dropdup": 9, "first-last": 10, "kafka": 13}[shape])
-    behind = 26 if shape == "dropdup" else 14  # dropdup: rows behind Spark's watermark, dropped as late
-    batches = _session_batches(rng) if shape == "session" else _random_batches(rng, 8, 30, step=6, behind=behind,
-                                                                                keys=3)
+                                 "dropdup": 9, "dropdup-forever": 11, "first-last": 10, "kafka": 13}[shape])
+    behind = 26 if shape.startswith("dropdup") else 14  # dropdup: rows behind Spark's watermark, dropped as late
+    # dropdup-forever: 60 keys over 48 s of event time, so a key comes back long after the watermark's delay
+    batches = _session_batches(rng) if shape == "session" else _random_batches(
+        rng, 8, 30, step=6, behind=behind, keys=60 if shape == "dropdup-forever" else 3)
     if shape == "first-last":  # a fifth of the prices null
         batches = [[(t, k, None if rng.random() < 0.2 else p) for t, k, p in b] for b in batches]
     src = f"{tmp_path}/in"
@@ -134,7 +137,7 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     want = _batches(f"{tmp_path}/native")
     assert sum(map(len, want.values())) > 5
     # one run per shape (two doubled the module's time): the generated-query test below draws vnodes too
-    vnodes = 2 if shape in ("hop", "chain", "dedup-window", "first-last") else 1
+    vnodes = 2 if shape in ("hop", "chain", "dedup-window", "dropdup-forever", "first-last") else 1
     history: list = []
     acc = accelerate(df, vnodes=vnodes, on_batch=history.append)
     assert acc.translation is not None and acc.refused is None
@@ -152,8 +155,13 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     assert sum(m["rows_emitted"] for m in history) == sum(map(len, got.values()))
     if shape == "select":  # the filter dropped rows
         assert sum(m["stages"][-1]["rows_emitted"] for m in history) > sum(map(len, got.values()))
-    if shape == "dropdup":  # the input has duplicates and late rows: dropped as Spark drops them
+    if shape.startswith("dropdup"):  # the input has duplicates and late rows: dropped as Spark drops them
         assert history[-1]["totals"]["duplicate_rows"] > 0 and history[-1]["totals"]["late_rows"] > 0
+    if shape == "dropdup-forever":  # keys held past the delay: a dedup within the watermark emits more rows
+        rows = [r for b in batches for r in b]
+        assert "every key kept in state" in explain(df)
+        assert sum(map(len, got.values())) < len({r[1] for r in rows})
+        assert history[-1]["state_rows"] == sum(map(len, got.values()))
     if shape == "first-last":  # some windows' first or last row had a null price, and some had several rows
         rows = [r for b in want.values() for r in b]
         assert any(r[2] is None for r in rows) and any(r[3] is None for r in rows) and any(r[4] > 3 for r in rows)
@@ -219,7 +227,8 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         # Nexmark q0-q2: projections and filters only, said plainly (not "cannot run")
         "a stateless query: no stateful operator (an aggregation, a dedup, a join) is above withWatermark, only "
         "projections and filters: Spark runs it as written": w.filter("k > 0").selectExpr("ts", "price * 2 AS p"),
-        "Deduplicate: dropDuplicates without the event-time column": w.dropDuplicates(["k"]),
+        "Deduplicate: dropDuplicates without the event-time column among its keys over a window's rows":
+            w.groupBy(win, "k").count().dropDuplicates(["k"]),
         "Filter: gpuwm does not evaluate `(count % CAST(2 AS BIGINT))` after the aggregate":
             w.groupBy(win, "k").count().filter("count % 2 = 0"),
         # a join side with a column computed after withWatermark; an outer join without an upper time bound

@@ -48,22 +48,23 @@ def _through_store(d: Dedup, backend: str) -> Dedup:
     return Dedup(d.key, d.column, d.spec.delay, backend=backend).load_state(tables, parts)
 
 
-@pytest.mark.parametrize("keys", ["int", "str", "two"])
+@pytest.mark.parametrize("keys,delay", [("int", 15), ("str", 15), ("two", 15), ("two", None), ("str", None)])
 @pytest.mark.parametrize("max_runs,ratio,freeze", [(1, 4, 1 << 20), (3, 0, 1 << 20), (8, 4, 1 << 20), (8, 4, 3)])
 @given(ops=ops_st, stop=st.integers(0, 14))
-def test_dedup_matches_reference(backend, keys, max_runs, ratio, freeze, ops, stop, monkeypatch):
+def test_dedup_matches_reference(backend, keys, delay, max_runs, ratio, freeze, ops, stop, monkeypatch):
     """max_runs=1 merges runs at every drain, ratio 0 the smallest pairs
     beyond 3 runs, (8, 4) in size tiers, and with runs frozen at 3 keys;
     string keys compact their dictionary at every drain; the operator is
     saved and reloaded before op ``stop``, and a snapshot() round trip is
-    checked too."""
+    checked too. ``delay`` None: every key held forever (dropDuplicates
+    without the event time)."""
     monkeypatch.setattr(Dedup, "MAX_RUNS", max_runs)
     monkeypatch.setattr(Dedup, "MERGE_RATIO", ratio)
     monkeypatch.setattr(Dedup, "FREEZE_MIN", freeze)
     monkeypatch.setattr(KeyCodec, "COMPACT_MIN", 0)
     cols = _key_cols(keys)
-    d = Dedup(cols, "t", delay=15, backend=backend)
-    ref = RefDedup(15, (lambda r: (r[1], r[2])) if keys == "two" else (lambda r: (r[1],)))
+    d = Dedup(cols, "t", delay=delay, backend=backend)
+    ref = RefDedup(delay, (lambda r: (r[1], r[2])) if keys == "two" else (lambda r: (r[1],)))
     w = 0
     for i, (op, arg) in enumerate(ops):
         if i == stop:
@@ -76,7 +77,11 @@ def test_dedup_matches_reference(backend, keys, max_runs, ratio, freeze, ops, st
             ref.drain(w)
         assert d.state_rows == len(ref.held)
     assert (d.duplicate_rows, d.null_rows) == (ref.dups, ref.nulls)
-    twin = Dedup(cols, "t", delay=15, backend=backend).restore(d.snapshot())
+    w += 10**9  # far past every event time: a delay's keys all expire, forever's all stay
+    d.drain(w)
+    ref.drain(w)
+    assert d.state_rows == len(ref.held)
+    twin = Dedup(cols, "t", delay=delay, backend=backend).restore(d.snapshot())
     probe = [(w + 1, k, k2) for k in (None, *range(7)) for k2 in range(3)]
     assert _rows(twin.push(_table(probe, keys)), keys) == _rows(d.push(_table(probe, keys)), keys) == ref.push(probe)
 

@@ -33,6 +33,7 @@ def test_gpuwms_own_stages_are_registered_by_their_spec_classes():
     assert isinstance(stage_from_json("window", {"session": 7}, CTX), SessionSpec)
     assert stage_from_json("sort", {"key": ["k"]}, CTX) == SortSpec("ts", ("k",))
     assert stage_from_json("dedup", {"key": ["k"]}, CTX) == DedupSpec(("k",), "ts", 5)
+    assert stage_from_json("dedup", {"key": ["k"], "forever": True}, CTX) == DedupSpec(("k",), "ts", None)
     over = stage_from_json("over", {"by": ["k"], "funcs": {"rn": ["row_number"]}},
                            StageContext("ts", CTX.watermarks, previous=SortSpec("ts", ("k",))))
     assert over == OverSpec(("k",), {"rn": ["row_number"]}, "ts", ("k",))
@@ -68,6 +69,8 @@ def test_near_misses_are_named():
         stage_from_json("window", {"tumble": 10, "slide": 5}, CTX)
     with pytest.raises(gpuwm.ConfigError, match="dedup needs 'key'"):
         stage_from_json("dedup", {}, CTX)
+    with pytest.raises(gpuwm.ConfigError, match="dedup's 'forever' is true or false, got 'yes'"):
+        stage_from_json("dedup", {"key": ["k"], "forever": "yes"}, CTX)
     with pytest.raises(gpuwm.ConfigError, match="input 'a': this pipeline has one input"):
         stage_from_json("join", {"left": "a", "right": "b", "on": [["x", "y"]], "between": ["t", "u", 0, 1]}, CTX)
 

@@ -277,13 +277,15 @@ class Pipeline:
 
         return self.stage(WindowSpec(window, by, aggs, emit), name=name, input=input)  # a SessionSpec for a Session
 
-    def dedup(self, key: Sequence[str]) -> "Pipeline":
+    def dedup(self, key: Sequence[str], forever: bool = False) -> "Pipeline":
         """Spark's ``dropDuplicatesWithinWatermark(key)``: a key's first row
         passes at once; later rows with the key are dropped until its first
         event time + the watermark's delay <= the watermark (see
         :class:`gpuwm.Dedup`); the dropped rows are counted per stage
-        (``duplicate_rows``)."""
-        return self.add("dedup", key=key)
+        (``duplicate_rows``). ``forever``: Spark's ``dropDuplicates(key)``
+        without the event time among the keys — every key held forever, as
+        Spark holds it (state grows with the distinct keys)."""
+        return self.add("dedup", key=key, **({"forever": True} if forever else {}))
 
     def over(self, by: Sequence[str] = (), funcs: Mapping[str, Sequence[Any]] | None = None) -> "Pipeline":
         """Over-window functions per partition key on the sorted stream (after

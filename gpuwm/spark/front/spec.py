@@ -56,7 +56,9 @@ Operators: ``stages``, a list of stages, each one of
   ``on``: the window's column, default the event-time column of the
   stage's input — the watermark's column, ``window_time`` after a window),
 - ``{"sort": {"key": [...]}}`` (the last stage),
-- ``{"dedup": {"key": [...]}}`` (Spark's ``dropDuplicatesWithinWatermark``),
+- ``{"dedup": {"key": [...]}}`` (Spark's ``dropDuplicatesWithinWatermark``;
+  ``"forever": true``: Spark's ``dropDuplicates`` without the event time
+  among the keys, every key held forever),
 - ``{"over": {"by": [...], "funcs": {out: ["lag", col, n] | ["lead", col, n] |
   ["row_number"] | ["sum" | "count" | "min" | "max", col]}}}`` right after a
   sort (an over-window on the ordered stream),

@@ -892,23 +892,28 @@ def _dedup(spark, node) -> Translation:
     watermark as late, so a duplicate can only come while the key is in
     state or as a late row — gpuwm's dedup, which keeps each key longer
     (its event time + the delay) and drops the same late rows, gives the
-    same rows."""
+    same rows. ``dropDuplicates(keys)`` without the event time among the
+    keys: Spark never forgets a key (its state grows with the distinct
+    keys) but still drops the rows behind the watermark; gpuwm's dedup
+    with no delay keeps every key, as ``explain`` says."""
     t = _input(spark, node.child())
     if _unbounded_join(t):
         raise Refused(_kind(node), "a dedup over a join with no time bound (its rows have no watermark to drain by)")
     if any(_id(a) not in t.columns for a in scala_iter(node.keys())):
         raise Refused(_kind(node), "a key the stage below does not give as a column")
     keys = [t.columns[_id(a)] for a in scala_iter(node.keys())]
-    if _kind(node) == "Deduplicate" and (t.time is None or t.time[1] not in keys):
-        raise Refused("Deduplicate", "dropDuplicates without the event-time column among its keys keeps every key "
-                                     "forever; gpuwm drains its state by the watermark: add the watermark's column "
-                                     "to the keys, or use dropDuplicatesWithinWatermark")
+    forever = _kind(node) == "Deduplicate" and (t.time is None or t.time[1] not in keys)
+    if forever and (t.time is None or t.stages):
+        over = f"a {t.stages[-1][0]}'s rows" if t.stages else "rows with no event time"
+        raise Refused("Deduplicate", f"dropDuplicates without the event-time column among its keys over {over}: "
+                                     "gpuwm keeps every key forever over a watermarked source only")
     out = [a for a in scala_iter(node.output()) if _id(a) in t.columns]
-    t.stages.append(("dedup", keys))
+    t.stages.append(("dedup", keys, True) if forever else ("dedup", keys))
     t.output = [[[str(a.name()), {"col": t.columns[_id(a)]}] for a in out]]
     t.output_ids = {_id(a): str(a.name()) for a in out}
     call = "dropDuplicates" if _kind(node) == "Deduplicate" else "dropDuplicatesWithinWatermark"
-    t.shown.append(f"dedup      {call}({[str(a.name()) for a in scala_iter(node.keys())]})")
+    t.shown.append(f"dedup      {call}({[str(a.name()) for a in scala_iter(node.keys())]})" + (
+        ": no event time among the keys, every key kept in state (as Spark keeps it)" if forever else ""))
     return t
 
 
@@ -1567,7 +1572,7 @@ class Accelerated:
                 elif st[0] == "select":
                     p.add("select", columns=st[1], **wired)
                 else:
-                    p.add("dedup", key=st[1], **wired)
+                    p.add("dedup", key=st[1], **({"forever": True} if st[2:] else {}), **wired)
         except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make
             raise Refused("query", str(e)) from None
         if sink[0] == "parquet":
