@@ -85,12 +85,15 @@ def _query(spark, src, shape):
     if shape == "first-last":  # the value of a window's first / last row as it arrived, a null too
         return w.groupBy(F.window("ts", "10 seconds", "5 seconds"), "k").agg(
             F.first("price"), F.last("price").alias("l"), F.count("price").alias("n"))
-    if shape == "select":  # a filter and projections after the aggregation: struct fields, renames, a cast
+    if shape == "select":  # a filter and projections after the aggregation: struct fields, renames, a cast,
+        # arithmetic (Spark 4's ANSI mode: no overflow or zero divisor here)
         return (w.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
                 .agg(F.max("price").alias("mx"), F.avg("price").alias("p"))
                 .filter("(p >= 450.5 OR mx < 990) AND (NOT key = 1 OR p IS NULL) "
                         "AND (key IN (0, 2, NULL) OR mx IN (5, 990))")  # IN: SQL's nulls too
-                .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx")))
+                .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx"),
+                        (F.col("mx") * 2 - F.col("key")).alias("m2"), (F.col("key") % 2).alias("odd"),
+                        (F.col("p") / (F.col("mx") + 1)).alias("ratio"), (-F.col("p")).alias("neg")))
     if shape == "chain":  # a window over a window's rows (window_time), as Spark chains them (SPARK-40925)
         a = w.groupBy(F.window("ts", "10 seconds", "5 seconds").alias("w"), "k").agg(F.count("*").alias("n"),
                                                                                     F.max("price").alias("mx"))
@@ -229,8 +232,8 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "projections and filters: Spark runs it as written": w.filter("k > 0").selectExpr("ts", "price * 2 AS p"),
         "Deduplicate: dropDuplicates without the event-time column among its keys over a window's rows":
             w.groupBy(win, "k").count().dropDuplicates(["k"]),
-        "Filter: gpuwm does not evaluate `(count % CAST(2 AS BIGINT))` after the aggregate":
-            w.groupBy(win, "k").count().filter("count % 2 = 0"),
+        "Filter: gpuwm does not evaluate `abs(count)` after the aggregate":
+            w.groupBy(win, "k").count().filter("abs(count) % 2 = 0"),
         # a join side with a column computed after withWatermark; an outer join without an upper time bound
         "Project: new columns between withWatermark and the operator": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
                                                                            "interval 5 seconds")),
@@ -248,7 +251,7 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "other side (window(ts2, 0:00:10))": w.select("k", win.alias("w1")).join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds")
             .select("k2", F.window("ts2", "10 seconds").alias("w2")), F.expr("k = k2 AND w1 = w2")),
-        "Project: gpuwm does not evaluate `(count * CAST(2 AS BIGINT))`": w.groupBy(win, "k").count().selectExpr("count * 2"),
+        "Project: gpuwm does not evaluate `(CAST(count AS DECIMAL(20,0)) * 2.5BD)`": w.groupBy(win, "k").count().selectExpr("count * 2.5"),
         # a chain whose second window is not over the first's window_time
         "Aggregate: a window over the rows of a stage that gives no event time": w.groupBy(win, "k").count().groupBy(F.window("window.start", "10 seconds")).count(),
         "Aggregate: a grouping column the stage below does not give": w.groupBy(win, "k").count().groupBy(

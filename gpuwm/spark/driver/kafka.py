@@ -414,6 +414,10 @@ def strftime_format(pattern: str) -> str | None:
     return out
 
 
+_ARITH = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%"}
+_NUMERIC = ("bigint", "int", "smallint", "tinyint", "double", "float")
+
+
 def translate(e, ids: dict[int, str]) -> dict:
     """A Catalyst expression as a :mod:`gpuwm.spark.io.project` expression."""
     kind = e.getClass().getSimpleName()
@@ -455,6 +459,15 @@ def translate(e, ids: dict[int, str]) -> dict:
         return {"cmp": [_CMP[kind], translate(e.left(), ids), translate(e.right(), ids)]}
     if kind in ("And", "Or"):
         return {kind.lower(): [translate(e.left(), ids), translate(e.right(), ids)]}
+    if kind in _ARITH:  # both sides of the result's type (the analyzer's casts); TRY mode (try_add ...) is not
+        typ = str(e.dataType().simpleString())
+        if typ not in _NUMERIC or str(e.evalMode()) == "TRY" or any(
+                str(x.dataType().simpleString()) != typ for x in (e.left(), e.right())):
+            raise Untranslatable(str(e.sql()))
+        return {"arith": [_ARITH[kind], translate(e.left(), ids), translate(e.right(), ids),
+                          str(e.evalMode()) == "ANSI"]}
+    if kind == "UnaryMinus" and str(e.dataType().simpleString()) in _NUMERIC:
+        return {"neg": [translate(e.child(), ids), bool(e.failOnError())]}
     if kind == "In":  # x IN (a, b, ...): x = a OR x = b ... (Kleene's OR gives SQL's nulls: none match, a null in)
         items = list(scala_iter(e.list()))
         if not items or any(str(x.dataType().simpleString()) not in LITERAL_TYPES for x in [e.value(), *items]):

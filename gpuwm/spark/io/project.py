@@ -43,6 +43,15 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
   gpuwm writes exactly from Java 19 on), and ``{"cast": [expr, "string"]}`` of an integer or a
   timestamp (a Kafka sink's ``key``): Spark's text.
 
+- ``{"arith": [op, a, b, ansi]}`` (``+``, ``-``, ``*``, ``/``, ``%``) and
+  ``{"neg": [a, ansi]}`` — Spark's arithmetic of two columns of one
+  integer or floating type (the analyzer casts them alike; ``/`` is of
+  doubles): null in, null out; a zero divisor gives null, or with ``ansi``
+  (Spark's ``evalMode`` ANSI, the default since Spark 4) fails as Spark
+  fails, ``[DIVIDE_BY_ZERO]``; an integer that overflows wraps, or with
+  ``ansi`` fails, ``[ARITHMETIC_OVERFLOW]``; ``%`` is Java's (the
+  dividend's sign).
+
 A step may also be ``{"where": expr}``: the rows for which ``expr`` is true
 (Spark's ``filter``/``HAVING``: null drops the row), every column kept.
 
@@ -160,6 +169,17 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
     if op == "date_format":  # a UTC timestamp's text in a strftime pattern (translate checked it is Spark's)
         whole = pc.floor_temporal(_eval(arg[0], t, counts), unit="second").cast(pa.timestamp("s", tz="UTC"))
         return pc.strftime(whole, format=arg[1], locale="C")  # (arrow's %S of a finer unit has a fraction)
+    if op == "arith":
+        return arith(arg[0], _eval(arg[1], t, counts), _eval(arg[2], t, counts), arg[3])
+    if op == "neg":  # (not 0 - a: -(0.0) is -0.0)
+        a = _eval(arg[0], t, counts)
+        if arg[1] and pa.types.is_integer(a.type):
+            try:
+                return pc.negate_checked(a)
+            except pa.ArrowInvalid:
+                raise SparkArithmeticError(f"[ARITHMETIC_OVERFLOW] {a.type} overflow in a negation: Spark fails "
+                                           "the query so (ANSI mode)") from None
+        return pc.negate(a)
     if op == "when":
         v = _eval(arg[1], t, counts)
         return pc.if_else(pc.fill_null(_eval(arg[0], t, counts), False), v, pa.scalar(None, v.type))
@@ -196,6 +216,55 @@ def compare(op: str, a: pa.Array, b: pa.Array) -> pa.Array:
     return pc.or_kleene(pc.or_kleene(got, below), pc.and_kleene(na, nb))  # <=
 
 
+class SparkArithmeticError(ArithmeticError):
+    """What Spark's ANSI arithmetic fails with, by its error class."""
+
+
+_ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply}
+_ARITH_CHECKED = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}
+
+
+def arith(op: str, a: pa.Array, b: pa.Array, ansi: bool) -> pa.Array:
+    """Spark's ``a op b`` of two arrays of one numeric type.
+
+    >>> arith("%", pa.array([-7, 7, None, 5]), pa.array([2, -2, 1, 0]), False).to_pylist()
+    [-1, 1, None, None]
+    >>> arith("+", pa.array([2**63 - 1]), pa.array([1]), False).to_pylist()
+    [-9223372036854775808]
+    >>> arith("/", pa.array([1.0]), pa.array([-0.0]), True)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    gpuwm.spark.io.project.SparkArithmeticError: [DIVIDE_BY_ZERO] Division by zero in (1.0 / -0.0): ...
+    """
+    if op in _ARITH:
+        if ansi and pa.types.is_integer(a.type):
+            try:
+                return _ARITH_CHECKED[op](a, b)
+            except pa.ArrowInvalid:
+                raise SparkArithmeticError(f"[ARITHMETIC_OVERFLOW] {a.type} overflow in a {op}: Spark fails the "
+                                           "query so (ANSI mode); try_add/try_multiply give null, or "
+                                           "spark.sql.ansi.enabled=false wraps") from None
+        return _ARITH[op](a, b)
+    zero = pc.fill_null(pc.equal(b, pa.scalar(0, b.type)), False)
+    if ansi and pc.any(pc.and_(zero, pc.is_valid(a))).as_py():
+        i = pc.index(pc.and_(zero, pc.is_valid(a)), True).as_py()
+        what = "[DIVIDE_BY_ZERO] Division" if op == "/" else "[REMAINDER_BY_ZERO] Remainder"
+        raise SparkArithmeticError(f"{what} by zero in ({a[i]} {op} {b[i]}): Spark fails the query so (ANSI "
+                                   "mode); try_divide / try_mod give null, or spark.sql.ansi.enabled=false")
+    valid = pc.and_(pc.and_(pc.is_valid(a), pc.is_valid(b)), pc.invert(zero)).to_numpy(zero_copy_only=False)
+    dtype = a.type.to_pandas_dtype()
+    x = np.where(valid, a.fill_null(0).to_numpy(zero_copy_only=False), 0).astype(dtype)
+    y = np.where(valid, b.fill_null(1).to_numpy(zero_copy_only=False), 1).astype(dtype)
+    if op == "/":  # (doubles: the analyzer casts an integer / to them)
+        with np.errstate(all="ignore"):
+            out = x / y
+    else:  # Java's remainder: the dividend's sign (C's fmod); x % -1 is 0, without MIN % -1's trap
+        if pa.types.is_integer(a.type):
+            y = np.where(y == -1, 1, y).astype(dtype)
+        with np.errstate(all="ignore"):
+            out = np.fmod(x, y)
+    return pa.array(out, a.type, mask=~valid)
+
+
 def _timestamp(a: pa.Array, unit: str) -> pa.Array:
     """Integers counting ``unit`` (seconds, millis, micros) since the epoch as
     Spark's timestamps (microseconds; overflow an error, as Spark's)."""
@@ -219,6 +288,8 @@ def _cast(a: pa.Array, to: str) -> pa.Array:
         us = a.cast(pa.timestamp("us", tz=a.type.tz)).cast(pa.int64())
         secs = np.floor_divide(us.fill_null(0).to_numpy(zero_copy_only=False), 1_000_000)
         return pa.array(secs, pa.int64(), mask=us.is_null().to_numpy(zero_copy_only=False))
+    if to == "double" and pa.types.is_integer(a.type):  # rounded to the nearest double, as Java's (l2d)
+        return a.cast(pa.float64(), safe=False)
     return a.cast(JSON_TYPES[to])
 
 
