@@ -1913,3 +1913,31 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
          .write_parquet(f"{tmp_path}/out"))
     assert p._plan().graph == (("aw", ("auctions",)), ("stage1", ("bids",)), ("bw", ("stage1",)),
                                ("stage3", ("aw", "bw")))
+
+
+def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(spark, tmp_path):
+    """A join side that is a window aggregation over a join's rows (each
+    seller's bids per 10 s window of its auctions' time, over auctions
+    joined with their bids), joined with another window aggregation of
+    the same auctions stream on the seller (renamed by its grouping) and
+    the window: one graph of three stateful levels, the auctions read once
+    (Spark's self-join copy of the source, with new ids, is the same
+    ``withWatermark``), equal to Spark batch for batch at vnodes 2, the
+    files read by gpuwm's tasks."""
+    from pyspark.sql import functions as F
+
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=16)
+    j = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 20 seconds")) \
+        .select("a_id", "a_ts", "seller", "price")
+    jw = j.groupBy(F.window("a_ts", "10 seconds").alias("jw"), "seller").agg(F.count("*").alias("nbids"),
+                                                                             F.max("price").alias("top"))
+    aw = a.groupBy(F.window("a_ts", "10 seconds").alias("aw"), F.col("seller").alias("s2")).agg(
+        F.count("*").alias("nauctions"))  # (a key renamed in the aggregation's output: its own id)
+    q = jw.join(aw, F.expr("seller = s2 AND jw = aw")).select("jw", "seller", "nbids", "top", "nauctions")
+    text = explain(q, vnodes=2)
+    assert "graph      left0 <- in0, in1; left1 <- left0; right0 <- in0; right1 <- right0; join <- left1, right1" \
+        in text, text
+    assert "(its input read by gpuwm's tasks)" in text, text
+    history: list = []
+    _equals_spark(spark, q, accelerate(q, vnodes=2, fallback="error", on_batch=history.append), tmp_path, batches=2)
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}

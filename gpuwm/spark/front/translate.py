@@ -114,7 +114,7 @@ class Translation:
     inputs: dict[str, Translation] | None = None  # a join's two inputs ("left", "right"), each a watermarked source
     other_times: list[tuple[str, str]] = field(default_factory=list)  # more event-time columns (a join's right time)
     shown_time: str | None = None  # the watermark's column as the query names it, where gpuwm's name is its own
-    origin: str = ""  # Spark's withWatermark node (with its ids) the rows come from: one subtree, one input
+    origin: str = ""  # Spark's withWatermark node (its node id; no expression ids) the rows come from: one input
     graph: list[tuple[str, tuple[str, ...]]] | None = None  # a graph of stages: each one's name and what it reads
     derived: tuple[str, ...] = ()  # a graph's join: its sides ("left", "right") that are a stage's rows
     window_of: tuple | None = None  # a window stage's rows: (the window they are in, its start column, its end's)
@@ -263,7 +263,8 @@ def _input(spark, node) -> Translation:
                                                     "not a timestamp")
             return Translation(_of_rows(spark, node.child()), str(ts.name()), _interval(node.delay()),
                                columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
-                               time=(str(ts.name()), str(ts.name())), origin=str(node.toString()))
+                               time=(str(ts.name()), str(ts.name())),
+                               origin=re.sub(r"#\d+L?", "", str(node.toString())))  # (a self-join's copy: new ids)
         if kind in _STATEFUL:
             return _STATEFUL[kind](spark, node)
         if kind == "Project":  # columns, renames, window.start / .end and window_time(window) of a window below
@@ -486,6 +487,7 @@ def _aggregate(spark, agg) -> Translation:
             window_out = _id(ne)  # the window as the aggregation outputs it (an alias has its own id)
         elif k == "AttributeReference" and _id(e) in named:
             step.append([name, {"col": cols[_id(e)]}])
+            columns[_id(ne)] = cols[_id(e)]  # (a key renamed in the output, `groupBy(col("k").alias("k2"))`: its id)
         elif k == "AggregateExpression":
             fn = e.aggregateFunction()
             fk = _kind(fn)
@@ -1309,21 +1311,27 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
         return by_origin[t.origin]
 
     def columns(t: Translation) -> list[str]:  # the stream's columns: a window's or a join's output, or the source's
+        if _aggregated(t):
+            _, _, keys, aggs = t.stages[-1]
+            return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
         if t.inputs:  # (an interval join's rows: its left side's columns, then its right side's)
             return [c for n in ("left", "right") for c in t.inputs[n].source.columns]
-        if not _aggregated(t):  # (a dedup's rows are its source's)
-            return list(t.source.columns)
-        _, _, keys, aggs = t.stages[-1]
-        return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
+        return list(t.source.columns)  # (a dedup's rows are its source's)
 
     for name, t in sides.items():
-        if t.inputs:  # a join's rows (:func:`_joined_side`): its two sources, then its stage, once
+        if t.inputs:  # a join's rows (:func:`_joined_side`): its two sources, then its stage, once; a window over them
             ins = tuple(source(t.inputs[n]) for n in ("left", "right"))
-            key = (ins, repr(t.stages))
-            if key not in made:
-                made[key] = f"{name}0"
-                graph.append((("join", *ins) + tuple(t.stages[0][3:]), (made[key], ins)))
-            feeds.append(made[key])
+            feed = None
+            for k, st in enumerate(t.stages):
+                key = (ins, repr(t.stages[:k + 1]))
+                if key not in made:
+                    made[key] = f"{name}{k}"
+                    graph.append((("join", *ins) + tuple(st[3:]), (made[key], ins)) if k == 0 else
+                                 (st, (made[key], (feed,))))
+                feed = made[key]
+            if _aggregated(t):  # (its rows' event time: the window's; the join's times are gone)
+                t.time, t.other_times = ("window_time", WINDOW_TIME), []
+            feeds.append(feed)
             continue
         feed = source(t)
         for k, st in enumerate(t.stages):
@@ -1363,13 +1371,13 @@ def _joined_side(name: str, t: Translation) -> None:
     if t.graph is not None:
         raise Refused("Join", f"its {name} side is a join of a stage's rows: gpuwm joins the rows of a join of "
                               "two watermarked sources")
-    if t.stages[-1][0] != "join":
+    if t.stages[-1][0] not in ("join", "window") or len(t.stages) > 2:
         raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows over a join: gpuwm joins a join's "
-                              "own rows")
-    if t.stages[-1][6] is not None:
+                              "own rows, or a window aggregation's over them")
+    if t.stages[0][6] is not None:
         raise Refused("Join", f"its {name} side is a join in the same window, whose rows carry a window, not an "
                               "event time")
-    if _unbounded_join(t) or t.time is None:
+    if t.stages[-1][0] == "join" and (_unbounded_join(t) or t.time is None):
         raise Refused("Join", f"its {name} side is a join with no time bound, whose rows carry no watermark")
 
 
