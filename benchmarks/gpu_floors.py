@@ -107,14 +107,19 @@ def output_rows(name: str, n: int, extra: dict) -> int:
 OUT_ROW_BYTES = {"filter": ROW_BYTES, "sort": ROW_BYTES, "tumble": 40, "hop": 40, "session": 40}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def case_args(doc: str, runs: int, out: str) -> argparse.Namespace:
+    """The command line of a script that runs :func:`cases` (this one, ``gpu_profile.py``)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--backend", default="gpu", choices=["cpu", "gpu"])
     ap.add_argument("--rows", type=int, default=10_000_000)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=runs)
     ap.add_argument("--only", default="", help="only the operators whose name contains this")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "floors"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / out))
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = case_args(__doc__, 5, "floors")
     backend = gpuwm.get_backend(args.backend)
     n = args.rows
     fl = floors(backend, n * ROW_BYTES, args.runs)

@@ -23,7 +23,6 @@ Without torch (or on the CPU backend) it prints the wall and cProfile parts.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import cProfile
 import io
@@ -147,13 +146,7 @@ def profiled_timed(backend, report: dict, use_torch: bool):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", default="gpu", choices=["cpu", "gpu"])
-    ap.add_argument("--rows", type=int, default=10_000_000)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--only", default="", help="only the operators whose name contains this")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu-profile"))
-    args = ap.parse_args()
+    args = gpu_floors.case_args(__doc__, 3, "gpu-profile")
     backend = gpuwm.get_backend(args.backend)
     try:
         import torch  # noqa: F401
