@@ -1917,7 +1917,7 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
 
 def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(spark, tmp_path):
     """A join side that is a window aggregation over a join's rows (each
-    seller's bids per 10 s window of its auctions' time, over auctions
+    seller's bids per 5 s window of its auctions' time, over auctions
     joined with their bids), joined with another window aggregation of
     the same auctions stream on the seller (renamed by its grouping) and
     the window: one graph of three stateful levels, the auctions read once
@@ -1926,12 +1926,12 @@ def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(
     files read by gpuwm's tasks."""
     from pyspark.sql import functions as F
 
-    a, b = _auctions_and_bids(spark, str(tmp_path), batches=16)
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=13)
     j = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 20 seconds")) \
         .select("a_id", "a_ts", "seller", "price")
-    jw = j.groupBy(F.window("a_ts", "10 seconds").alias("jw"), "seller").agg(F.count("*").alias("nbids"),
+    jw = j.groupBy(F.window("a_ts", "5 seconds").alias("jw"), "seller").agg(F.count("*").alias("nbids"),
                                                                              F.max("price").alias("top"))
-    aw = a.groupBy(F.window("a_ts", "10 seconds").alias("aw"), F.col("seller").alias("s2")).agg(
+    aw = a.groupBy(F.window("a_ts", "5 seconds").alias("aw"), F.col("seller").alias("s2")).agg(
         F.count("*").alias("nauctions"))  # (a key renamed in the aggregation's output: its own id)
     q = jw.join(aw, F.expr("seller = s2 AND jw = aw")).select("jw", "seller", "nbids", "top", "nauctions")
     text = explain(q, vnodes=2)
