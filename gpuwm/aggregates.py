@@ -392,7 +392,7 @@ class AggregateOperator(Operator, Drained):
                 v = v.astype(_fixed_dtype(field.type), copy=False)
             cols.append(numpy_to_arrow(field.type, _zero_nulls(v, valid), valid))
         if self.spec.window_time:
-            cols.append(numpy_to_arrow(t, (e - 1).astype(wdt), None))
+            cols.append(numpy_to_arrow(t, (e - 1).astype(wdt, copy=False), None))
         out = pa.Table.from_arrays(cols, schema=self._out_schema)
         if any(not c.ordered for c in self._codecs):
             out = sort_table(out, ["window_start", *self.by])
