@@ -75,8 +75,12 @@ def _query(spark, src, shape):
     from pyspark.sql import functions as F
 
     w = _source(spark, src).withWatermark("ts", "10 seconds")
-    if shape == "tumble":
-        return w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
+    if shape == "tumble":  # a filter and a new column between withWatermark and the window, as users write them:
+        # Spark's optimizer moves the filter below its watermark (which then does not see the rows it drops: here
+        # the ones 15 s ahead, which would move it; the test's data), gpuwm reads it so
+        w = w.filter("price < 950 AND price % 7 <> 3").withColumn("p2", F.col("price") * 2 + F.col("k"))
+        return w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"),
+                                                               F.sum("p2").alias("s2"))
     if shape == "hop":  # Spark's own column names, avg and sum
         return w.groupBy(F.window("ts", "10 seconds", "5 seconds"), "k").agg(F.count("*"), F.avg("price"),
                                                                           F.sum("price"), F.min("price"))
@@ -130,6 +134,8 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     # dropdup-forever: 60 keys over 48 s of event time, so a key comes back long after the watermark's delay
     batches = _session_batches(rng) if shape == "session" else _random_batches(
         rng, 8, 30, step=6, behind=behind, keys=60 if shape == "dropdup-forever" else 3)
+    if shape == "tumble":  # the rows the filter drops run 15 s ahead: the watermark must not see them
+        batches = [[(t + 15 if p >= 950 else t, k, p) for t, k, p in b] for b in batches]
     if shape == "first-last":  # a fifth of the prices null
         batches = [[(t, k, None if rng.random() < 0.2 else p) for t, k, p in b] for b in batches]
     src = f"{tmp_path}/in"
@@ -156,6 +162,8 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     assert len(history) == len([f for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit()])
     # rows out: what the sink wrote (after a filter), not what the operator released before it
     assert sum(m["rows_emitted"] for m in history) == sum(map(len, got.values()))
+    if shape == "tumble":  # rows in: the files' (Spark's numInputRows), the filter's under the watermark too
+        assert sum(m["input_rows"] for m in history) == sum(map(len, batches))
     if shape == "select":  # the filter dropped rows
         assert sum(m["stages"][-1]["rows_emitted"] for m in history) > sum(map(len, got.values()))
     if shape.startswith("dropdup"):  # the input has duplicates and late rows: dropped as Spark drops them
@@ -224,8 +232,16 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Aggregate: window(ts, 0:00:10, 0:00:03): slide": w.groupBy(F.window("ts", "10 seconds", "3 seconds")).count(),
         "Aggregate: a grouping expression ((k % CAST(2 AS BIGINT)))": w.groupBy(win, F.col("k") % 2).count(),
         "Aggregate: the output expression (count(1) + CAST(1 AS BIGINT))": w.groupBy(win, "k").agg((F.count("*") + 1).alias("n")),
-        "Filter: a filter between withWatermark and the operator": w.filter("k > 0").groupBy(win, "k").count(),
-        "Project: new columns between withWatermark": w.withColumn("k", F.col("k") + 1).groupBy(win, "k").count(),
+        # filters and new columns between withWatermark and the operator: Spark's optimizer moves what does not
+        # read the event time below its watermark (as gpuwm's source reads it); not what does, nor rand()
+        "Filter: a filter on the event time (`(ts > timestamp_seconds(3))`) between withWatermark":
+            w.withColumn("k", F.col("k") + 1).filter("ts > timestamp_seconds(3) AND k > 0").groupBy(win, "k").count(),
+        "Filter: a filter on the event time (`(hour(t2) > 3)`)": w.withColumn("t2", F.col("ts")).filter(
+            "hour(t2) > 3").groupBy(win, "k").count(),
+        "Project: `rand(7L) AS r` between withWatermark and the operator is not deterministic": w.withColumn(
+            "r", F.rand(7)).groupBy(win, "k").agg(F.max("r")),
+        "Project: a select drops the event time ts": w.select("k", F.col("ts").cast("long").alias("t")).select(
+            "k", F.timestamp_seconds("t").alias("ts")).groupBy(win, "k").count(),
         "query: no withWatermark": s.groupBy(win, "k").count(),
         # Nexmark q0-q2: projections and filters only, said plainly (not "cannot run")
         "a stateless query: no stateful operator (an aggregation, a dedup, a join) is above withWatermark, only "
@@ -234,9 +250,9 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
             w.groupBy(win, "k").count().dropDuplicates(["k"]),
         "Filter: gpuwm does not evaluate `abs(count)` after the aggregate":
             w.groupBy(win, "k").count().filter("abs(count) % 2 = 0"),
-        # a join side with a column computed after withWatermark; an outer join without an upper time bound
-        "Project: new columns between withWatermark and the operator": w.join(other, F.expr("k = k2 AND ts2 BETWEEN ts AND ts + "
-                                                                           "interval 5 seconds")),
+        # a join side with a column not deterministic after withWatermark; an outer join without an upper time bound
+        "Project: `rand(3L) AS r` between withWatermark and the operator is not deterministic": w.join(
+            other.withColumn("r", F.rand(3)), F.expr("k = k2 AND ts2 BETWEEN ts AND ts + interval 5 seconds")),
         "Join: a left outer join needs both a lower and an upper bound": w.join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds"),
             F.expr("k = k2 AND ts2 >= ts"), "leftOuter"),
@@ -922,10 +938,12 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
     assert seen["translated"] >= 8 and seen["refused"] >= 8, seen
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     ran = 0
-    # renames between operators (the event time after withWatermark, window_time before the window over it)
-    # in a chain of windows at vnodes 1; a join at vnodes 2
-    for n, ops in enumerate([[("watermark", 0), ("rename", 0), ("window", 1), ("window_time", 0), ("window", 3)],
-                             [("compute", 3), ("watermark", 0), ("join", 1), ("select", 0)]]):
+    # renames between operators (the event time after withWatermark, window_time before the window over it), a
+    # new column and a filter after withWatermark, in a chain of windows at vnodes 1; a join at vnodes 2 of a side
+    # with them
+    for n, ops in enumerate([[("watermark", 0), ("rename", 0), ("compute", 2), ("filter", 4), ("window", 1),
+                              ("window_time", 0), ("window", 3)],
+                             [("watermark", 0), ("compute", 3), ("filter", 4), ("join", 1), ("select", 0)]]):
         df = _generated_plan(spark, src, ops, 6)
         acc = accelerate(df, vnodes=1 + n % 2, fallback="error")
         _native(df, f"{tmp_path}/native-{n}", f"{tmp_path}/nck-{n}")

@@ -172,22 +172,26 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
 
 
 def under_selects(plan) -> tuple[Any, list]:
-    """The node under the selects at the top of ``plan``, and the selects (top first)."""
+    """The node under the selects and filters at the top of ``plan``, and those (top first)."""
     projects = []
-    while plan.getClass().getSimpleName() == "Project":
+    while plan.getClass().getSimpleName() in ("Project", "Filter"):
         projects.append(plan)
         plan = plan.child()
     return plan, projects
 
 
 def projection_steps(projects: list, out: list) -> tuple[list, str | None]:
-    """The selects ``projects`` (top first) over a source with output
-    attributes ``out``, as :mod:`gpuwm.spark.io.project` steps (bottom
-    first), and why not (None: they are); raises :class:`Untranslatable`
-    for an expression gpuwm's tasks do not evaluate."""
+    """The selects and filters ``projects`` (top first) over a source with
+    output attributes ``out``, as :mod:`gpuwm.spark.io.project` steps
+    (bottom first; a filter's ``{"where": ...}``), and why not (None: they
+    are); raises :class:`Untranslatable` for an expression gpuwm's tasks do
+    not evaluate. Steps that only filter end with the source's columns."""
     ids = {int(a.exprId().id()): str(a.name()) for a in out}
     steps = []
     for p in reversed(projects):
+        if p.getClass().getSimpleName() == "Filter":
+            steps.append({"where": translate(p.condition(), ids)})
+            continue
         step, names = [], {}
         for ne in scala_iter(p.projectList()):
             step.append([str(ne.name()), translate(ne.child() if ne.getClass().getSimpleName() == "Alias" else ne,
@@ -197,6 +201,8 @@ def projection_steps(projects: list, out: list) -> tuple[list, str | None]:
             return [], f"a select gives two columns one name ({[n for n, _ in step]})"
         steps.append(step)
         ids = names
+    if steps and all(isinstance(s, dict) for s in steps):
+        steps.append([[str(a.name()), {"col": str(a.name())}] for a in out])
     return steps, None
 
 

@@ -150,6 +150,7 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     stats["read_s"] = t_read - t_start
     stats["t_read"] = t_read
     stats["malformed"] = (counts or {}).get("malformed", 0)  # what a direct source counted (Kafka)
+    stats["filtered"] = (counts or {}).get("filtered", 0)  # the source's rows a filter under the watermark dropped
     stats["offsets_lost"] = (counts or {}).get("offsets_lost", 0)
     stats["kafka"] = add_counts({}, counts or {}, KAFKA_COUNTS)  # who read its ranges, and the codec's cost
     stats["part"] = part
@@ -454,7 +455,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
     if filt is not None:
         f = filt.f
         metrics.update({
-            "input_rows": sum(s["rows"] for s in stats), "late_rows": sum(s["late"] for s in stats),
+            "input_rows": sum(s["rows"] + s.get("filtered", 0) for s in stats), "late_rows": sum(s["late"] for s in stats),
             "null_rows": sum(s["nulls"] for s in stats), "watermark": f.watermark_raw,
             "output_watermark": f.output_watermark_raw, "max_event_time": f.max_event_time_raw,
             "filter_task_s": sum(s.get("task_s", 0) for s in stats), "read_s": sum(s.get("read_s", 0) for s in stats),

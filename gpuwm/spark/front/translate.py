@@ -32,8 +32,10 @@ evaluated as the sink writes (:mod:`gpuwm.spark.io.project`). The window's
 parameters are read from the plan Spark's analyzer made of them and
 checked: the same call on the same input must give the same plan, or the
 query is not translated. Anything else — another operator, an aggregate
-gpuwm lacks, a filter between ``withWatermark`` and the operator (Spark's
-watermark sees the rows before it), an output mode other than append, a
+gpuwm lacks, a filter on the event time between ``withWatermark`` and the
+operator (Spark's watermark sees the rows it drops; other filters and new
+columns there join the source, as Spark's optimizer places them:
+:func:`_under_watermark`), an output mode other than append, a
 sink option gpuwm's Parquet sink does not apply, output types that would
 differ — falls back, by ``spark.gpuwm.fallback``: ``spark`` (default) runs
 the query in Spark as written, with one warning line naming the operator
@@ -313,16 +315,77 @@ def _input(spark, node) -> Translation:
         comma = _comma_join(node) if kind == "Filter" else None
         if comma is not None and not comma[2]:  # FROM a, b WHERE <the join's condition>
             return _join(spark, comma[0], comma[1])
-        if kind == "Filter":
-            raise Refused("Filter", "a filter between withWatermark and the operator: Spark's watermark sees "
-                                    "the rows before it, gpuwm's would see those after; filter before withWatermark")
-        if kind == "Project":
-            raise Refused("Project", "new columns between withWatermark and the operator; add them before "
-                                     "withWatermark")
+        if kind in ("Filter", "Project"):
+            return _under_watermark(spark, node)
         if kind in ("StreamingRelation", "StreamingRelationV2", "StreamingExecutionRelation"):
             raise Refused("query", "no withWatermark: gpuwm's operators drain by the watermark")
         raise Refused(kind, "an operator below the aggregation (a join, a union ...): gpuwm translates "
                             "windowed aggregations and dedups over one watermarked source, chained")
+
+
+def _under_watermark(spark, node) -> Translation:
+    """Filters and new columns between ``withWatermark`` and the operator,
+    read as Spark's optimizer places them (``PushPredicateThroughNonJoin``):
+    a deterministic conjunct that does not read the event time (nor a
+    column computed from it) goes below the watermark, which then sees only
+    the rows it keeps, in Spark and in gpuwm alike; a select keeps every row,
+    so its columns may be computed below the watermark too. Both become part
+    of gpuwm's source (Spark's, or the direct read's). A conjunct on the event
+    time stays above Spark's watermark (which sees the rows it drops): refused,
+    as a select that drops the event time (renamed, it is gpuwm's watermark
+    column), anything not deterministic, and filters and selects over another
+    operator's rows (the last operator's are the sink's projection)."""
+    chain, at = [], node
+    while _kind(at) in ("Project", "Filter") + _TRANSPARENT:
+        if _kind(at) not in _TRANSPARENT:
+            chain.append(at)
+        at = at.child()
+    if _kind(at) != "EventTimeWatermark":
+        if _kind(node) == "Filter":
+            raise Refused("Filter", "a filter over a stateful operator's rows below another operator: gpuwm "
+                                    "filters after the last one")
+        raise Refused("Project", "new columns over a stateful operator's rows below another operator: gpuwm "
+                                 "computes columns after the last one")
+    ts = at.eventTime()
+    timed = {_id(ts)}  # Spark's ids of the event time and the columns computed from it
+    same = {_id(ts)}  # Spark's ids of the event time and its renames: gpuwm's watermark reads one of them
+    plan, jvm = at.child(), spark._jvm
+    for n in reversed(chain):
+        exprs = [n.condition()] if _kind(n) == "Filter" else list(scala_iter(n.projectList()))
+        shaky = next((e for e in exprs if not e.deterministic()), None)
+        if shaky is not None:
+            raise Refused(_kind(n), f"`{_no_ids(str(shaky.sql()))}` between withWatermark and the operator is not "
+                                    "deterministic: Spark keeps it above the watermark")
+        if _kind(n) == "Filter":
+            on_time = [c for c in _conjuncts(n.condition())
+                       if {_id(a) for a in scala_iter(c.references().toSeq())} & timed]
+            if on_time:
+                raise Refused("Filter", f"a filter on the event time (`{_no_ids(str(on_time[0].sql()))}`) between "
+                                        "withWatermark and the operator: Spark's watermark sees the rows before it, "
+                                        "gpuwm's would see those after; filter before withWatermark")
+        else:
+            for e in exprs:
+                if _kind(e) == "AttributeReference":
+                    continue
+                if _kind(e) == "Alias" and _kind(e.child()) == "AttributeReference" and _id(e.child()) in same:
+                    same.add(_id(e))
+                if {_id(a) for a in scala_iter(e.references().toSeq())} & timed:
+                    timed.add(_id(e))
+            if not same & {_id(a) for a in scala_iter(n.output())}:
+                raise Refused("Project", f"a select drops the event time {ts.name()} between withWatermark and the "
+                                         "operator")
+        plan = n.withNewChildren(jvm.PythonUtils.toSeq([plan]))
+    names = [str(a.name()) for a in scala_iter(node.output())]
+    if len(set(names)) != len(names):
+        raise Refused("Project", f"a select gives two columns one name ({names})")
+    if str(ts.dataType().simpleString()) != "timestamp":
+        raise Refused("EventTimeWatermark", f"its column {ts.name()} is {ts.dataType().simpleString()}, "
+                                            "not a timestamp")
+    time = next(str(a.name()) for a in scala_iter(node.output()) if _id(a) in same)
+    return Translation(_of_rows(spark, plan), time, _interval(at.delay()),
+                       columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
+                       time=(time, time),
+                       origin=re.sub(r"#\d+L?", "", str(node.toString())))  # (the subtree: chain and source)
 
 
 _NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"

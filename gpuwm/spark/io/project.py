@@ -92,8 +92,11 @@ def evaluate(steps: list, table: pa.Table, counts: dict | None = None) -> pa.Tab
     """Apply the projection's steps to ``table``; ``counts["malformed"]``
     gets the messages ``from_json`` did not parse whole."""
     for step in steps:
-        if isinstance(step, dict):  # {"where": predicate}
-            table = table.filter(_eval(step["where"], table, counts)) if table.num_rows else table
+        if isinstance(step, dict):  # {"where": predicate}; counts["filtered"]: the rows it drops
+            n = table.num_rows
+            table = table.filter(_eval(step["where"], table, counts)) if n else table
+            if counts is not None and table.num_rows < n:
+                counts["filtered"] = counts.get("filtered", 0) + n - table.num_rows
             continue
         cols = [_eval(e, table, counts) for _, e in step]
         table = pa.table(cols, names=[n for n, _ in step]) if cols else table.select([])
@@ -101,7 +104,8 @@ def evaluate(steps: list, table: pa.Table, counts: dict | None = None) -> pa.Tab
 
 
 def inputs_of(steps: list) -> set[str]:
-    """The input columns the projection's first step reads."""
+    """The input columns the projection reads: its filters' before its
+    first select, and that select's."""
     out: set[str] = set()
 
     def walk(e: Any) -> None:
@@ -115,11 +119,13 @@ def inputs_of(steps: list) -> set[str]:
             for x in e:
                 walk(x)
 
-    if isinstance(steps[0], dict):
-        raise ValueError("a projection that starts with a filter reads every input column")
-    for _, e in steps[0]:
-        walk(e)
-    return out
+    for step in steps:
+        if not isinstance(step, dict):
+            for _, e in step:
+                walk(e)
+            return out
+        walk(step["where"])
+    raise ValueError("a projection of filters alone reads every input column")
 
 
 def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
