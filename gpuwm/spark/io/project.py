@@ -177,14 +177,10 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
         return pc.strftime(whole, format=arg[1], locale="C")  # (arrow's %S of a finer unit has a fraction)
     if op == "arith":
         return arith(arg[0], _eval(arg[1], t, counts), _eval(arg[2], t, counts), arg[3])
-    if op == "neg":  # (not 0 - a: -(0.0) is -0.0)
+    if op == "neg":  # (0 - a of integers, as Spark's ANSI check; not of doubles: -(0.0) is -0.0)
         a = _eval(arg[0], t, counts)
-        if arg[1] and pa.types.is_integer(a.type):
-            try:
-                return pc.negate_checked(a)
-            except pa.ArrowInvalid:
-                raise SparkArithmeticError(f"[ARITHMETIC_OVERFLOW] {a.type} overflow in a negation: Spark fails "
-                                           "the query so (ANSI mode)") from None
+        if pa.types.is_integer(a.type):
+            return arith("-", pa.array(np.zeros(len(a), a.type.to_pandas_dtype())), a, arg[1])
         return pc.negate(a)
     if op == "when":
         v = _eval(arg[1], t, counts)
