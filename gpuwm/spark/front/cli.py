@@ -352,7 +352,8 @@ def summary(m: dict) -> list[str]:
     wm = show_time(m.get("output_watermark"), m.get("time_kind"))
     if m["state_rows"]:
         lines.append(f"gpuwm: {m['state_rows']:,} rows stay in state, behind watermark {wm}: each is emitted or "
-                     "dropped when a later batch's watermark passes its window or time (more input moves it)")
+                     "dropped when a later batch's watermark passes its window or time (more input moves it); "
+                     "a dedup's keys without an event time stay for good")
     else:
         lines.append(f"gpuwm: nothing left in state; watermark {wm}")
     if t.get("kafka_client_ranges"):  # gpuwm's own fetch did not take them: slower, and the reason to fix
