@@ -81,9 +81,10 @@ def _query(spark, src, shape):
         w = w.filter("price < 950 AND price % 7 <> 3").withColumn("p2", F.col("price") * 2 + F.col("k"))
         return w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"),
                                                                F.sum("p2").alias("s2"))
-    if shape == "hop":  # Spark's own column names, avg and sum
-        return w.groupBy(F.window("ts", "10 seconds", "5 seconds"), "k").agg(F.count("*"), F.avg("price"),
-                                                                          F.sum("price"), F.min("price"))
+    if shape == "hop":  # Spark's own column names, avg and sum (of an expression: the source computes it)
+        return w.groupBy(F.window("ts", "10 seconds", "5 seconds"), "k").agg(
+            F.count("*"), F.avg("price"), F.sum(F.col("price") * 2 + F.col("k")), F.min("price"),
+            F.expr("max(price % 10) FILTER (WHERE price * 3 > 900)"))
     if shape == "session":
         return w.groupBy(F.session_window("ts", "4 seconds"), "k").agg(F.count("price").alias("n"))
     if shape == "first-last":  # the value of a window's first / last row as it arrived, a null too
@@ -227,6 +228,9 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Aggregate: a window with a start offset (0:00:02)": w.groupBy(F.window("ts", "5 seconds", None, "2 seconds"),
                                                                        "k").count(),
         "Aggregate: its grouping has no window": w.groupBy("k").count(),
+        "Aggregate: the aggregate sum((n * CAST(2 AS BIGINT))): gpuwm computes an aggregate's expression on the "
+        "source, not over a stage's": w.groupBy(F.window("ts", "5 seconds").alias("w"), "k").agg(
+            F.count("*").alias("n")).groupBy(F.window(F.window_time("w"), "10 seconds")).agg(F.sum(F.col("n") * 2)),
         "Aggregate: session_window(ts, 5 seconds) without grouping keys: Spark does not run it": w.groupBy(
             F.session_window("ts", "5 seconds")).count(),
         "Aggregate: window(ts, 0:00:10, 0:00:03): slide": w.groupBy(F.window("ts", "10 seconds", "3 seconds")).count(),

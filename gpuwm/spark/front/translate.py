@@ -573,13 +573,15 @@ def _aggregate(spark, agg) -> Translation:
                 what = "*"
             elif len(args) == 1 and _kind(args[0]) == "AttributeReference" and _id(args[0]) in cols:
                 what = cols[_id(args[0])]
+            elif len(args) == 1:  # of an expression (sum(price * quantity)): a column the source gains
+                what = _on_source(t, e, args[0], f"__gpuwm_arg{len(aggs)}")
             else:
                 raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
             inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
             aggs[inner] = (what, fn_name)
             step.append([name, {"col": inner}])
             shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({'DISTINCT ' if e.isDistinct() else ''}"
-                              f"{'*' if star else args[0].name()})" + (
+                              f"{'*' if star else args[0].name() if _kind(args[0]) == 'AttributeReference' else args[0].sql()})" + (
                 f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
             columns[_id(ne)] = inner
         else:
@@ -687,25 +689,38 @@ def _descendants(e) -> list:
 def _filtered(t: Translation, e, fk: str, arg, j: int) -> str:
     """``agg(x) FILTER (WHERE cond)`` as ``agg(CASE WHEN cond THEN x END)``
     (``count(*)``'s: of ``1``), the same rows for count, sum, min, max and
-    avg, which skip nulls: the source gains that column (Spark computes it
-    under ``withWatermark``, a projection the watermark does not read;
-    gpuwm's tasks then take the source's rows from Spark's reader); its
-    name."""
+    avg, which skip nulls: a column the source gains (:func:`_on_source`);
+    its name."""
     from pyspark.sql import functions as F
 
-    if t.stages or t.inputs:
-        raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm computes a FILTER's column on the source, "
-                                   "not over a stage's or a join's rows")
     if fk in ("First", "Last"):
         raise Refused("Aggregate", f"the aggregate {e.sql()}: first / last with FILTER (they take nulls too)")
     cond = e.filter().get()
-    refs = list(scala_iter(cond.references().toSeq())) + ([] if arg is None else [arg])
+    return _on_source(t, e, cond, f"__gpuwm_filter{j}",
+                      lambda c: F.when(c, F.lit(1) if arg is None else _column(t.source, arg)),
+                      [] if arg is None else [arg])
+
+
+def _on_source(t: Translation, e, x, name: str, wrap=None, more: Sequence = ()) -> str:
+    """The column ``name`` the source gains for the aggregate ``e``: the
+    expression ``x`` of the source's columns (``wrap`` of it where given;
+    ``more``: other expressions that reads). Spark computes it under
+    ``withWatermark``, a projection the watermark does not read (or the
+    direct read does, where it evaluates it); the aggregate then takes the
+    column. Refused over a stage's or a join's rows, or when ``x`` reads a
+    column renamed or computed after withWatermark, or is not
+    deterministic."""
+    if t.stages or t.inputs:
+        raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm computes an aggregate's expression on the "
+                                   "source, not over a stage's or a join's rows")
+    refs = [a for y in (x, *more) for a in scala_iter(y.references().toSeq())]
     if any(_kind(a) != "AttributeReference" or t.columns.get(_id(a)) != str(a.name()) for a in refs):
-        raise Refused("Aggregate", f"the aggregate {e.sql()}: its FILTER reads a column renamed or computed "
-                                   "after withWatermark")
-    name = f"__gpuwm_filter{j}"
-    then = F.lit(1) if arg is None else _column(t.source, arg)
-    t.source = t.source.withColumn(name, F.when(_column(t.source, cond), then))
+        raise Refused("Aggregate", f"the aggregate {e.sql()}: it reads a column renamed or computed after "
+                                   "withWatermark")
+    if not all(y.deterministic() for y in (x, *more)):
+        raise Refused("Aggregate", f"the aggregate {e.sql()} is not deterministic")
+    c = _column(t.source, x)
+    t.source = t.source.withColumn(name, c if wrap is None else wrap(c))
     return name
 
 
