@@ -1937,6 +1937,42 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
                                ("stage3", ("aw", "bw")))
 
 
+def test_a_join_of_a_graphs_join_equals_spark_and_q7s_rows_are_refused_further(spark, tmp_path):
+    """A join whose side is a graph's join (itself of a dedup's rows and a
+    source), the three sources' columns renamed apart: one graph, each
+    stage once, equal to Spark batch for batch at vnodes 2. A join bounded
+    by an aggregation's window bounds (Nexmark q7's) has Spark's own output
+    watermark (its window side's state watermark alone): a window or a join
+    over its rows is refused in one line, not run with gpuwm's."""
+    from pyspark.sql import functions as F
+
+    src = {}
+    for i, n in enumerate("abc"):
+        src[n] = f"{tmp_path}/{n}"
+        _write_batches(src[n], _random_batches(np.random.default_rng(10 + i), 6, 20, step=6, behind=8, keys=4))
+    a = _source(spark, src["a"]).withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(["k", "price"])
+    b, c = (_source(spark, src[n]).withWatermark("ts", "10 seconds").selectExpr(
+        f"ts AS {n}_ts", f"k AS {n}_k", f"price AS {n}_p") for n in "bc")
+    ab = a.join(b, F.expr("k = b_k AND b_ts BETWEEN ts AND ts + interval 4 seconds"))
+    q = ab.select("ts", "k", "price", "b_p").join(c, F.expr("k = c_k AND c_ts BETWEEN ts AND ts + interval 3 seconds"))
+    acc = accelerate(q, vnodes=2, fallback="error")
+    assert "graph      left_left0 <- in0; left_left1 <- left_left0; left_join <- left_left1, in1; left3 <- " \
+           "left_join; join <- left3, in2" in acc.explain(), acc.explain()
+    _equals_spark(spark, q, acc, tmp_path / "abc")
+    assert sum(map(len, _batches(f"{tmp_path}/abc/native").values())) > 500
+
+    m = (a.groupBy(F.window("ts", "5 seconds")).agg(F.max("price").alias("maxprice"))
+         .select(F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice"))
+    q7 = a.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend")).select("ts", "k", "price")
+    assert accelerate(q7, fallback="error").translation is not None
+    why = "the rows of a join bounded by an aggregation's window bounds: Spark's output watermark there is"
+    for df, what in [(q7.groupBy(F.window("ts", "10 seconds")).count(), "Aggregate: a window over "),
+                     (q7.join(c, F.expr("k = c_k AND c_ts BETWEEN ts AND ts + interval 3 seconds")),
+                      "Join: its left side is ")]:
+        got = accelerate(df)
+        assert got.translation is None and str(got.refused).startswith(what + why), got.refused
+
+
 def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(spark, tmp_path):
     """A join side that is a window aggregation over a join's rows (each
     seller's bids per 5 s window of its auctions' time, over auctions

@@ -120,6 +120,8 @@ class Translation:
     graph: list[tuple[str, tuple[str, ...]]] | None = None  # a graph of stages: each one's name and what it reads
     derived: tuple[str, ...] = ()  # a graph's join: its sides ("left", "right") that are a stage's rows
     window_of: tuple | None = None  # a window stage's rows: (the window they are in, its start column, its end's)
+    joined: list[str] | None = None  # a graph's join: its rows' columns (its left feed's, then its right's)
+    untimed: str = ""  # why the rows carry no event time for an operator over them, where time is None
 
 
 def _kind(node) -> str:
@@ -524,6 +526,8 @@ def _aggregate(spark, agg) -> Translation:
     if by_window:  # grouped by the window of the aggregation below (Nexmark q5's maximum per window)
         return _by_window(t, agg, named)
     t = _input(spark, below)
+    if t.time is None and t.untimed:
+        raise Refused("Aggregate", f"a window over {t.untimed}")
     if t.time is None:
         raise Refused("Aggregate", "a window over the rows of a stage that gives no event time (window a window's "
                                    "rows by window_time(window))")
@@ -1188,7 +1192,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             t.columns.update({i: g for g, _, i in picks[name]})  # a source side's columns as it names them
             if t.time is not None:
                 t.time = next((n for g, n, _ in picks[name] if g == t.time[1]), t.time[0]), t.time[1]
-        graph, inputs, wcols = _join_graph(sides)
+        graph, inputs, wcols, joined = _join_graph(sides)
     else:
         clash = set(sides["left"].source.columns) & set(sides["right"].source.columns)
         _rename(sides["left"], picks["left"], "left", clash)
@@ -1351,26 +1355,33 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     stages = [st for st, _ in body] + [("join", *feeds) + stage[3:]]
     wiring = [w for _, w in body] + [("join", feeds)]
     shown_graph = "graph      " + graph_text(wiring)
+    # a bound by an aggregation's window bounds, which carry no watermark in Spark: its join's output watermark
+    # is the window side's state watermark alone, not gpuwm's join's; no operator over these rows, then
+    untimed = "the rows of a join bounded by an aggregation's window bounds: Spark's output watermark there is " \
+              "its window side's state watermark alone, gpuwm's join's is not" if by_window else ""
     return Translation(None, left.column, left.delay, stages, [step],  # (a shared stage's line once)
                        left.shown + [x for x in right.shown if x not in left.shown] + [shown, shown_graph], ids, columns,
-                       time=None if unbounded else time, inputs=inputs,
+                       time=None if unbounded or by_window else time, inputs=inputs, untimed=untimed,
                        other_times=[] if time is None or unbounded else
                        [*left.other_times, right.time, *right.other_times], graph=wiring,
-                       derived=tuple(derived))
+                       derived=tuple(derived), joined=joined)
 
 
-def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translation], dict[str, tuple[str, str]]]:
+def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translation], dict[str, tuple[str, str]],
+                                                        list[str]]:
     """A join whose sides are stages' rows as a graph: each side's source
     one named input (the same ``withWatermark`` subtree, one input), each
     side's stages over it (the same stages over the same input, once), a
-    join side's two sources and its join, and a select renaming one
+    join side's two sources and its join (a graph's join side: its stages,
+    named after the side, over its inputs made this graph's), and a select renaming one
     side's columns apart from the other's (the right side's; the left's
     where the right is a source). Each
     side's translation then names its columns as the join reads them, and
     its time is its event time (a window's ``window_time``). Returns the
     stages with their wiring — ``[(stage, (name, feeds)), ...]``, ending
-    with a placeholder whose feeds are the join's —, the inputs, and each
-    aggregation side's window columns (start, end) as the join reads them."""
+    with a placeholder whose feeds are the join's —, the inputs, each
+    aggregation side's window columns (start, end) as the join reads them,
+    and the join's rows' columns."""
     from ...aggregates import WINDOW_TIME
 
     inputs: dict[str, Translation] = {}
@@ -1392,11 +1403,34 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
         if _aggregated(t):
             _, _, keys, aggs = t.stages[-1]
             return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
+        if t.graph is not None:  # a graph's join
+            return list(t.joined)
         if t.inputs:  # (an interval join's rows: its left side's columns, then its right side's)
             return [c for n in ("left", "right") for c in t.inputs[n].source.columns]
         return list(t.source.columns)  # (a dedup's rows are its source's)
 
     for name, t in sides.items():
+        if t.graph is not None:  # a graph's join: its stages over its inputs, each under its own name; a window
+            ren = {n: source(i) for n, i in t.inputs.items()}  # its names -> this graph's
+            for st, (own, ins) in zip(t.stages, t.graph):
+                ins = tuple(ren[i] for i in ins)
+                st = ("join", *ins) + tuple(st[3:]) if st[0] == "join" else st
+                key = (ins, repr(st))
+                if key not in made:
+                    made[key] = f"{name}_{own}"
+                    graph.append((st, (made[key], ins)))
+                ren[own] = made[key]
+            feed = ren["join"]
+            for st in t.stages[len(t.graph):]:
+                key = ((feed,), repr(st))
+                if key not in made:
+                    made[key] = f"{name}{len(made)}"
+                    graph.append((st, (made[key], (feed,))))
+                feed = made[key]
+            if _aggregated(t):
+                t.time, t.other_times = ("window_time", WINDOW_TIME), []
+            feeds.append(feed)
+            continue
         if t.inputs:  # a join's rows (:func:`_joined_side`): its two sources, then its stage, once; a window over them
             ins = tuple(source(t.inputs[n]) for n in ("left", "right"))
             feed = None
@@ -1438,21 +1472,27 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
     wcols = {s: tuple(new.get(c, c) if s == n else c for c in t.window_of[1:])
              for s, t in sides.items() if _aggregated(t)}
     graph.append((None, ("join", tuple(feeds))))
-    return graph, inputs, wcols
+    joined = [new.get(c, c) if s == n else c for s in ("left", "right") for c in cols[s]]
+    return graph, inputs, wcols, joined
 
 
 def _joined_side(name: str, t: Translation) -> None:
     """A join's side that is a join's rows: an interval join (or one on
-    equal event times) of two watermarked sources, its rows carrying its
+    equal event times) of two watermarked sources — or a graph's join of
+    them and dedups' rows (not of an aggregation's) —, its rows carrying its
     left side's event time (Spark's join needs one event-time column on
     each side: the query selects one); refused, in one line, otherwise."""
-    if t.graph is not None:
-        raise Refused("Join", f"its {name} side is a join of a stage's rows: gpuwm joins the rows of a join of "
-                              "two watermarked sources")
-    if t.stages[-1][0] not in ("join", "window") or len(t.stages) > 2:
+    if t.untimed:
+        raise Refused("Join", f"its {name} side is {t.untimed}")
+    if t.derived:
+        raise Refused("Join", f"its {name} side is a join of an aggregation's rows, whose output watermark gpuwm "
+                              "does not derive as Spark does: gpuwm joins the rows of a join of watermarked "
+                              "sources, dedups or joins of them")
+    at = 0 if t.graph is None else len(t.graph) - 1  # the join's stage (a graph's: its last)
+    if t.stages[-1][0] not in ("join", "window") or len(t.stages) > at + 2:
         raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows over a join: gpuwm joins a join's "
                               "own rows, or a window aggregation's over them")
-    if t.stages[0][6] is not None:
+    if t.stages[at][6] is not None:
         raise Refused("Join", f"its {name} side is a join in the same window, whose rows carry a window, not an "
                               "event time")
     if t.stages[-1][0] == "join" and (_unbounded_join(t) or t.time is None):
