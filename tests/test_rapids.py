@@ -71,7 +71,7 @@ def _rows(t: pa.Table | None, cols: list[str]) -> list[tuple]:
 
 
 def _specs(tmp: Path, conf: str) -> dict[str, dict]:
-    """A file spec, a chain of two windows on 2 vnodes, an interval join and
+    """A file spec (a chain of two windows on 2 vnodes), an interval join and
     a Nexmark spec; each with its own checkpoint and sink under ``tmp``."""
     def out(name):
         return {"checkpoint": str(tmp / f"ck-{name}-{conf}"), "sink": {"parquet": str(tmp / f"out-{name}-{conf}")}}
@@ -83,8 +83,6 @@ def _specs(tmp: Path, conf: str) -> dict[str, dict]:
 
     tumble = {"window": {"tumble": "5 seconds", "by": ["k"], "aggs": {"n": ["*", "count"], "mx": ["price", "max"]}}}
     return {
-        "files": {**files("in", "ts timestamp, k bigint, price bigint", "ts", "3 seconds"), "stages": [tumble],
-                  **out("files"), "trigger": {"availableNow": True}},
         "chain": {**files("in", "ts timestamp, k bigint, price bigint", "ts", "3 seconds"), "vnodes": 2,
                   "stages": [tumble, {"window": {"tumble": "10 seconds", "on": "window_time",
                                                  "aggs": {"max_n": ["n", "max"], "groups": ["*", "count"]}}}],
@@ -104,7 +102,7 @@ def _specs(tmp: Path, conf: str) -> dict[str, dict]:
 
 
 def test_rapids_places_every_gpuwm_stage_on_the_gpu_and_gives_the_same_output(tmp_path):
-    """The four specs with ``local.conf`` and with ``rapids-explain.conf``:
+    """The three specs with ``local.conf`` and with ``rapids-explain.conf``:
     the same output, and the plugin's explain says each gpuwm stage (a
     ``MapInArrowExec``: only integers, strings and the input's columns
     cross Spark; filter state, held rows, exchange pieces and console rows
@@ -121,15 +119,14 @@ def test_rapids_places_every_gpuwm_stage_on_the_gpu_and_gives_the_same_output(tm
     explain = [ln for ln in log.splitlines() if re.match(r"\s*[!@*#]?(Exec|Expression|Partitioning|Input) <", ln)
                or "will run on GPU" in ln or "cannot run on GPU" in ln]
     stages = [ln for ln in explain if "<MapInArrowExec>" in ln]
-    # per micro-batch: files 1, chain 3 (filter, vnodes, segment), join 1, nexmark 1 -- more than a few of each.
+    # per micro-batch: chain 3 (filter, vnodes, segment), join 1, nexmark 1 -- more than a few of each.
     # "will partially run on GPU" is the plugin's word for a MapInArrowExec it replaces with its
     # GpuMapInArrowExec (columnar transfer, Python workers on the GPU; the function itself is Python's);
     # it falls back with "cannot run even partially on the GPU because ..."
     assert len(stages) >= 20, "\n".join(explain)[-3000:]
     assert all(ln.strip() == "*Exec <MapInArrowExec> will partially run on GPU" for ln in stages), \
         "\n".join(ln for ln in stages if "will partially run on GPU" not in ln)
-    for name, cols in {"files": ["window_start", "k", "n", "mx"],
-                       "chain": ["window_start", "max_n", "groups"],
+    for name, cols in {"chain": ["window_start", "max_n", "groups"],
                        "join": ["a_id", "a_ts", "b_aid", "b_ts", "price"],
                        "nexmark": ["window_start", "auction", "bids", "max_price"]}.items():
         want = _rows(read_out(str(tmp_path / f"out-{name}-cpu")), cols)
