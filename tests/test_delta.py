@@ -177,7 +177,9 @@ def test_gpuwm_run_with_a_delta_sink_sigkilled_lands_every_row_once(spark, tmp_p
                               "schema": "ts timestamp, k bigint, price bigint",
                               "options": {"maxFilesPerTrigger": 1},
                               "watermark": {"column": "ts", "delay": "10 seconds"}}},
-            "sql": "SELECT window(ts, '5 seconds') AS window, k, count(*) AS n, max(price) AS mx FROM t "
+            # test_accelerate's tumble shape in SQL: its WHERE and an aggregate's expression go to the source
+            "sql": "SELECT window(ts, '5 seconds') AS window, k, count(*) AS n, max(price) AS mx, "
+                   "sum(price * 2 + k) AS s2 FROM t WHERE price < 950 AND price % 7 <> 3 "
                    "GROUP BY window(ts, '5 seconds'), k",
             "checkpoint": f"{tmp_path}/ck", "sink": {"delta": f"{tmp_path}/out"}, "fallback": "error",
             "trigger": {"availableNow": True}}
