@@ -260,15 +260,8 @@ def _input(spark, node) -> Translation:
 
     while True:
         kind = _kind(node)
-        if kind == "EventTimeWatermark":
-            ts = node.eventTime()
-            if str(ts.dataType().simpleString()) != "timestamp":
-                raise Refused("EventTimeWatermark", f"its column {ts.name()} is {ts.dataType().simpleString()}, "
-                                                    "not a timestamp")
-            return Translation(_of_rows(spark, node.child()), str(ts.name()), _interval(node.delay()),
-                               columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
-                               time=(str(ts.name()), str(ts.name())),
-                               origin=re.sub(r"#\d+L?", "", str(node.toString())))  # (a self-join's copy: new ids)
+        if kind == "EventTimeWatermark":  # (no filters or selects over it)
+            return _under_watermark(spark, node)
         if kind in _STATEFUL:
             return _STATEFUL[kind](spark, node)
         if kind == "Project":  # columns, renames, window.start / .end and window_time(window) of a window below
@@ -326,7 +319,8 @@ def _input(spark, node) -> Translation:
 
 
 def _under_watermark(spark, node) -> Translation:
-    """Filters and new columns between ``withWatermark`` and the operator,
+    """``withWatermark`` over the source (``node``), or filters and new
+    columns between it and the operator (``node`` the top one),
     read as Spark's optimizer places them (``PushPredicateThroughNonJoin``):
     a deterministic conjunct that does not read the event time (nor a
     column computed from it) goes below the watermark, which then sees only
@@ -349,6 +343,9 @@ def _under_watermark(spark, node) -> Translation:
         raise Refused("Project", "new columns over a stateful operator's rows below another operator: gpuwm "
                                  "computes columns after the last one")
     ts = at.eventTime()
+    if str(ts.dataType().simpleString()) != "timestamp":
+        raise Refused("EventTimeWatermark", f"its column {ts.name()} is {ts.dataType().simpleString()}, "
+                                            "not a timestamp")
     timed = {_id(ts)}  # Spark's ids of the event time and the columns computed from it
     same = {_id(ts)}  # Spark's ids of the event time and its renames: gpuwm's watermark reads one of them
     plan, jvm = at.child(), spark._jvm
@@ -378,16 +375,13 @@ def _under_watermark(spark, node) -> Translation:
                                          "operator")
         plan = n.withNewChildren(jvm.PythonUtils.toSeq([plan]))
     names = [str(a.name()) for a in scala_iter(node.output())]
-    if len(set(names)) != len(names):
+    if chain and len(set(names)) != len(names):
         raise Refused("Project", f"a select gives two columns one name ({names})")
-    if str(ts.dataType().simpleString()) != "timestamp":
-        raise Refused("EventTimeWatermark", f"its column {ts.name()} is {ts.dataType().simpleString()}, "
-                                            "not a timestamp")
     time = next(str(a.name()) for a in scala_iter(node.output()) if _id(a) in same)
     return Translation(_of_rows(spark, plan), time, _interval(at.delay()),
                        columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
                        time=(time, time),
-                       origin=re.sub(r"#\d+L?", "", str(node.toString())))  # (the subtree: chain and source)
+                       origin=re.sub(r"#\d+L?", "", str(node.toString())))  # (the subtree; a self-join's copy: new ids)
 
 
 _NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"
