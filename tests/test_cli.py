@@ -219,7 +219,7 @@ def test_a_full_or_read_only_sink_is_one_line_and_a_rerun_loses_nothing(tmp_path
     root, as this project's CI machine has; the test fails saying so where
     it cannot.)"""
     pytest.importorskip("pyspark")
-    from .test_spark import read_out, rows_of
+    from .test_spark import finished, read_out, rows_of, started
 
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -229,13 +229,13 @@ def test_a_full_or_read_only_sink_is_one_line_and_a_rerun_loses_nothing(tmp_path
         if r.returncode:
             pytest.fail(f"this test mounts a small tmpfs to fill (root with CAP_SYS_ADMIN): {r.stderr.strip()}")
 
-    def spec(tag):
+    def spec(tag, where=disk):
         s = {"source": {"format": "nexmark", "options": {"totalEvents": 40000, "eventsPerBatch": 10000,
                                                          "eventsPerSecond": 2000}},
              "checkpoint": str(tmp_path / f"ck-{tag}"), "trigger": {"availableNow": True},
              "watermark": {"column": "date_time", "delay": "2 seconds", "profile": "spark"},
              "stages": [{"window": {"tumble": "2 seconds", "by": ["auction"], "aggs": {"n": ["*", "count"]}}}],
-             "sink": {"parquet": str(disk / f"out-{tag}")}}
+             "sink": {"parquet": str(where / f"out-{tag}")}}
         (tmp_path / f"{tag}.json").write_text(json.dumps(s))
         return str(tmp_path / f"{tag}.json")
 
@@ -245,6 +245,7 @@ def test_a_full_or_read_only_sink_is_one_line_and_a_rerun_loses_nothing(tmp_path
         return lines[0]
 
     mount("-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk))
+    uninterrupted = started([sys.executable, "-m", "gpuwm.spark.front.cli", "run", spec("clean", tmp_path)])
     try:
         full = gpuwm("run", spec("full"))
         line = error_line(full)
@@ -257,18 +258,18 @@ def test_a_full_or_read_only_sink_is_one_line_and_a_rerun_loses_nothing(tmp_path
         again = gpuwm("run", spec("full"))
         assert again.returncode == 0 and done[0][:9] not in again.stdout, again.stderr[-2000:]  # it went on
         mount("-o", "remount,ro", str(disk))
-        ro = gpuwm("run", spec("clean"))
+        ro = gpuwm("run", spec("ro"))
         line = error_line(ro)
-        assert ro.returncode == 2 and line.startswith(f"gpuwm: error: Parquet sink '{disk / 'out-clean'}' cannot be "
+        assert ro.returncode == 2 and line.startswith(f"gpuwm: error: Parquet sink '{disk / 'out-ro'}' cannot be "
                                                       "used: ") and "Read-only file system" in line, line
-        assert not (tmp_path / "ck-clean" / "offsets").exists()
-        mount("-o", "remount,rw", str(disk))
-        clean = gpuwm("run", spec("clean"))
+        assert not (tmp_path / "ck-ro" / "offsets").exists()
+        clean = finished(uninterrupted)
         assert clean.returncode == 0, clean.stderr[-2000:]
         cols = ["window_start", "window_end", "auction", "n"]
-        want = rows_of(read_out(str(disk / "out-clean")), cols)
+        want = rows_of(read_out(str(tmp_path / "out-clean")), cols)
         assert len(want) > 500 and rows_of(read_out(str(disk / "out-full")), cols) == want
     finally:
+        uninterrupted.kill()
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 

@@ -32,9 +32,11 @@ from .test_spark import (  # noqa: E402
     _random_batches,
     _spark_native_append,
     _write_batches,
+    finished,
     nexmark_batches,
     read_out,
     rows_of,
+    started,
 )
 
 pytestmark = pytest.mark.spark
@@ -237,16 +239,8 @@ def test_sigkill_around_the_end_of_input_flush(tmp_path):
     restart, after gpuwm committed the flush but before Spark did; the last
     restart gives the uninterrupted output, with the flush once."""
     cols = ["window_start", "auction", "bids", "max_price"]
-    r = subprocess.run([sys.executable, _script(tmp_path, "clean")], capture_output=True, text=True, timeout=300)
-    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
-    batches = [line.split() for line in r.stdout.splitlines() if line.startswith("BATCH")]
+    uninterrupted = started(_script(tmp_path, "clean"))
     last_data = len(nexmark_batches(NEX)) - 1
-    assert batches[-1] == ["BATCH", str(last_data + 1), "1"]  # one flush, after the data
-    clean = read_out(f"{tmp_path}/clean/out")
-    clean_late = read_out(f"{tmp_path}/clean/out-late")
-    assert clean_late.num_rows > 0 and set(clean_late.column("late_reason").to_pylist()) == {"filter"}
-    flushed = pq.read_table(glob.glob(f"{tmp_path}/clean/out/batch_id={last_data + 1}/*.parquet"))
-    assert flushed.num_rows > 0 and clean.num_rows > 100
     path = _script(tmp_path, "killed")
     for point in ("after-data", "during-flush", "after-flush"):
         env = dict(os.environ, HOLD_FLUSH="1" if point == "after-flush" else "")
@@ -267,6 +261,15 @@ def test_sigkill_around_the_end_of_input_flush(tmp_path):
         proc.wait(timeout=60)
         assert proc.returncode == -signal.SIGKILL, point
         assert not os.path.exists(f"{tmp_path}/killed/ck/commits/{last_data + 1}"), point  # Spark never committed it
+    r = finished(uninterrupted)
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    batches = [line.split() for line in r.stdout.splitlines() if line.startswith("BATCH")]
+    assert batches[-1] == ["BATCH", str(last_data + 1), "1"]  # one flush, after the data
+    clean = read_out(f"{tmp_path}/clean/out")
+    clean_late = read_out(f"{tmp_path}/clean/out-late")
+    assert clean_late.num_rows > 0 and set(clean_late.column("late_reason").to_pylist()) == {"filter"}
+    flushed = pq.read_table(glob.glob(f"{tmp_path}/clean/out/batch_id={last_data + 1}/*.parquet"))
+    assert flushed.num_rows > 0 and clean.num_rows > 100
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     assert rows_of(read_out(f"{tmp_path}/killed/out"), cols) == rows_of(clean, cols)

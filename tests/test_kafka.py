@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from .kafka_broker import create_topic, produce, produce_raw
-from .test_spark import read_out, rows_of
+from .test_spark import finished, read_out, rows_of, started
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 pytest.importorskip("pyspark")
@@ -487,18 +487,7 @@ def test_sigkilled_driver_restarts_exactly_once(broker, tmp_path):
         path.write_text(json.dumps(s))
         return str(path)
 
-    clean = subprocess.run([*gpuwm, spec("clean")], capture_output=True, text=True, timeout=900,
-                           env={**env, "GPUWM_KAFKA_FETCH": "client"})
-    assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-4000:]
-    assert len(_batch_lines(clean.stdout)) >= 8
-    said = [int(n) for n in re.findall(r"\[(\d+) Kafka ranges? read by confluent-kafka: \1 GPUWM_KAFKA_FETCH=client\]",
-                                       clean.stdout)]
-    assert len(said) >= 8 and "gpuwm: %d Kafka ranges read by confluent-kafka: %d GPUWM_KAFKA_FETCH=client" % (
-        sum(said), sum(said)) in clean.stdout, clean.stdout[-3000:]
-    status = subprocess.run([gpuwm[0], "status", str(tmp_path / "ck-clean")], capture_output=True, text=True,
-                            timeout=120)
-    assert status.returncode == 0 and "kafka_client_ranges" in status.stdout.splitlines()[0], status.stdout
-    assert f"{sum(said)} Kafka ranges read by confluent-kafka" in status.stdout
+    uninterrupted = started([*gpuwm, spec("clean")], env={**env, "GPUWM_KAFKA_FETCH": "client"})
     proc = subprocess.Popen([*gpuwm, spec("killed")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=env)
     seen = []
@@ -517,6 +506,17 @@ def test_sigkilled_driver_restarts_exactly_once(broker, tmp_path):
     assert first in (2, 3)
     if first == 2:  # Spark 4.1.1's Kafka source fails after such a replay; gpuwm run starts it once more
         assert "SPARK-57438" in again.stderr and _batch_lines(again.stdout)[1] == 3
+    clean = finished(uninterrupted, timeout=900)
+    assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-4000:]
+    assert len(_batch_lines(clean.stdout)) >= 8
+    said = [int(n) for n in re.findall(r"\[(\d+) Kafka ranges? read by confluent-kafka: \1 GPUWM_KAFKA_FETCH=client\]",
+                                       clean.stdout)]
+    assert len(said) >= 8 and "gpuwm: %d Kafka ranges read by confluent-kafka: %d GPUWM_KAFKA_FETCH=client" % (
+        sum(said), sum(said)) in clean.stdout, clean.stdout[-3000:]
+    status = subprocess.run([gpuwm[0], "status", str(tmp_path / "ck-clean")], capture_output=True, text=True,
+                            timeout=120)
+    assert status.returncode == 0 and "kafka_client_ranges" in status.stdout.splitlines()[0], status.stdout
+    assert f"{sum(said)} Kafka ranges read by confluent-kafka" in status.stdout
     want = rows_of(read_out(f"{tmp_path}/out-clean"), COLS)
     assert len(want) > 100 and len(set(want)) == len(want)
     assert rows_of(read_out(f"{tmp_path}/out-killed"), COLS) == want

@@ -29,7 +29,7 @@ from gpuwm.spark import Pipeline, local_session  # noqa: E402
 from gpuwm.spark.storage.checkpoint import Location  # noqa: E402
 
 from .s3_server import S3Server, spark_jars  # noqa: E402
-from .test_spark import kill_after_batches  # noqa: E402
+from .test_spark import finished, kill_after_batches, started  # noqa: E402
 
 pytestmark = pytest.mark.spark
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -204,15 +204,15 @@ def test_sigkilled_on_an_s3_checkpoint_gives_the_uninterrupted_output(spark, s3,
             fh.write(textwrap.dedent(code))
         return path
 
-    r = subprocess.run([sys.executable, script("clean", **{"spark.master": "local-cluster[2,1,1024]"})],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
-    assert "EXECUTORS 2 PYTHON WORKERS 2" in r.stdout, r.stdout  # the tasks ran in two processes apart
+    uninterrupted = started(script("clean", **{"spark.master": "local-cluster[2,1,1024]"}), cwd=tmp_path)
     path = script("killed")
     kill_after_batches(path, 2)  # SIGKILLed after 2 batches (asserts the run died of the SIGKILL)
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
     assert "BATCH 1 replayed" in r.stdout, r.stdout  # Spark replayed batch 1; gpuwm ran nothing of it again
+    r = finished(uninterrupted, timeout=300)
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert "EXECUTORS 2 PYTHON WORKERS 2" in r.stdout, r.stdout  # the tasks ran in two processes apart
     want = _read_all(Location.of(s3.uri("killed/clean/out"), s3.options()))
     got = _read_all(Location.of(s3.uri("killed/killed/out"), s3.options()))
     assert len(want) > 20 and got == want  # 0 lost, 0 duplicated, batch for batch

@@ -644,18 +644,32 @@ def _run(path, timeout=300):
     return subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=timeout)
 
 
+def started(cmd: str | list, **popen) -> subprocess.Popen:
+    """The script ``cmd`` (or the command, a list) started, its output
+    piped: an uninterrupted run beside the runs a test kills, which share
+    nothing with it (the suite's time: a Spark driver waits on its JVM and
+    its micro-batches more than it computes). ``finished`` waits for it."""
+    cmd = [sys.executable, cmd] if isinstance(cmd, str) else cmd
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def finished(proc: subprocess.Popen, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``proc`` (from ``started``) run to its end: its exit status and output."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", [True])
 def test_crash_and_restart_gives_the_uninterrupted_output(tmp_path, chain):
     """A hopping window per auction (vnodes 2) followed by a global window
     over its window_time (a chain with an exchange). The hopping window
     alone, killed twice, is tests/test_s3.py's SIGKILL test (on S3)."""
-    # uninterrupted
-    r = _run(_crash_script(tmp_path, "clean", chain=chain))
-    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
-    clean = read_out(f"{tmp_path}/clean/out")
-    cols = ["window_start", "auction", "bids", "max_price"]
-    assert clean is not None and clean.num_rows > (10 if chain else 100)
+    uninterrupted = started(_crash_script(tmp_path, "clean", chain=chain))
     # 1. the query fails after gpuwm committed batch 2 but before Spark did; 2. its restart, which replays
     # batch 2, is killed (SIGKILL) in the middle of the run; the second restart gives the uninterrupted output
     r = _run(_crash_script(tmp_path, "failed", fail_after=2, chain=chain))
@@ -664,6 +678,11 @@ def test_crash_and_restart_gives_the_uninterrupted_output(tmp_path, chain):
     kill_after_batches(path, 3)
     r = _run(path)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    r = finished(uninterrupted)
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    clean = read_out(f"{tmp_path}/clean/out")
+    cols = ["window_start", "auction", "bids", "max_price"]
+    assert clean is not None and clean.num_rows > (10 if chain else 100)
     assert rows_of(read_out(f"{tmp_path}/failed/out"), cols) == rows_of(clean, cols)
 
 

@@ -24,7 +24,7 @@ pyspark = pytest.importorskip("pyspark")
 from gpuwm.spark import Pipeline, local_session  # noqa: E402
 from gpuwm.spark.front.spec import build as build_spec  # noqa: E402
 
-from .test_spark import TEST_CONF, kill_after_batches, read_out  # noqa: E402
+from .test_spark import TEST_CONF, finished, kill_after_batches, read_out, started  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TS = pa.timestamp("us", tz="UTC")
@@ -381,14 +381,15 @@ def test_killed_driver_restarts_to_the_uninterrupted_join(tmp_path):
         cols = ["p_id", "p_time", "a_id", "a_time"]
         return sorted((tuple(r[c] for c in cols) for r in t.select(cols).to_pylist()), key=repr)
 
-    r = subprocess.run([sys.executable, script("clean")], capture_output=True, text=True, timeout=600)
-    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
-    clean = rows("clean")
-    assert len(clean) > 1000 and any(r[2] is None for r in clean)
+    uninterrupted = started(script("clean"))
     path = script("killed")
     kill_after_batches(path, 3)
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600)
     assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    r = finished(uninterrupted)
+    assert "DONE" in r.stdout, r.stdout + r.stderr[-3000:]
+    clean = rows("clean")
+    assert len(clean) > 1000 and any(r[2] is None for r in clean)
     assert rows("killed") == clean
 
 
