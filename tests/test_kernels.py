@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import gpuwm
 from gpuwm.frame import Frame
 from kernels import NONE, assign_windows, group_reduce, order_indices
-from kernels.order import sort_rows
+from kernels.order import merge_order, sort_rows
 from kernels.watermark import _segment_exclusive_cummax
 
 I64 = st.integers(-(2**63) + 1, 2**63 - 1)
@@ -60,6 +60,24 @@ def test_sort_rows_keys_too_wide_for_the_row_index(device_branch, rows, dup, mon
     perm, (sa, sb) = sort_rows(np, [a, b])
     assert perm.tolist() == sorted(range(len(rows)), key=lambda i: (rows[i], i))
     assert sa.tolist() == a[perm].tolist() and sb.tolist() == b[perm].tolist()
+
+
+@pytest.mark.parametrize("device_branch", [False, True])
+@given(a=st.lists(st.tuples(st.integers(-3, 3), st.one_of(st.integers(-9, 9), I64)), min_size=1, max_size=40),
+       b=st.lists(st.tuples(st.integers(-3, 3), st.one_of(st.integers(-9, 9), I64)), min_size=1, max_size=40),
+       share=st.integers(0, 5))
+def test_merge_order_of_two_sorted_runs(device_branch, a, b, share, monkeypatch):
+    """Two sorted runs (a join's state and its new rows) merged: the order
+    of their concatenation, ties with ``a``'s rows first. NumPy sorts the
+    packed keys once (timsort merges the two runs) where they fit 63 bits
+    (else, and on a device, binary searches); rows both runs hold too."""
+    import kernels.xp
+
+    a, b = sorted(a), sorted(b + a[:share])
+    monkeypatch.setattr(kernels.xp, "CUPY_BRANCHES", device_branch)
+    perm = merge_order(np, *([np.array([r[i] for r in rows], dtype=np.int64) for i in (0, 1)] for rows in (a, b)))
+    both = a + b
+    assert perm.tolist() == sorted(range(len(both)), key=lambda i: (both[i], i))
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(-9, 9)), min_size=1, max_size=60))
