@@ -341,7 +341,7 @@ class IntervalJoinSpec(_JoinSpec):
     def event_time(self, upstream: str) -> str:
         return self.left_time
 
-    def other_times(self) -> tuple[str, ...]:
+    def other_times(self, upstream: tuple[str, ...] = ()) -> tuple[str, ...]:
         return (self.right_time,)
 
     def _check_times(self, dom: TimeDomain) -> None:

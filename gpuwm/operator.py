@@ -273,9 +273,11 @@ class OperatorSpec:
         """The event-time column of this stage's output, given its input's."""
         return upstream
 
-    def other_times(self) -> tuple[str, ...]:
+    def other_times(self, upstream: tuple[str, ...] = ()) -> tuple[str, ...]:
         """Other columns of this stage's output that its output watermark
-        covers too (an interval join's right time), for the stage after."""
+        covers too (an interval join's right time), for the stage after,
+        given its input's ``upstream`` (a stage that passes rows on passes
+        them on)."""
         return ()
 
     def output_schema(self, schema: pa.Schema) -> pa.Schema:

@@ -1,4 +1,4 @@
-"""The task-side projection (:mod:`gpuwm.spark.io.project`) against Spark
+"""The task-side projection (:mod:`gpuwm.project`) against Spark
 itself: ``from_json`` over thousands of random messages — valid, odd and
 broken JSON — gives Spark's structs, field for field; and the expressions a
 Kafka select uses give Spark's columns."""
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpuwm.spark.io.project import evaluate, from_json, spark_json
+from gpuwm.project import evaluate, from_json, spark_json
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
@@ -122,7 +122,7 @@ def test_the_slow_way_gets_every_message_with_a_newline_or_a_non_finite_word():
     32- and 64-bit offsets (a match across two messages may name one more)."""
     import pyarrow.compute as pc
 
-    from gpuwm.spark.io.project import _holding
+    from gpuwm.project import _holding
 
     rng = np.random.default_rng(1)
     alpha = list("abIfnNa{}\n\r ")
@@ -216,7 +216,7 @@ def test_doubles_are_written_with_the_digits_of_java_s_double_to_string():
     import struct
     import subprocess
 
-    from gpuwm.spark.io.project import _java_double
+    from gpuwm.project import _java_double
 
     jvms = _jvms()
     new = [v for v in jvms if v >= 19]
@@ -302,7 +302,7 @@ def test_arithmetic_equals_sparks(spark, ansi):
     values, bit for bit, with ANSI off (overflow wraps, a zero divisor gives
     null) and on (where nothing fails); with ANSI on, an overflow and a zero
     divisor fail in gpuwm as in Spark."""
-    from gpuwm.spark.io.project import SparkArithmeticError
+    from gpuwm.project import SparkArithmeticError
 
     rng = np.random.default_rng(3)
     spark.conf.set("spark.sql.ansi.enabled", str(ansi).lower())

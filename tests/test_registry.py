@@ -3,6 +3,7 @@ spec classes, looked up by kind; near misses named; kinds kept apart."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -58,6 +59,20 @@ def test_gpuwms_own_stages_are_registered_by_their_spec_classes():
     same = StageContext(None, {"a": WatermarkSpec("at", 5), "b": WatermarkSpec("at", 9)},
                         {"a": named["a"], "b": named["a"]})
     assert stage_from_json("union", {}, same) == UnionSpec(("a", "b"), "at")
+    # the stateless stages Spark's Project and Filter become between operators
+    from gpuwm.select import ProjectSpec, SelectSpec
+
+    assert stage_from_json("select", {"columns": ["k", ["t", "ts"]]}, CTX) == SelectSpec(("k", ("t", "ts")))
+    steps = [{"where": {"is_not_null": {"col": "k"}}}, [["k2", {"arith": ["+", {"col": "k"}, {"col": "k"}, True]}]]]
+    assert stage_from_json("project", {"steps": steps}, CTX) == ProjectSpec(steps) == ProjectSpec(json.dumps(steps))
+    with pytest.raises(gpuwm.ConfigError, match=r"project steps are a list of \{"):
+        stage_from_json("project", {"steps": [["k2"]]}, CTX)
+    schema = pa.schema([("ts", pa.int64()), ("k", pa.int64())])
+    assert ProjectSpec(steps).output_schema(schema) == pa.schema([*schema, ("k2", pa.int64())])
+    with pytest.raises(gpuwm.SchemaError, match=r"project column\(s\) \['k'\] are the stream's already"):
+        ProjectSpec([[["k", {"col": "ts"}]]]).output_schema(schema)
+    with pytest.raises(gpuwm.SchemaError, match="reads column .*nope.*; it has"):
+        ProjectSpec([[["x", {"col": "nope"}]]]).output_schema(schema)
 
 
 def test_near_misses_are_named():

@@ -574,7 +574,7 @@ def test_direct_read_falls_back_per_batch_and_refuses_when_asked(spark, tmp_path
     assert len(outs["spark-1"]) > 5 and outs["auto-1"] == outs["spark-1"] and outs["auto-2"] == outs["spark-1"]
     assert hist["spark-1"] == ["spark"] * 3
     assert hist["auto-1"] == hist["auto-2"] == ["direct", "spark", "direct"]  # files 2-3 hold the odd one
-    # (arithmetic it evaluates, as Spark: gpuwm.spark.io.project)
+    # (arithmetic it evaluates, as Spark: gpuwm.project)
     df = spark.readStream.schema(schema).parquet(src).selectExpr("ts", "k", "abs(price) AS price")
     with pytest.raises(gpuwm.ConfigError, match="the task cannot evaluate `abs\\(price\\)` of the select on the "
                                                 "source"):

@@ -93,7 +93,7 @@ def parquet_projection(df) -> tuple[list, pa.Schema] | str | None:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_json_string
 
-    from ..io.project import evaluate
+    from ...project import evaluate
     from .kafka import Untranslatable, projection_steps, same_columns, under_selects
 
     plan, projects = under_selects(df._jdf.queryExecution().analyzed())
@@ -116,7 +116,7 @@ def files_steps(df) -> tuple[list, pa.Schema] | None:
     """The selects over a Parquet source (:func:`parquet_projection`) that
     its tasks evaluate on each file's rows, and the files' columns they
     read; None for the source itself."""
-    from ..io.project import inputs_of
+    from ...project import inputs_of
 
     got = parquet_projection(df)
     if not isinstance(got, tuple):

@@ -12,7 +12,7 @@ settings) and its tasks fetch them (:func:`gpuwm.spark.io.sources.read_kafka`:
 Kafka's Fetch request decoded with NumPy, :mod:`gpuwm.spark.io.kafkawire`,
 and ``confluent-kafka`` for what that does not take), one task per Kafka partition
 (``partition`` is the natural split), building Spark's Kafka columns in
-Arrow and then the query's ``select`` (:mod:`gpuwm.spark.io.project`).
+Arrow and then the query's ``select`` (:mod:`gpuwm.project`).
 
 Used when the pipeline's DataFrame is the Kafka source followed only by
 projections the task can evaluate (:func:`translate`) and every ``kafka.*``
@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from ...errors import ConfigError, GpuwmError
-from ..io.project import JSON_TYPES, LITERAL_TYPES
+from ...project import JSON_TYPES, LITERAL_TYPES
 from ..jvm.objects import java_map, scala_iter, scan_rdds
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
@@ -182,7 +182,7 @@ def under_selects(plan) -> tuple[Any, list]:
 
 def projection_steps(projects: list, out: list) -> tuple[list, str | None]:
     """The selects and filters ``projects`` (top first) over a source with
-    output attributes ``out``, as :mod:`gpuwm.spark.io.project` steps
+    output attributes ``out``, as :mod:`gpuwm.project` steps
     (bottom first; a filter's ``{"where": ...}``), and why not (None: they
     are); raises :class:`Untranslatable` for an expression gpuwm's tasks do
     not evaluate. Steps that only filter end with the source's columns."""
@@ -356,7 +356,7 @@ def _same_schema(steps: list, headers: bool, spark_schema) -> str | None:
     """Why the projection's columns would differ from the DataFrame's, or None."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from ..io.project import evaluate
+    from ...project import evaluate
     from ..io.sources import kafka_schema
 
     want = to_arrow_schema(spark_schema)
@@ -389,7 +389,7 @@ def _same_type(a, b) -> bool:
 
 
 class Untranslatable(Exception):
-    """An expression :mod:`gpuwm.spark.io.project` does not evaluate."""
+    """An expression :mod:`gpuwm.project` does not evaluate."""
 
 
 _TS = {"MillisToTimestamp": "millis", "SecondsToTimestamp": "seconds", "MicrosToTimestamp": "micros"}
@@ -425,7 +425,7 @@ _NUMERIC = ("bigint", "int", "smallint", "tinyint", "double", "float")
 
 
 def translate(e, ids: dict[int, str]) -> dict:
-    """A Catalyst expression as a :mod:`gpuwm.spark.io.project` expression."""
+    """A Catalyst expression as a :mod:`gpuwm.project` expression."""
     kind = e.getClass().getSimpleName()
     if kind == "AttributeReference":
         got = ids.get(int(e.exprId().id()))
@@ -555,7 +555,7 @@ def _json_scalars(typ: str) -> list[str]:
 
 
 def _json_writable(typ: str) -> bool:
-    """A type :func:`gpuwm.spark.io.project.to_json` writes as Spark does:
+    """A type :func:`gpuwm.project.to_json` writes as Spark does:
     integers, doubles, booleans, strings, timestamps, structs of them."""
     return all(t in _JSON_SCALARS for t in _json_scalars(typ))
 

@@ -52,7 +52,7 @@ class Sink:
     rows: int = 20
     #: the file-system settings of ``path`` (:func:`~gpuwm.spark.storage.checkpoint.spark_fs_options`)
     options: tuple[tuple[str, str], ...] = ()
-    #: the last stage's rows as the query's columns: :mod:`gpuwm.spark.io.project` steps, as JSON ("": as they are)
+    #: the last stage's rows as the query's columns: :mod:`gpuwm.project` steps, as JSON ("": as they are)
     project: str = ""
 
     def __post_init__(self) -> None:

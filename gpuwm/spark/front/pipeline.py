@@ -376,7 +376,10 @@ class Pipeline:
         if self.inputs is None:
             wms: dict[str | None, WatermarkSpec] = {} if self._wm is None else {None: self._wm}
             last = self._stages[-1] if self._stages else None
-            return StageContext(self._event_time(), wms, {}, last, last.other_times() if last is not None else ())
+            others: tuple[str, ...] = ()
+            for st in self._stages:
+                others = st.other_times(others)
+            return StageContext(self._event_time(), wms, {}, last, others)
         wms = dict(self._wms)
         streams, times = self._streams()
         made = {n: st for (n, _), st in zip(self._graph, self._stages)}
@@ -387,8 +390,17 @@ class Pipeline:
             event_time = wms[feed].column if feed in wms else None
         else:
             event_time = times.get(feed) if feed is not None else None
-        return StageContext(event_time, wms, streams, before, before.other_times() if before is not None else (),
-                            times)
+        return StageContext(event_time, wms, streams, before, self._other_times(feed), times)
+
+    def _other_times(self, name: str | None) -> tuple[str, ...]:
+        """The other event-time columns the stream ``name``'s watermark
+        covers (:meth:`~gpuwm.operator.OperatorSpec.other_times`, through
+        the stages that pass rows on)."""
+        made = {n: (st, feeds) for (n, feeds), st in zip(self._graph, self._stages)}
+        if name not in made:  # an input (or none)
+            return ()
+        st, feeds = made[name]
+        return st.other_times(self._other_times(feeds[0]) if len(feeds) == 1 else ())
 
     def _event_time(self) -> str | None:
         col = None if self._wm is None else self._wm.column
@@ -485,7 +497,7 @@ class Pipeline:
 
     def output(self, steps: Sequence[Sequence[Any]]) -> "Pipeline":
         """Write the last stage's rows as other columns: ``steps`` of
-        :mod:`gpuwm.spark.io.project` (``[[[name, expr], ...], ...]``), each
+        :mod:`gpuwm.project` (``[[[name, expr], ...], ...]``), each
         over the one before (what :func:`gpuwm.spark.front.translate` gives, to
         write Spark's columns: a ``window`` struct, the query's names);
         :meth:`output_schema` shows the result."""
@@ -494,7 +506,7 @@ class Pipeline:
 
     def output_schema(self) -> pa.Schema:
         """The columns the sink writes: the last stage's, through :meth:`output`."""
-        from ..io.project import evaluate
+        from ...project import evaluate
 
         plan = self._plan()
         out = plan.schemas[-1].empty_table()

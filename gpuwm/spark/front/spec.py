@@ -85,6 +85,10 @@ Operators: ``stages``, a list of stages, each one of
 
 - ``{"select": {"columns": ["k", ["t", "window_time"], ...]}}`` — columns
   kept, a ``[new name, column]`` pair renamed (the event-time column kept),
+- ``{"project": {"steps": [{"where": expr}, [["n2", expr], ...]]}}`` — rows
+  filtered and columns computed beside the stream's (:mod:`gpuwm.project`'s
+  expressions; what ``accelerate`` makes of Spark's ``filter`` and
+  ``withColumn`` between two operators),
 
 and, in a spec with ``inputs`` (one or more), ``"name"`` and ``"input"``
 beside a stage's kind: a graph of stages (``{"window": {...}, "name":
@@ -434,7 +438,7 @@ def _stage_problems(bad, spec: dict, wm) -> None:
                                      f"{per:,} windows (gpuwm keeps one aggregate per row and window; at most "
                                      f"{MAX_WINDOWS_PER_ROW:,}): use a longer slide or a shorter window")
         ctx = StageContext(event_time=got.event_time(ctx.event_time), watermarks=ctx.watermarks, previous=got,
-                           also_times=got.other_times())
+                           also_times=got.other_times(ctx.also_times))
 
 
 #: what a stage object may hold beside its kind: its name and the stream it reads (a graph of stages)

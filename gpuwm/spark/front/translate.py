@@ -8,7 +8,7 @@ gpuwm's operators, unchanged.
 below ``withWatermark`` (the source, its projections and filters) stays
 Spark's; the watermark and the stateful operator above it become gpuwm's;
 the projections after it become the sink's output columns
-(:mod:`gpuwm.spark.io.project`), so the rows written have Spark's columns —
+(:mod:`gpuwm.project`), so the rows written have Spark's columns —
 ``window`` a ``struct<start, end>``, the query's names and types::
 
     q = (accelerate(df)                      # df: withWatermark + groupBy(window(...), k).agg(...)
@@ -20,7 +20,8 @@ What it translates today: one ``withWatermark`` over a source, then
 .agg(count/sum/min/max/avg ...)``, ``dropDuplicatesWithinWatermark(keys)``
 or ``dropDuplicates(keys)`` with the watermark's column among the keys —
 or a chain of them as Spark chains stateful operators (a window over a
-window's rows by ``window_time(window)``, an aggregation after a dedup) —,
+window's rows by ``window_time(window)``, an aggregation after a dedup;
+filters and new columns between them a project stage: :func:`_project`) —,
 or a stream-stream join of two watermarked sources on equal keys and a
 time range between their event times, equal event times, or the same
 window (``window(ts, ...)`` selected on each side; inner, left, right, full
@@ -28,7 +29,7 @@ outer) — a side may be a window aggregation's rows or a dedup's, the query the
 of stages (Nexmark q5, q7, q8: :func:`_join_graph`) —,
 then projections (columns, struct fields, renames, casts) and filters
 (``HAVING``: comparisons, ``AND``/``OR``/``NOT``, ``IS [NOT] NULL``),
-evaluated as the sink writes (:mod:`gpuwm.spark.io.project`). The window's
+evaluated as the sink writes (:mod:`gpuwm.project`). The window's
 parameters are read from the plan Spark's analyzer made of them and
 checked: the same call on the same input must give the same plan, or the
 query is not translated. Anything else — another operator, an aggregate
@@ -264,8 +265,9 @@ def _input(spark, node) -> Translation:
             return _under_watermark(spark, node)
         if kind in _STATEFUL:
             return _STATEFUL[kind](spark, node)
-        if kind == "Project":  # columns, renames, window.start / .end and window_time(window) of a window below
-            made, renamed, fields = {}, {}, {}
+        if kind == "Project":  # columns, renames, window.start / .end and window_time(window) of a window below;
+            # columns computed over a stateful operator's rows: a project stage
+            made, renamed, fields, computed = {}, {}, {}, []
             for e in scala_iter(node.projectList()):
                 if _kind(e) == "AttributeReference":
                     continue
@@ -279,11 +281,11 @@ def _input(spark, node) -> Translation:
                     continue
                 m = _WINDOW_TIME.fullmatch(str(e.child().toString())) if _kind(e) == "Alias" else None
                 if m is None:
-                    made = None
-                    break
+                    computed.append(e)
+                    continue
                 made[_id(e)] = int(m.group(1))
-            if made is not None:
-                if made or renamed or fields:
+            if not (computed and _watermarked(node)):  # (over withWatermark: the source computes them)
+                if made or renamed or fields or computed:
                     below = _input(spark, node.child())
                     if any(w != below.window_id for w in made.values()):
                         raise Refused("Project", "window_time() of a column that is not the window of the "
@@ -301,6 +303,8 @@ def _input(spark, node) -> Translation:
                             below.columns[new] = below.columns[old]
                             if below.time is not None and below.columns[old] == below.time[1]:
                                 below.time = name, below.time[1]
+                    if computed:
+                        _project(below, node, computed)
                     return below
                 node = node.child()
                 continue
@@ -310,12 +314,59 @@ def _input(spark, node) -> Translation:
         comma = _comma_join(node) if kind == "Filter" else None
         if comma is not None and not comma[2]:  # FROM a, b WHERE <the join's condition>
             return _join(spark, comma[0], comma[1])
+        if kind == "Filter" and not _watermarked(node):  # over a stateful operator's rows: a project stage
+            below = _input(spark, node.child())
+            _project(below, node, None)
+            return below
         if kind in ("Filter", "Project"):
             return _under_watermark(spark, node)
         if kind in ("StreamingRelation", "StreamingRelationV2", "StreamingExecutionRelation"):
             raise Refused("query", "no withWatermark: gpuwm's operators drain by the watermark")
         raise Refused(kind, "an operator below the aggregation (a join, a union ...): gpuwm translates "
                             "windowed aggregations and dedups over one watermarked source, chained")
+
+
+def _watermarked(node) -> bool:
+    """``node``, a filter or a select, is over ``withWatermark`` through
+    filters and selects alone (else over another operator's rows)."""
+    while _kind(node) in ("Project", "Filter") + _TRANSPARENT:
+        node = node.child()
+    return _kind(node) == "EventTimeWatermark"
+
+
+def _project(t: Translation, node, computed: list | None) -> None:
+    """A filter (``computed`` None: ``node``'s condition) or columns a
+    select computes (``computed``: its aliases) over the rows of ``t``'s
+    last stage, before another operator: a project stage
+    (:class:`gpuwm.select.ProjectSpec`), evaluated as Spark evaluates them
+    (:mod:`gpuwm.project`). The computed columns take names of gpuwm's
+    own beside the stage's; the watermark passes on as it is, as Spark
+    propagates it past a filter or a select."""
+    from ..driver.kafka import Untranslatable
+    from ..driver.kafka import translate as expr
+
+    kind, over = _kind(node), f"a {t.stages[-1][0]}'s rows" if t.stages else "a join's rows"
+    exprs = [node.condition()] if computed is None else [e.child() for e in computed]
+    for e in exprs:
+        if not e.deterministic():
+            raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} is not deterministic")
+        if t.window_id is not None and t.window_id in {_id(a) for a in scala_iter(e.references().toSeq())}:
+            raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} reads the window struct: gpuwm computes "
+                                "over its columns (window.start and window.end selected first)")
+    n = len(t.stages)
+    try:
+        if computed is None:
+            step: Any = {"where": expr(node.condition(), t.columns)}
+            shown = f"filter     {_no_ids(str(node.condition().sql()))}"
+        else:
+            step = [[f"__gpuwm_c{n}_{k}", expr(e.child(), t.columns)] for k, e in enumerate(computed)]
+            shown = "compute    " + ", ".join(f"{e.name()} = {_no_ids(str(e.child().sql()))}" for e in computed)
+    except Untranslatable as err:
+        raise Refused(kind, f"gpuwm does not evaluate `{_no_ids(str(err))}` over {over}") from None
+    if computed is not None:
+        t.columns.update({_id(e): c for e, (c, _) in zip(computed, step)})
+    t.stages.append(("project", [step]))
+    t.shown.append(shown)
 
 
 def _under_watermark(spark, node) -> Translation:
@@ -329,19 +380,16 @@ def _under_watermark(spark, node) -> Translation:
     of gpuwm's source (Spark's, or the direct read's). A conjunct on the event
     time stays above Spark's watermark (which sees the rows it drops): refused,
     as a select that drops the event time (renamed, it is gpuwm's watermark
-    column), anything not deterministic, and filters and selects over another
-    operator's rows (the last operator's are the sink's projection)."""
+    column), and anything not deterministic. (Over another operator's rows,
+    filters and selects are a project stage, :func:`_project`; after the
+    last operator, the sink's projection.)"""
     chain, at = [], node
     while _kind(at) in ("Project", "Filter") + _TRANSPARENT:
         if _kind(at) not in _TRANSPARENT:
             chain.append(at)
         at = at.child()
-    if _kind(at) != "EventTimeWatermark":
-        if _kind(node) == "Filter":
-            raise Refused("Filter", "a filter over a stateful operator's rows below another operator: gpuwm "
-                                    "filters after the last one")
-        raise Refused("Project", "new columns over a stateful operator's rows below another operator: gpuwm "
-                                 "computes columns after the last one")
+    if _kind(at) != "EventTimeWatermark":  # (a stateful operator's rows: _input makes a project stage of them)
+        raise Refused(_kind(node), f"no withWatermark below it, but a {_kind(at)}")
     ts = at.eventTime()
     if str(ts.dataType().simpleString()) != "timestamp":
         raise Refused("EventTimeWatermark", f"its column {ts.name()} is {ts.dataType().simpleString()}, "
@@ -411,6 +459,8 @@ def _windowing(upper, operator: str = "Aggregate") -> tuple[Any, Any, Any]:
                                                              ("Filter", "Project")):
         raise Refused(operator, _NO_WINDOW)
     made = upper if _kind(upper) == "Project" else lower
+    if _kind(made) == "Project" and _kind(next(iter(scala_iter(made.projectList())), made)) != "Alias":
+        raise Refused(operator, _NO_WINDOW)  # (a select over a filter that passes its first column on)
     return made, list(scala_iter(made.output()))[0], lower.child()
 
 
@@ -606,7 +656,11 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     from ...session import Session
     from ...window import Tumble
 
-    _, below, bkeys, baggs = t.stages[-1]
+    at = len(t.stages) - 1
+    while at > 0 and t.stages[at][0] == "project":  # filters and computed columns over the window's rows
+        at -= 1
+    _, below, bkeys, baggs = t.stages[at]
+    added = [c for st in t.stages[at + 1:] for step in st[1] if isinstance(step, list) for c, _ in step]
     if isinstance(below, Session) or t.window_of is None:
         raise Refused("Aggregate", "grouped by a session window's column: gpuwm groups by a tumbling or hopping "
                                    "window's")
@@ -614,7 +668,7 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
         raise Refused("Aggregate", "a grouping column the stage below does not give as a column")
     n = len(t.stages)
     start, end = f"__gpuwm_ws{n}", f"__gpuwm_we{n}"
-    kept = [*bkeys, *baggs, WINDOW_TIME]
+    kept = [*bkeys, *baggs, WINDOW_TIME, *added]
     t.stages.append(("select", [[start, "window_start"], [end, "window_end"], *[[c, c] for c in kept]]))
     keys = [start, end, *(t.columns[i] for i in named)]
     aggs: dict[str, tuple[str, str]] = {}
@@ -687,38 +741,51 @@ def _descendants(e) -> list:
 def _filtered(t: Translation, e, fk: str, arg, j: int) -> str:
     """``agg(x) FILTER (WHERE cond)`` as ``agg(CASE WHEN cond THEN x END)``
     (``count(*)``'s: of ``1``), the same rows for count, sum, min, max and
-    avg, which skip nulls: a column the source gains (:func:`_on_source`);
+    avg, which skip nulls: a column computed for it (:func:`_on_source`);
     its name."""
-    from pyspark.sql import functions as F
-
     if fk in ("First", "Last"):
         raise Refused("Aggregate", f"the aggregate {e.sql()}: first / last with FILTER (they take nulls too)")
-    cond = e.filter().get()
-    return _on_source(t, e, cond, f"__gpuwm_filter{j}",
-                      lambda c: F.when(c, F.lit(1) if arg is None else _column(t.source, arg)),
-                      [] if arg is None else [arg])
+    return _on_source(t, e, e.filter().get(), f"__gpuwm_filter{j}", where=True, then=arg)
 
 
-def _on_source(t: Translation, e, x, name: str, wrap=None, more: Sequence = ()) -> str:
-    """The column ``name`` the source gains for the aggregate ``e``: the
-    expression ``x`` of the source's columns (``wrap`` of it where given;
-    ``more``: other expressions that reads). Spark computes it under
-    ``withWatermark``, a projection the watermark does not read (or the
-    direct read does, where it evaluates it); the aggregate then takes the
-    column. Refused over a stage's or a join's rows, or when ``x`` reads a
-    column renamed or computed after withWatermark, or is not
-    deterministic."""
-    if t.stages or t.inputs:
+def _on_source(t: Translation, e, x, name: str, where: bool = False, then=None) -> str:
+    """The column ``name`` computed for the aggregate ``e``: the expression
+    ``x`` (``where``: ``CASE WHEN x THEN then END``, ``then`` None for a
+    ``1``). Over the source's columns, the source gains it: Spark computes
+    it under ``withWatermark``, a projection the watermark does not read
+    (or the direct read does, where it evaluates it). Over a stage's or a
+    join's rows, a project stage computes it (:func:`_project`). The
+    aggregate then takes the column. Refused when ``x`` reads a column
+    renamed or computed after withWatermark, or is not deterministic."""
+    from pyspark.sql import functions as F
+
+    both = [x] if then is None else [x, then]
+    if not all(y.deterministic() for y in both):
+        raise Refused("Aggregate", f"the aggregate {e.sql()} is not deterministic")
+    if t.stages:
+        from ..driver.kafka import Untranslatable
+        from ..driver.kafka import translate as expr
+
+        try:
+            got = expr(x, t.columns)
+            if where:
+                got = {"when": [got, {"lit": [1, "int"]} if then is None else expr(then, t.columns)]}
+        except Untranslatable as err:
+            raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm does not evaluate `{_no_ids(str(err))}` "
+                                       f"over a {t.stages[-1][0]}'s rows") from None
+        t.stages.append(("project", [[[name, got]]]))
+        return name
+    if t.inputs:
         raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm computes an aggregate's expression on the "
-                                   "source, not over a stage's or a join's rows")
-    refs = [a for y in (x, *more) for a in scala_iter(y.references().toSeq())]
+                                   "source or over a stage's rows")
+    refs = [a for y in both for a in scala_iter(y.references().toSeq())]
     if any(_kind(a) != "AttributeReference" or t.columns.get(_id(a)) != str(a.name()) for a in refs):
         raise Refused("Aggregate", f"the aggregate {e.sql()}: it reads a column renamed or computed after "
                                    "withWatermark")
-    if not all(y.deterministic() for y in (x, *more)):
-        raise Refused("Aggregate", f"the aggregate {e.sql()} is not deterministic")
     c = _column(t.source, x)
-    t.source = t.source.withColumn(name, c if wrap is None else wrap(c))
+    if where:
+        c = F.when(c, F.lit(1) if then is None else _column(t.source, then))
+    t.source = t.source.withColumn(name, c)
     return name
 
 
@@ -1691,6 +1758,8 @@ class Accelerated:
                     p.stage(st[1], **wired)
                 elif st[0] == "select":
                     p.add("select", columns=st[1], **wired)
+                elif st[0] == "project":
+                    p.add("project", steps=st[1], **wired)
                 else:
                     p.add("dedup", key=st[1], **({"forever": True} if st[2:] else {}), **wired)
         except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make

@@ -21,7 +21,7 @@ def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
     sink = plan.sink
     said = {}
     if sink.project:
-        from .project import evaluate
+        from ...project import evaluate
 
         out = evaluate(json.loads(sink.project), out)
         said["rows_emitted"] = out.num_rows

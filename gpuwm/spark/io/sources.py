@@ -31,9 +31,9 @@ def file_of(uri: str, options: tuple = ()) -> tuple[Any, str]:
 def _read_file(uri: str, schema: pa.Schema, options: tuple, steps: list | None = None,
                source: pa.Schema | None = None, counts: dict | None = None) -> pa.Table:
     """One file's rows cast to ``schema`` — or, with ``steps`` (the selects
-    over the source, :mod:`gpuwm.spark.io.project`), its columns
+    over the source, :mod:`gpuwm.project`), its columns
     ``source`` with the selects applied, then cast."""
-    from .project import evaluate
+    from ...project import evaluate
 
     fs, path = file_of(uri, options)
     read = schema if steps is None else source
@@ -46,7 +46,7 @@ def read_files(paths: list[str], schema: pa.Schema, ids: Iterator[pa.RecordBatch
                counts: dict | None = None) -> Iterator[pa.RecordBatch]:
     """In a task: the rows of the files whose indexes (into ``paths``) the
     task's input carries, in order, cast to the stream's schema — or, with
-    ``steps`` (the selects over the source, :mod:`gpuwm.spark.io.project`),
+    ``steps`` (the selects over the source, :mod:`gpuwm.project`),
     the files' columns ``read`` (a schema's text) with the selects applied."""
     from gpuwm.schema import schema_from_text
 
@@ -134,7 +134,7 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
     """In a task: the records of the Kafka partitions whose indexes (into
     ``source["parts"]``) the task's input carries, each partition's ranges in
     offset order, as Spark's Kafka columns, then through the query's
-    projection (:func:`gpuwm.spark.io.project.evaluate`). ``counts`` gets
+    projection (:func:`gpuwm.project.evaluate`). ``counts`` gets
     ``malformed`` (messages ``from_json`` did not parse whole) and
     ``offsets_lost`` (offsets deleted before they were read, with
     ``failOnDataLoss`` false), ``kafka_client_ranges`` (ranges read by
@@ -145,8 +145,8 @@ def read_kafka(source: dict, ids: Iterator[pa.RecordBatch], counts: dict | None 
     ``kafka_codec_s`` (:func:`gpuwm.spark.io.kafkawire.inflate`)."""
     from confluent_kafka import Consumer
 
+    from ...project import evaluate, inputs_of
     from .kafkawire import wire_ok
-    from .project import evaluate, inputs_of
 
     counts = {} if counts is None else counts
     mine = [source["parts"][i] for b in ids for i in b.column(0).to_pylist()]
@@ -229,8 +229,8 @@ class _Wire:
     def _range(self, leader, topic: str, partition: int, start: int, until: int) -> tuple[pa.Table | None, dict]:
         import struct
 
+        from ...project import evaluate
         from .kafkawire import Connection, Unsupported
-        from .project import evaluate
 
         counts: dict = {}
         try:

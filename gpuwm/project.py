@@ -1,8 +1,11 @@
-"""A Spark projection evaluated in a gpuwm task over Arrow columns, with
-Spark's results: the ``select`` a query applies to its source (Kafka's
+"""A Spark projection evaluated over Arrow columns, with Spark's results:
+the ``select`` a query applies to its source (Kafka's
 ``from_json(CAST(value AS STRING), schema)``, then naming the fields), so
 that a task that reads its input itself (:mod:`gpuwm.spark.io.sources`) hands
-the operators the rows Spark's plan would have.
+the operators the rows Spark's plan would have; the filters and columns a
+query computes between two stateful operators (a project stage,
+:class:`gpuwm.select.ProjectSpec`); and the sink's projection of the last
+stage's rows to the query's columns.
 
 A projection is a list of steps; a step a list of ``[name, expr]``; an
 expression a small JSON tree (the driver builds it from Spark's analyzed
@@ -235,7 +238,7 @@ def arith(op: str, a: pa.Array, b: pa.Array, ansi: bool) -> pa.Array:
     [-9223372036854775808]
     >>> arith("/", pa.array([1.0]), pa.array([-0.0]), True)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    gpuwm.spark.io.project.SparkArithmeticError: [DIVIDE_BY_ZERO] Division by zero in (1.0 / -0.0): ...
+    gpuwm.project.SparkArithmeticError: [DIVIDE_BY_ZERO] Division by zero in (1.0 / -0.0): ...
     """
     if op in _ARITH:
         if ansi and pa.types.is_integer(a.type):
