@@ -458,6 +458,11 @@ class Stateless(Operator):
         self._schema = schema
         return self
 
+    def _host_chunk(self, rows: Any) -> pa.Table:
+        """A pushed chunk as a host Arrow table (a device Frame's columns
+        copied back), bound and counted (:meth:`Operator._chunk`)."""
+        return self._chunk(rows if isinstance(rows, (pa.Table, pa.RecordBatch)) else rows.to_arrow())
+
     def _queue(self, table: pa.Table) -> None:
         """Hold ``table`` (output rows) until the drain."""
         if table.num_rows:

@@ -82,7 +82,7 @@ class Select(Stateless):
     (``drain`` releases what the batch pushed)."""
 
     def push(self, rows: Any) -> None:
-        t = self._chunk(rows if isinstance(rows, (pa.Table, pa.RecordBatch)) else rows.to_arrow())
+        t = self._host_chunk(rows)
         self._queue(pa.Table.from_arrays([t.column(c) for _, c in self.spec.columns], schema=self._out))
 
 
@@ -165,5 +165,5 @@ class Project(Stateless):
     (``drain`` releases what the batch pushed)."""
 
     def push(self, rows: Any) -> None:
-        t = self._chunk(rows if isinstance(rows, (pa.Table, pa.RecordBatch)) else rows.to_arrow())
+        t = self._host_chunk(rows)
         self._queue(self.spec.apply(t).cast(self._out))
