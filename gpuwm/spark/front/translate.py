@@ -656,11 +656,8 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     from ...session import Session
     from ...window import Tumble
 
-    at = len(t.stages) - 1
-    while at > 0 and t.stages[at][0] == "project":  # filters and computed columns over the window's rows
-        at -= 1
-    _, below, bkeys, baggs = t.stages[at]
-    added = [c for st in t.stages[at + 1:] for step in st[1] if isinstance(step, list) for c, _ in step]
+    _, below, bkeys, baggs = _last(t)  # (projects over its rows: filters, and columns they add)
+    added = _added(t)
     if isinstance(below, Session) or t.window_of is None:
         raise Refused("Aggregate", "grouped by a session window's column: gpuwm groups by a tumbling or hopping "
                                    "window's")
@@ -1235,11 +1232,12 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             _joined_side(name, t)
         if t.time is None and not t.stages:
             raise Refused("Join", f"its {name} side has no event time")
-        if t.stages and t.stages[-1][0] not in ("window", "dedup", "join"):
-            raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows: gpuwm joins a watermarked "
+        last = _last(t)  # (projects over a stage's rows pass its rows on)
+        if last is not None and last[0] not in ("window", "dedup", "join"):
+            raise Refused("Join", f"its {name} side is a {last[0]}'s rows: gpuwm joins a watermarked "
                                   "source, a window aggregation's rows, a dedup's or a join's")
-        below = [st[0] for st in t.stages if st[0] != "dedup"]
-        if t.stages and t.stages[-1][0] == "dedup" and below:
+        below = [st[0] for st in t.stages if st[0] not in ("dedup", "project")]
+        if last is not None and last[0] == "dedup" and below:
             raise Refused("Join", f"its {name} side is a dedup of a {below[-1]}'s rows: gpuwm joins a dedup of "
                                   "a watermarked source")
         if t.stages and win is not None:
@@ -1461,14 +1459,14 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
         return by_origin[t.origin]
 
     def columns(t: Translation) -> list[str]:  # the stream's columns: a window's or a join's output, or the source's
-        if _aggregated(t):
-            _, _, keys, aggs = t.stages[-1]
-            return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME]
+        if _aggregated(t):  # (with the columns projects over its rows add)
+            _, _, keys, aggs = _last(t)
+            return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME, *_added(t)]
         if t.graph is not None:  # a graph's join
-            return list(t.joined)
+            return list(t.joined) + _added(t)
         if t.inputs:  # (an interval join's rows: its left side's columns, then its right side's)
-            return [c for n in ("left", "right") for c in t.inputs[n].source.columns]
-        return list(t.source.columns)  # (a dedup's rows are its source's)
+            return [c for n in ("left", "right") for c in t.inputs[n].source.columns] + _added(t)
+        return list(t.source.columns) + _added(t)  # (a dedup's rows are its source's)
 
     for name, t in sides.items():
         if t.graph is not None:  # a graph's join: its stages over its inputs, each under its own name; a window
@@ -1560,9 +1558,27 @@ def _joined_side(name: str, t: Translation) -> None:
         raise Refused("Join", f"its {name} side is a join with no time bound, whose rows carry no watermark")
 
 
+def _last_at(t: Translation) -> int:
+    """The index of ``t``'s last stage that is not a project (which passes
+    that stage's rows on, with columns added and rows filtered), or -1."""
+    return next((k for k in range(len(t.stages) - 1, -1, -1) if t.stages[k][0] != "project"), -1)
+
+
+def _last(t: Translation) -> tuple | None:
+    """``t``'s last stage that is not a project (:func:`_last_at`), or None."""
+    at = _last_at(t)
+    return t.stages[at] if at >= 0 else None
+
+
+def _added(t: Translation) -> list[str]:
+    """The columns the project stages after ``t``'s last other stage add."""
+    return [c for st in t.stages[_last_at(t) + 1:] for step in st[1] if isinstance(step, list) for c, _ in step]
+
+
 def _aggregated(t: Translation) -> bool:
-    """Whether ``t``'s rows are a window aggregation's (its last stage)."""
-    return bool(t.stages) and t.stages[-1][0] == "window"
+    """Whether ``t``'s rows are a window aggregation's (its last stage, but
+    for projects over them)."""
+    return (_last(t) or ("",))[0] == "window"
 
 
 def _unbounded_join(t: Translation) -> bool:
