@@ -459,7 +459,8 @@ def _windowing(upper, operator: str = "Aggregate") -> tuple[Any, Any, Any]:
                                                              ("Filter", "Project")):
         raise Refused(operator, _NO_WINDOW)
     made = upper if _kind(upper) == "Project" else lower
-    if _kind(made) == "Project" and _kind(next(iter(scala_iter(made.projectList())), made)) != "Alias":
+    if _kind(made) == "Project" and _kind(lower.child()) != "Expand" and \
+            _kind(next(iter(scala_iter(made.projectList())), made)) != "Alias":
         raise Refused(operator, _NO_WINDOW)  # (a select over a filter that passes its first column on)
     return made, list(scala_iter(made.output()))[0], lower.child()
 
