@@ -376,10 +376,7 @@ class Pipeline:
         if self.inputs is None:
             wms: dict[str | None, WatermarkSpec] = {} if self._wm is None else {None: self._wm}
             last = self._stages[-1] if self._stages else None
-            others: tuple[str, ...] = ()
-            for st in self._stages:
-                others = st.other_times(others)
-            return StageContext(self._event_time(), wms, {}, last, others)
+            return StageContext(self._event_time(), wms, {}, last, self._other_times(None))
         wms = dict(self._wms)
         streams, times = self._streams()
         made = {n: st for (n, _), st in zip(self._graph, self._stages)}
@@ -395,7 +392,12 @@ class Pipeline:
     def _other_times(self, name: str | None) -> tuple[str, ...]:
         """The other event-time columns the stream ``name``'s watermark
         covers (:meth:`~gpuwm.operator.OperatorSpec.other_times`, through
-        the stages that pass rows on)."""
+        the stages that pass rows on); in a chain, the last stage's output's."""
+        if self.inputs is None:
+            others: tuple[str, ...] = ()
+            for st in self._stages:
+                others = st.other_times(others)
+            return others
         made = {n: (st, feeds) for (n, feeds), st in zip(self._graph, self._stages)}
         if name not in made:  # an input (or none)
             return ()

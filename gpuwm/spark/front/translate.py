@@ -342,10 +342,7 @@ def _project(t: Translation, node, computed: list | None) -> None:
     (:mod:`gpuwm.project`). The computed columns take names of gpuwm's
     own beside the stage's; the watermark passes on as it is, as Spark
     propagates it past a filter or a select."""
-    from ..driver.kafka import Untranslatable
-    from ..driver.kafka import translate as expr
-
-    kind, over = _kind(node), f"a {t.stages[-1][0]}'s rows" if t.stages else "a join's rows"
+    kind, over = _kind(node), _over(t)
     exprs = [node.condition()] if computed is None else [e.child() for e in computed]
     for e in exprs:
         if not e.deterministic():
@@ -354,19 +351,37 @@ def _project(t: Translation, node, computed: list | None) -> None:
             raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} reads the window struct: gpuwm computes "
                                 "over its columns (window.start and window.end selected first)")
     n = len(t.stages)
+    if computed is None:
+        _project_step(t, kind, "", lambda expr: {"where": expr(node.condition(), t.columns)})
+        t.shown.append(f"filter     {_no_ids(str(node.condition().sql()))}")
+        return
+    step = _project_step(t, kind, "", lambda expr: [[f"__gpuwm_c{n}_{k}", expr(e.child(), t.columns)]
+                                                    for k, e in enumerate(computed)])
+    t.columns.update({_id(e): c for e, (c, _) in zip(computed, step)})
+    t.shown.append("compute    " + ", ".join(f"{e.name()} = {_no_ids(str(e.child().sql()))}" for e in computed))
+
+
+def _over(t: Translation) -> str:
+    """What ``t``'s rows are, for a refusal: its last stage's (a project's
+    passes them on), or a join's."""
+    last = _last(t)
+    return f"a {last[0]}'s rows" if last is not None else "a join's rows"
+
+
+def _project_step(t: Translation, kind: str, what: str, build) -> Any:
+    """The step ``build(expr)`` makes of Spark's expressions over ``t``'s
+    rows (``expr``: :func:`gpuwm.spark.driver.kafka.translate`), appended to
+    ``t`` as a project stage; refused, naming ``kind`` (and ``what``, the
+    refusal's start), where gpuwm does not evaluate one of them."""
+    from ..driver.kafka import Untranslatable
+    from ..driver.kafka import translate as expr
+
     try:
-        if computed is None:
-            step: Any = {"where": expr(node.condition(), t.columns)}
-            shown = f"filter     {_no_ids(str(node.condition().sql()))}"
-        else:
-            step = [[f"__gpuwm_c{n}_{k}", expr(e.child(), t.columns)] for k, e in enumerate(computed)]
-            shown = "compute    " + ", ".join(f"{e.name()} = {_no_ids(str(e.child().sql()))}" for e in computed)
+        step = build(expr)
     except Untranslatable as err:
-        raise Refused(kind, f"gpuwm does not evaluate `{_no_ids(str(err))}` over {over}") from None
-    if computed is not None:
-        t.columns.update({_id(e): c for e, (c, _) in zip(computed, step)})
+        raise Refused(kind, f"{what}gpuwm does not evaluate `{_no_ids(str(err))}` over {_over(t)}") from None
     t.stages.append(("project", [step]))
-    t.shown.append(shown)
+    return step
 
 
 def _under_watermark(spark, node) -> Translation:
@@ -761,17 +776,12 @@ def _on_source(t: Translation, e, x, name: str, where: bool = False, then=None) 
     if not all(y.deterministic() for y in both):
         raise Refused("Aggregate", f"the aggregate {e.sql()} is not deterministic")
     if t.stages:
-        from ..driver.kafka import Untranslatable
-        from ..driver.kafka import translate as expr
-
-        try:
+        def column(expr) -> list:
             got = expr(x, t.columns)
-            if where:
-                got = {"when": [got, {"lit": [1, "int"]} if then is None else expr(then, t.columns)]}
-        except Untranslatable as err:
-            raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm does not evaluate `{_no_ids(str(err))}` "
-                                       f"over a {t.stages[-1][0]}'s rows") from None
-        t.stages.append(("project", [[[name, got]]]))
+            return [[name, {"when": [got, {"lit": [1, "int"]} if then is None else expr(then, t.columns)]}
+                     if where else got]]
+
+        _project_step(t, "Aggregate", f"the aggregate {e.sql()}: ", column)
         return name
     if t.inputs:
         raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm computes an aggregate's expression on the "
