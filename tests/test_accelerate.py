@@ -2023,13 +2023,13 @@ def test_filters_and_columns_between_two_operators_equal_spark_batch_for_batch(s
     from pyspark.sql import functions as F
 
     rng = np.random.default_rng(43)
-    _write_batches(f"{tmp_path}/in", _random_batches(rng, 10, 60, step=6, behind=14, keys=5))
+    _write_batches(f"{tmp_path}/in", _random_batches(rng, 7, 120, step=6, behind=14, keys=5))
     w = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds")
     per = w.groupBy(F.window("ts", "5 seconds").alias("w"), "k").agg(F.count("*").alias("n"),
                                                                     F.max("price").alias("mx"))
     kept = per.filter("n > 2 AND mx % 3 <> 1").withColumn("score", F.col("mx") * 2 + F.col("n"))
-    a, b = _auctions_and_bids(spark, f"{tmp_path}/j", batches=12)
-    joined = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 20 seconds"))
+    a, b = _auctions_and_bids(spark, f"{tmp_path}/j", batches=9)
+    joined = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 8 seconds"))
     queries = {
         "chain": (kept.groupBy(F.window(F.window_time("w"), "10 seconds"), "k").agg(
             F.sum("score").alias("s"), F.count("*").alias("groups"), F.sum(F.col("n") * 3).alias("n3"),
@@ -2048,7 +2048,7 @@ def test_filters_and_columns_between_two_operators_equal_spark_batch_for_batch(s
         _native(q, f"{tmp_path}/native-{name}", f"{tmp_path}/nck-{name}")
         want = _batches(f"{tmp_path}/native-{name}")
         rows = [r for rs in want.values() for r in rs]
-        assert len(want) > 2 and len(rows) > 8, (name, want)
+        assert len(want) > 2 and len(rows) > (4 if name == "q5" else 8), (name, want)  # q5: a row a window
         if name == "chain":  # the FILTER kept some groups' maximum and not others'
             assert {r[-1] is None for r in rows} == {True, False}
         history: list = []
