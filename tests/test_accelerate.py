@@ -1338,7 +1338,8 @@ def test_distinct_aggregates_over_session_windows_equal_spark_batch(spark, tmp_p
 def _topn_queries(spark, s, view: str) -> dict:
     """Top-N per window as users write them over ``s`` (a watermarked stream,
     or the same rows as a batch): over a windowed aggregation (Flink's
-    Window Top-N after a window aggregation), over the rows with a window
+    Window Top-N after a window aggregation; also after a filter and a new
+    column over its rows, by which it ranks), over the rows with a window
     column (DataFrame), and Nexmark q19 with an event-time window (SQL)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -1348,6 +1349,8 @@ def _topn_queries(spark, s, view: str) -> dict:
     return {
         "aggregation": agg.withColumn("rn", F.dense_rank().over(Window.partitionBy("window").orderBy(F.desc("n"))))
         .filter("rn <= 2"),
+        "computed": agg.filter("n > 1 AND mx % 3 <> 0").withColumn("score", F.col("mx") * 2 - F.col("n")).withColumn(
+            "rn", F.dense_rank().over(Window.partitionBy("window").orderBy(F.desc("score")))).filter("rn <= 2"),
         "rows": s.withColumn("w", F.window("ts", "10 seconds")).withColumn(
             "rn", F.rank().over(Window.partitionBy("w", "k").orderBy(F.desc("price"), "ts"))).filter(F.col("rn") < 3),
         "q19": spark.sql("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window(ts, '10 seconds'), k "
@@ -1361,7 +1364,8 @@ def test_top_n_per_window_equals_spark_batch(spark, tmp_path):
     (NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING); its batch run of the same
     query over the whole input (no row late) is the oracle for every window
     the stream closed (all but the last batch's); the aggregation's at
-    vnodes 1, the rows' (a shuffle by the partition keys) at vnodes 2."""
+    vnodes 1, the rows' (a shuffle by the partition keys) and the filtered
+    aggregation's at vnodes 2."""
     from pyspark.sql import functions as F
 
     src = f"{tmp_path}/in"
@@ -1372,7 +1376,7 @@ def test_top_n_per_window_equals_spark_batch(spark, tmp_path):
     last = T0 + timedelta(seconds=600)
     for name, df in stream.items():
         acc = accelerate(df, vnodes=1 if name == "aggregation" else 2, fallback="error")
-        assert "top-n " in acc.explain()
+        assert "top-n " in acc.explain() and ("compute    score" in acc.explain()) == (name == "computed")
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
             f"{tmp_path}/out-{name}").awaitTermination()
         got = sorted((r for rows in _batches(f"{tmp_path}/out-{name}").values() for r in rows), key=repr)

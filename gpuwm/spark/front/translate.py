@@ -815,7 +815,8 @@ def _topn(spark, node, tops: list) -> Translation:
     <window>, keys ORDER BY ...)`` under a filter ``rank <= N``: the filter
     (taken out of ``tops``) and the ranking are a top-N stage
     (:class:`gpuwm.topn.TopNSpec`) over a windowed aggregation's rows (its
-    window among the partition keys), over a watermarked source's rows
+    window among the partition keys; project stages, filters and new
+    columns, between them and the rank), over a watermarked source's rows
     (a tumbling ``window(ts, ...)`` of its event time among them) or a
     join's (of either side's time; or closed by a column that bounds the
     joined rows' time), or, with ``state_ttl``, over a source's rows
@@ -842,14 +843,14 @@ def _topn(spark, node, tops: list) -> Translation:
     part = list(scala_iter(node.partitionSpec()))
     if any(_kind(p) != "AttributeReference" for p in part):
         raise Refused("Window", "a PARTITION BY expression: partition by columns (a window column among them)")
-    probe = node.child()
-    while _kind(probe) in ("Project",) + _TRANSPARENT or _kind(probe) == "Filter" and _comma_join(probe):
-        probe = probe.child()
+    probe, above = node.child(), None
+    while _kind(probe) in ("Project", "Filter") + _TRANSPARENT and not _expanded(above, probe):
+        above, probe = probe, probe.child()
     source = _kind(probe) not in _STATEFUL  # else a stage's rows: a source's, with a window column made over them
     win_stage = until = None
     if not source:
         t = _input(spark, node.child())
-        win_stage = t.stages[-1] if t.stages and t.stages[-1][0] == "window" else None
+        win_stage = _last(t) if _aggregated(t) else None  # (projects over its rows: filters, new columns)
         until = _until(t)
     if until is not None:  # over a join's rows whose condition bounds their time by a column: closed by it
         cols = t.columns
@@ -891,6 +892,10 @@ def _topn(spark, node, tops: list) -> Translation:
     if win_stage is not None and until is None:
         spec = TopNSpec.after_window(win_stage[1], ts, by, order, n, fn, _RANK_COLUMN)
         step = t.output[-1]
+        for a in scala_iter(node.child().output()):  # columns a project stage added (or renamed) on the way
+            if _id(a) not in t.output_ids and _id(a) in cols:
+                step.append([str(a.name()), {"col": cols[_id(a)]}])
+                t.output_ids[_id(a)] = str(a.name())
         shown_win = "the aggregation's window"
     else:
         if until is not None:
@@ -925,6 +930,19 @@ def _topn(spark, node, tops: list) -> Translation:
                    + f" ORDER BY {', '.join(shown_order)}: emitted when the "
                    + ("partition" if until is not None or spec.ttl is not None else "window") + " closes")
     return t
+
+
+def _expanded(above, node) -> bool:
+    """Whether ``node`` is the filter of Spark's window expansion under
+    ``above`` (a rank's partition by ``window(ts, ...)`` over a source's or
+    a join's rows), not a filter of a stage's rows."""
+    if _kind(node) != "Filter" or _kind(above) != "Project":
+        return False
+    try:
+        _windowing(above, "Window")
+    except Refused:
+        return False
+    return True
 
 
 def _topn_ttl(spark, node) -> tuple:
