@@ -123,6 +123,7 @@ class Translation:
     window_of: tuple | None = None  # a window stage's rows: (the window they are in, its start column, its end's)
     joined: list[str] | None = None  # a graph's join: its rows' columns (its left feed's, then its right's)
     untimed: str = ""  # why the rows carry no event time for an operator over them, where time is None
+    pushed: str = ""  # the filters Spark's optimizer puts below the watermark, written after an operator (explain)
 
 
 def _kind(node) -> str:
@@ -164,17 +165,88 @@ def _of_rows(spark, plan):
 
 #: accelerate()'s ``state_ttl`` while a plan is translated (None: not given)
 _STATE_TTL: contextvars.ContextVar = contextvars.ContextVar("gpuwm_state_ttl", default=None)
+#: while a plan is translated: the conjuncts Spark's optimizer places below each withWatermark (by its event
+#: time's expression id), :func:`_below_watermarks`
+_PUSHED: contextvars.ContextVar = contextvars.ContextVar("gpuwm_pushed", default=None)
+
+
+def _below_watermarks(spark, plan) -> dict[int, list]:
+    """The filters Spark's optimizer puts below each ``withWatermark`` of
+    the analyzed ``plan`` (by its event time's expression id): filters
+    the query writes after a stateful operator (``HAVING k > 0`` on a
+    grouping key, a filter on one side's columns after a join, a join
+    condition's conjunct of one side) that ``PushDownPredicates`` moves down
+    through aggregations, joins and the watermark, and ``isnotnull`` of a
+    join's keys that ``InferFiltersFromConstraints`` adds. The watermark
+    sees only the rows they keep, so gpuwm's source applies them too
+    (:func:`_under_watermark`). Spark's own optimizer says where they go,
+    run on the analyzed plan as a micro-batch's is."""
+    try:
+        optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
+    except Exception as e:  # (py4j's error; the query's optimizer failing is Spark's to report)
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise Refused("the query", f"Spark's optimizer failed on its plan ({first}), so gpuwm cannot tell which "
+                                   "filters its watermarks see") from None
+    found: dict[int, list] = {}
+    todo = [optimized]
+    while todo:
+        node = todo.pop()
+        todo.extend(scala_iter(node.children()))
+        if _kind(node) == "EventTimeWatermark":  # the filters down its source's nodes (to another watermark)
+            chain = _unary_chain(node.child())
+            chain = chain[:next((k for k, n in enumerate(chain) if _kind(n) == "EventTimeWatermark"), len(chain))]
+            found[_id(node.eventTime())] = [c for n in chain if _kind(n) == "Filter"
+                                            for c in _conjuncts(n.condition()) if c.deterministic()]
+    return found
+
+
+def _pushed_below(spark, at, base):
+    """``base`` (``withWatermark``'s child, ``at`` the watermark) with the
+    filters Spark's optimizer places below ``at`` (:func:`_below_watermarks`)
+    over it, each where the columns it reads are (above a select of the
+    source that renames them, below it); the text of those filters."""
+    jvm = spark._jvm
+    logical = jvm.org.apache.spark.sql.catalyst.plans.logical
+    known = {str(c.canonicalized().toString()) for n in _unary_chain(base) if _kind(n) == "Filter"
+             for c in _conjuncts(n.condition())}
+    conds = [c for c in (_PUSHED.get() or {}).get(_id(at.eventTime()), [])
+             if str(c.canonicalized().toString()) not in known]
+    if not conds:
+        return base, ""
+
+    def place(node, c):  # ``node`` with ``c`` over the highest node (of its unary chain) that gives what c reads
+        refs = {_id(a) for a in scala_iter(c.references().toSeq())}
+        if refs <= {_id(a) for a in scala_iter(node.output())}:
+            return logical.Filter(c, node)
+        kids = list(scala_iter(node.children()))
+        if len(kids) != 1:
+            raise Refused("EventTimeWatermark", f"Spark's optimizer puts the filter `{_no_ids(str(c.sql()))}` below "
+                                                "the watermark, where gpuwm cannot place it")
+        return node.withNewChildren(jvm.PythonUtils.toSeq([place(kids[0], c)]))
+
+    for c in conds:
+        base = place(base, c)
+    return base, " AND ".join(_no_ids(str(c.sql())) for c in conds)
+
+
+def _unary_chain(node) -> list:
+    """``node`` and the nodes under it while each has one child."""
+    out = [node]
+    while len(kids := list(scala_iter(out[-1].children()))) == 1:
+        out.append(kids[0])
+    return out
 
 
 def translate(df, state_ttl: Any = None) -> Translation:
     """``df``'s plan as gpuwm runs it, or :class:`Refused` saying why not.
     ``state_ttl``: how long a rank's partition with no time bound stays
     open after its latest row (by event time; see :func:`accelerate`)."""
-    token = _STATE_TTL.set(state_ttl)
+    token, pushed = _STATE_TTL.set(state_ttl), _PUSHED.set({})
     try:
         return _translate(df)
     finally:
         _STATE_TTL.reset(token)
+        _PUSHED.reset(pushed)
 
 
 def _translate(df) -> Translation:
@@ -184,6 +256,7 @@ def _translate(df) -> Translation:
         plan = df._jdf.queryExecution().analyzed()
     except Exception as e:  # Spark Connect: no py4j plan
         raise Refused("query", f"its plan cannot be read ({type(e).__name__}: Spark Connect?)") from None
+    _PUSHED.get().update(_below_watermarks(df.sparkSession, plan))
     tops, node = [], plan
     while _kind(node) in ("Project", "Filter") + _TRANSPARENT:
         if _kind(node) in ("Project", "Filter"):
@@ -411,7 +484,8 @@ def _under_watermark(spark, node) -> Translation:
                                             "not a timestamp")
     timed = {_id(ts)}  # Spark's ids of the event time and the columns computed from it
     same = {_id(ts)}  # Spark's ids of the event time and its renames: gpuwm's watermark reads one of them
-    plan, jvm = at.child(), spark._jvm
+    plan, pushed = _pushed_below(spark, at, at.child())
+    jvm = spark._jvm
     for n in reversed(chain):
         exprs = [n.condition()] if _kind(n) == "Filter" else list(scala_iter(n.projectList()))
         shaky = next((e for e in exprs if not e.deterministic()), None)
@@ -444,7 +518,8 @@ def _under_watermark(spark, node) -> Translation:
     return Translation(_of_rows(spark, plan), time, _interval(at.delay()),
                        columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
                        time=(time, time),
-                       origin=re.sub(r"#\d+L?", "", str(node.toString())))  # (the subtree; a self-join's copy: new ids)
+                       origin=re.sub(r"#\d+L?", "", str(node.toString()) + pushed),  # (a self-join's copy: new ids)
+                       pushed=pushed)
 
 
 _NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"
@@ -1855,8 +1930,10 @@ class Accelerated:
                                       p.checkpoint) if (self.read or "auto") != "spark" else ("read='spark'", [], None)
         src = " and ".join(_describe_source(i.source._jdf.queryExecution().analyzed()) for i in ins.values())
         lines = [f"gpuwm runs (profile {self.profile}, vnodes {self.vnodes or 1}):"]
-        lines += [f"  watermark  {i.shown_time or i.column}, delay {i.delay}" + (f" ({n})" if n else "")
-                  for n, i in ins.items()]
+        for n, i in ins.items():
+            lines.append(f"  watermark  {i.shown_time or i.column}, delay {i.delay}" + (f" ({n})" if n else ""))
+            if i.pushed:
+                lines.append(f"    of rows  where {i.pushed} (Spark's optimizer filters them below the watermark)")
         lines += [f"  {s}" for s in t.shown]
         lines.append(f"  output     {', '.join(self.df.columns)}")  # pipeline() checked they are gpuwm's
         read = read_path(kafka) if kafka is not None else "its input read by gpuwm's tasks"
