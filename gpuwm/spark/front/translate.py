@@ -417,21 +417,32 @@ def _project(t: Translation, node, computed: list | None) -> None:
     propagates it past a filter or a select."""
     kind, over = _kind(node), _over(t)
     exprs = [node.condition()] if computed is None else [e.child() for e in computed]
+    cols, struct = t.columns, _window_struct(t)
     for e in exprs:
         if not e.deterministic():
             raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} is not deterministic")
         if t.window_id is not None and t.window_id in {_id(a) for a in scala_iter(e.references().toSeq())}:
-            raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} reads the window struct: gpuwm computes "
-                                "over its columns (window.start and window.end selected first)")
+            if struct is None:
+                raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} reads a window struct gpuwm's rows do "
+                                    "not carry")
+            cols = {**t.columns, t.window_id: "\0window"}  # (the struct, made of the window's bounds)
     n = len(t.stages)
     if computed is None:
-        _project_step(t, kind, "", lambda expr: {"where": expr(node.condition(), t.columns)})
+        _project_step(t, kind, "", lambda expr: {"where": _with_window(expr(node.condition(), cols), struct)})
         t.shown.append(f"filter     {_no_ids(str(node.condition().sql()))}")
         return
-    step = _project_step(t, kind, "", lambda expr: [[f"__gpuwm_c{n}_{k}", expr(e.child(), t.columns)]
+    step = _project_step(t, kind, "", lambda expr: [[f"__gpuwm_c{n}_{k}", _with_window(expr(e.child(), cols), struct)]
                                                     for k, e in enumerate(computed)])
     t.columns.update({_id(e): c for e, (c, _) in zip(computed, step)})
     t.shown.append("compute    " + ", ".join(f"{e.name()} = {_no_ids(str(e.child().sql()))}" for e in computed))
+
+
+def _window_struct(t: Translation) -> dict | None:
+    """Spark's window column of ``t``'s rows as gpuwm's rows make it (the
+    struct of its bounds its window stage's output step writes), or None."""
+    name = t.output_ids.get(t.window_id) if t.window_id is not None else None
+    step = t.output[-1] if t.output and isinstance(t.output[-1], list) else []
+    return next((x for n, x in step if n == name), None) if name is not None else None
 
 
 def _over(t: Translation) -> str:
@@ -802,18 +813,21 @@ def _of_groups(e, win_id: int, keys: dict[int, str]) -> dict:
     from ..driver.kafka import Untranslatable
     from ..driver.kafka import translate as expr
 
-    def window(x: Any) -> Any:  # the window column as the struct gpuwm's rows make it
-        if isinstance(x, dict):
-            return _WINDOW_STRUCT if x == {"col": "\0window"} else {k: window(v) for k, v in x.items()}
-        return [window(v) for v in x] if isinstance(x, list) else x
-
     if any(_kind(a) == "AggregateExpression" for a in _descendants(e)):
         raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs aggregates as they are "
                                    "(compute on them in a select after)")
     try:
-        return window(expr(e, {win_id: "\0window", **keys}))
+        return _with_window(expr(e, {win_id: "\0window", **keys}), _WINDOW_STRUCT)
     except Untranslatable as u:
         raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm does not evaluate `{u}`") from None
+
+
+def _with_window(x: Any, struct: dict) -> Any:
+    """Expression ``x`` (gpuwm's form) with the window column, read as
+    ``{"col": "\\0window"}``, as the ``struct`` gpuwm's rows make it."""
+    if isinstance(x, dict):
+        return struct if x == {"col": "\0window"} else {k: _with_window(v, struct) for k, v in x.items()}
+    return [_with_window(v, struct) for v in x] if isinstance(x, list) else x
 
 
 def _descendants(e) -> list:
