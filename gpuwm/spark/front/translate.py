@@ -180,7 +180,13 @@ def _below_watermarks(spark, plan) -> dict[int, list]:
     join's keys that ``InferFiltersFromConstraints`` adds. The watermark
     sees only the rows they keep, so gpuwm's source applies them too
     (:func:`_under_watermark`). Spark's own optimizer says where they go,
-    run on the analyzed plan as a micro-batch's is."""
+    run on the analyzed plan as a micro-batch's is. A ``withWatermark``
+    the plan reads twice (one node; gpuwm reads it once) gets the filters
+    both reads have, so neither read loses rows; Spark keeps a watermark
+    for each read and runs with their minimum, so where one read's own
+    filters drop the newest rows Spark's watermark is lower than gpuwm's
+    (a gap, as before these filters were read: q7's ``isnotnull(price)``
+    of its joined bids)."""
     try:
         optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
     except Exception as e:  # (py4j's error; the query's optimizer failing is Spark's to report)
@@ -195,8 +201,12 @@ def _below_watermarks(spark, plan) -> dict[int, list]:
         if _kind(node) == "EventTimeWatermark":  # the filters down its source's nodes (to another watermark)
             chain = _unary_chain(node.child())
             chain = chain[:next((k for k, n in enumerate(chain) if _kind(n) == "EventTimeWatermark"), len(chain))]
-            found[_id(node.eventTime())] = [c for n in chain if _kind(n) == "Filter"
-                                            for c in _conjuncts(n.condition()) if c.deterministic()]
+            conds = [c for n in chain if _kind(n) == "Filter" for c in _conjuncts(n.condition()) if c.deterministic()]
+            i = _id(node.eventTime())
+            if i in found:  # one withWatermark read twice (q7's bids: joined, and aggregated): what both drop
+                keep = {str(c.canonicalized().toString()) for c in conds}
+                conds = [c for c in found[i] if str(c.canonicalized().toString()) in keep]
+            found[i] = conds
     return found
 
 
