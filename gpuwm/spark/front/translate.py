@@ -123,7 +123,7 @@ class Translation:
     window_of: tuple | None = None  # a window stage's rows: (the window they are in, its start column, its end's)
     joined: list[str] | None = None  # a graph's join: its rows' columns (its left feed's, then its right's)
     untimed: str = ""  # why the rows carry no event time for an operator over them, where time is None
-    pushed: str = ""  # the filters Spark's optimizer puts below the watermark, written after an operator (explain)
+    pushed: str = ""  # the filters Spark's optimizer puts below the watermark, written above it (explain)
 
 
 def _kind(node) -> str:
@@ -204,8 +204,8 @@ def _below_watermarks(spark, plan) -> dict[int, list]:
             conds = [c for n in chain if _kind(n) == "Filter" for c in _conjuncts(n.condition()) if c.deterministic()]
             i = _id(node.eventTime())
             if i in found:  # one withWatermark read twice (q7's bids: joined, and aggregated): what both drop
-                keep = {str(c.canonicalized().toString()) for c in conds}
-                conds = [c for c in found[i] if str(c.canonicalized().toString()) in keep]
+                keep = {_canonical(c) for c in conds}
+                conds = [c for c in found[i] if _canonical(c) in keep]
             found[i] = conds
     return found
 
@@ -217,10 +217,8 @@ def _pushed_below(spark, at, base):
     source that renames them, below it); the text of those filters."""
     jvm = spark._jvm
     logical = jvm.org.apache.spark.sql.catalyst.plans.logical
-    known = {str(c.canonicalized().toString()) for n in _unary_chain(base) if _kind(n) == "Filter"
-             for c in _conjuncts(n.condition())}
-    conds = [c for c in (_PUSHED.get() or {}).get(_id(at.eventTime()), [])
-             if str(c.canonicalized().toString()) not in known]
+    known = {_canonical(c) for n in _unary_chain(base) if _kind(n) == "Filter" for c in _conjuncts(n.condition())}
+    conds = [c for c in (_PUSHED.get() or {}).get(_id(at.eventTime()), []) if _canonical(c) not in known]
     if not conds:
         return base, ""
 
@@ -237,6 +235,11 @@ def _pushed_below(spark, at, base):
     for c in conds:
         base = place(base, c)
     return base, " AND ".join(_no_ids(str(c.sql())) for c in conds)
+
+
+def _canonical(e) -> str:
+    """Spark's canonical form of expression ``e`` (its ids normalized), to tell two spellings apart."""
+    return str(e.canonicalized().toString())
 
 
 def _unary_chain(node) -> list:
