@@ -210,15 +210,24 @@ def _below_watermarks(spark, plan) -> dict[int, list]:
     return found
 
 
-def _pushed_below(spark, at, base):
-    """``base`` (``withWatermark``'s child, ``at`` the watermark) with the
-    filters Spark's optimizer places below ``at`` (:func:`_below_watermarks`)
-    over it, each where the columns it reads are (above a select of the
-    source that renames them, below it); the text of those filters."""
+def _pushed_below(spark, at, top):
+    """``withWatermark``'s child (``at`` the watermark, ``top`` the
+    operator's input over it) with the filters Spark's optimizer places
+    below ``at`` (:func:`_below_watermarks`) that the query writes above
+    its operator, over it, each where the columns it reads are (above a
+    select of the source that renames them, below it); the text of those
+    filters. What the optimizer places there from ``top``'s own nodes (a
+    filter before ``withWatermark``, or between it and the operator) is
+    ``top``'s already, in gpuwm's source: not added twice (the optimizer
+    run on ``top`` alone says which, in its own spelling: ``price < 950``
+    and ``isnotnull(price)`` for ``price < CAST(950 AS BIGINT)``)."""
     jvm = spark._jvm
     logical = jvm.org.apache.spark.sql.catalyst.plans.logical
-    known = {_canonical(c) for n in _unary_chain(base) if _kind(n) == "Filter" for c in _conjuncts(n.condition())}
-    conds = [c for c in (_PUSHED.get() or {}).get(_id(at.eventTime()), []) if _canonical(c) not in known]
+    base, i = at.child(), _id(at.eventTime())
+    conds = (_PUSHED.get() or {}).get(i, [])
+    if conds:
+        own = {_canonical(c) for c in _below_watermarks(spark, top).get(i, [])}
+        conds = [c for c in conds if _canonical(c) not in own]
     if not conds:
         return base, ""
 
@@ -508,7 +517,7 @@ def _under_watermark(spark, node) -> Translation:
                                             "not a timestamp")
     timed = {_id(ts)}  # Spark's ids of the event time and the columns computed from it
     same = {_id(ts)}  # Spark's ids of the event time and its renames: gpuwm's watermark reads one of them
-    plan, pushed = _pushed_below(spark, at, at.child())
+    plan, pushed = _pushed_below(spark, at, node)
     jvm = spark._jvm
     for n in reversed(chain):
         exprs = [n.condition()] if _kind(n) == "Filter" else list(scala_iter(n.projectList()))
