@@ -428,8 +428,9 @@ def test_a_sql_specs_problems_are_named_before_spark_starts(tmp_path):
 def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation(spark, tmp_path):
     """gpuwm's tasks generate a Nexmark stream's batches themselves when the
     pipeline's input is that stream: found from Spark's plan, so also
-    through a temp view and the DataFrame ``accelerate`` rebuilds below
-    ``withWatermark`` — not through a projection."""
+    through a temp view, the DataFrame ``accelerate`` rebuilds below
+    ``withWatermark`` and the selects and filters over it (steps the tasks
+    evaluate)."""
     from gpuwm.spark import read_nexmark
     from gpuwm.spark.front.translate import translate
     from gpuwm.spark.io.nexmark import nexmark_source
@@ -443,8 +444,52 @@ def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation
     df.withWatermark("date_time", "1 second").createOrReplaceTempView("nex")
     q = spark.sql("SELECT auction, count(*) AS n FROM nex GROUP BY window(date_time, '2 seconds'), auction")
     assert nexmark_source(translate(q).source) == want
-    assert nexmark_source(df.select("auction", "date_time")) is None
+    assert nexmark_source(df.select("auction", "date_time")) == want
     assert nexmark_source(_source(spark, str(tmp_path))) is None
+
+
+def test_a_nexmark_stream_a_filter_spark_pushes_reads_is_generated_in_gpuwms_tasks(spark, tmp_path):
+    """Nexmark q7's window maximum with a HAVING on the auction (Spark's
+    optimizer moves it below the watermark) and a filter on the price
+    between ``withWatermark`` and the window: gpuwm's tasks generate the
+    splits and apply both, its watermark sees the rows they keep — the
+    same rows in the same micro-batches as Spark's. ``explain`` lists the
+    HAVING's conjunct under the watermark, the price filter (the input's
+    own, which the optimizer pushes too) once, in the source."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark import read_nexmark
+
+    opts = dict(totalEvents=6000, eventsPerBatch=1000, splits=2, eventsPerSecond=500, maxDelayMs=6000,
+                outOfOrderFraction=0.3, seed=3)
+
+    def q7(ck):
+        bids = read_nexmark(spark, ck, **opts).withWatermark("date_time", "2 seconds").filter("price < 9000000")
+        return bids.groupBy(F.window("date_time", "2 seconds"), "auction").agg(
+            F.count("*").alias("bids"), F.max("price").alias("top")).filter("auction % 4 <> 1")
+
+    def to_the_end(q):  # (the Nexmark source gives one batch a trigger: availableNow would end after it)
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    to_the_end(q7(f"{tmp_path}/nck").writeStream.foreachBatch(
+        lambda b, i: b.write.mode("overwrite").parquet(f"{tmp_path}/native/batch_id={i}")).option(
+        "checkpointLocation", f"{tmp_path}/nck").start())
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) > 3 and sum(map(len, want.values())) > 100
+    history: list = []
+    acc = accelerate(q7(f"{tmp_path}/ck"), on_batch=history.append, fallback="error")
+    text = acc.explain(f"{tmp_path}/ck")
+    assert "  watermark  date_time, delay 0:00:02\n    of rows  where (auction IS NOT NULL) AND (NOT ((auction % 4L) " \
+           "= 1L)) (Spark's optimizer filters them below the watermark)\n" in text, text
+    assert "9000000" not in text.split("Spark runs:")[0] and "(its input read by gpuwm's tasks)" in text, text
+    to_the_end(acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").start(f"{tmp_path}/out"))
+    assert _batches(f"{tmp_path}/out") == want
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
+    assert sum(m["input_rows"] for m in history) == 5520  # every bid (46 of 50 events), counted before the filters
 
 
 def _auctions_and_bids(spark, tmp: str, batches: int = 12, ahead=None):

@@ -90,15 +90,40 @@ def parquet_projection(df) -> tuple[list, pa.Schema] | str | None:
     evaluate on each file's rows, with the source's schema — ``None`` when
     ``df`` is the source itself, a reason (str) when they cannot (an
     expression they do not evaluate, columns other than Spark's)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_json_string
-
-    from ...project import evaluate
-    from .kafka import Untranslatable, projection_steps, same_columns, under_selects
+    from .kafka import under_selects
 
     plan, projects = under_selects(df._jdf.queryExecution().analyzed())
     if not projects or plan.getClass().getSimpleName() != "StreamingRelation":
         return None
+    return _projection(df, plan, projects)
+
+
+def nexmark_projection(df) -> tuple[list, pa.Schema] | str | None:
+    """:func:`parquet_projection` for a Nexmark stream: the selects and
+    filters over it (a filter Spark's optimizer puts below the watermark,
+    gpuwm.spark.front.translate) as the steps its tasks evaluate on each
+    split's generated events — None for the stream itself, a reason when
+    they cannot."""
+    from .kafka import under_selects
+
+    plan, projects = under_selects(df._jdf.queryExecution().analyzed())
+    while plan.getClass().getSimpleName() in ("SubqueryAlias", "View"):
+        plan = plan.child()
+    if not projects or plan.getClass().getSimpleName() != "StreamingRelationV2":
+        return None
+    return _projection(df, plan, projects)
+
+
+def _projection(df, plan, projects: list) -> tuple[list, pa.Schema] | str:
+    """The selects and filters ``projects`` (top first) over the source
+    relation ``plan`` under ``df``: the steps a task evaluates on the
+    source's rows and the source's schema, or why not."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    from ...project import evaluate
+    from .kafka import Untranslatable, projection_steps, same_columns
+
     try:
         steps, why = projection_steps(projects, list(scala_iter(plan.output())))
     except Untranslatable as e:
@@ -146,8 +171,10 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
 
     nex = nexmark_source(df)
     if nex is not None:  # offsets come from this query's own offset log
-        return (None if nex["checkpoint"] == checkpoint.loc.uri else
-                "read_nexmark() was given another checkpoint than the Pipeline"), [], None
+        if nex["checkpoint"] != checkpoint.loc.uri:
+            return "read_nexmark() was given another checkpoint than the Pipeline", [], None
+        got = nexmark_projection(df)
+        return (got if isinstance(got, str) else None), [], None
     from .kafka import kafka_source
 
     kafka, why = kafka_source(df)

@@ -249,7 +249,11 @@ class Driver:
         from ..io.nexmark import nexmark_source
 
         self._nexmark = nexmark_source(df)  # a Nexmark stream's options: its tasks generate each batch
-        from .direct import files_steps
+        from .direct import files_steps, nexmark_projection
+
+        if self._nexmark is not None:  # and apply the selects and filters over the stream
+            got = nexmark_projection(df)
+            self._nexmark["steps"] = got[0] if isinstance(got, tuple) else None
 
         #: the selects over a Parquet source its tasks evaluate on each file's rows, and the files' schema (only
         #: the columns the selects read are read); with several inputs, each one's (``input_steps``)
@@ -611,7 +615,8 @@ class Driver:
                 from ..io.nexmark import config_from_options
 
                 splits = config_from_options(nex["options"])[0].splits
-                return {"nexmark": {"options": nex["options"], "start": rng[0], "end": rng[1]}}, splits
+                return {"nexmark": {"options": nex["options"], "start": rng[0], "end": rng[1],
+                                    "steps": nex["steps"]}}, splits
             why = "its offsets are not in Spark's offset log"
         else:
             files = batch_files(df)

@@ -175,7 +175,7 @@ def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None,
                           direct.get("schema"), counts)
     if "kafka" in direct:
         return read_kafka(direct["kafka"], batches, counts)
-    return generate_nexmark(direct["nexmark"], batches)
+    return generate_nexmark(direct["nexmark"], batches, plan.input_schema, counts)
 
 
 # -- task 1: filter each input partition ---------------------------------------------

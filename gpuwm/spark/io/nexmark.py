@@ -118,12 +118,13 @@ def nexmark_range(ck: Checkpoint, batch_id: int) -> tuple[int, int] | None:
 
 def nexmark_source(df) -> dict | None:
     """``{"checkpoint": uri, "options": {...}}`` when ``df`` is a Nexmark
-    stream itself (no projection, filter or column added; a temp view's name
-    over it is fine), else None: then gpuwm's tasks can generate each batch
+    stream (a temp view's name over it is fine; the selects and filters
+    over it, gpuwm.spark.driver.direct.nexmark_projection, its tasks
+    evaluate), else None: then gpuwm's tasks can generate each batch
     themselves from the offsets the query's own log gives."""
     try:
         plan = df._jdf.queryExecution().analyzed()
-        while plan.getClass().getSimpleName() in ("SubqueryAlias", "View"):
+        while plan.getClass().getSimpleName() in ("SubqueryAlias", "View", "Project", "Filter"):
             plan = plan.child()
         if plan.getClass().getSimpleName() != "StreamingRelationV2" or str(plan.sourceName()) != "nexmark":
             return None

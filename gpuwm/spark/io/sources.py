@@ -76,19 +76,24 @@ def read_union_files(plan: Any, files: list[list], ids: Iterator[pa.RecordBatch]
             yield from to_union(plan.input_schema, {name: t}).to_batches()
 
 
-def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def generate_nexmark(source: dict, ids: Iterator[pa.RecordBatch], schema: pa.Schema | None = None,
+                     counts: dict | None = None) -> Iterator[pa.RecordBatch]:
     """In a task: the events of the splits whose numbers the task's input
     carries, exactly as :class:`~gpuwm.spark.io.nexmark.NexmarkStreamReader`
-    would read them."""
+    would read them — with ``source["steps"]`` (the selects and filters
+    over the stream, :mod:`gpuwm.project`) applied, cast to ``schema``."""
     from gpuwm.nexmark import GENERATORS
 
+    from ...project import evaluate
     from .nexmark import _kind, config_from_options
 
     cfg, _, _ = config_from_options(source["options"])
     gen = GENERATORS[_kind(source["options"])][0]
+    steps = source.get("steps")
     for b in ids:
         for split in b.column(0).to_pylist():
-            yield from gen(cfg, source["start"], source["end"], split).to_batches()
+            t = gen(cfg, source["start"], source["end"], split)
+            yield from (t if steps is None else evaluate(steps, t, counts).cast(schema)).to_batches()
 
 
 # -- Kafka ----------------------------------------------------------------------------
