@@ -569,7 +569,7 @@ def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_th
 
     rng = np.random.default_rng(41)
     for side in ("l", "r"):
-        _write_batches(f"{tmp_path}/{side}", _random_batches(rng, 8, 30, step=4, behind=12, keys=40))
+        _write_batches(f"{tmp_path}/{side}", _random_batches(rng, 6, 40, step=4, behind=12, keys=40))
     left = _source(spark, f"{tmp_path}/l").withWatermark("ts", "6 seconds")
     # the right side's columns renamed after withWatermark (gpuwm renames them in its source)
     right = _source(spark, f"{tmp_path}/r").withWatermark("ts", "3 seconds") \
@@ -646,7 +646,7 @@ def test_a_join_of_sides_with_the_same_column_names_equals_spark_running_it(spar
 
     from gpuwm.spark.front.translate import translate
 
-    a, b = _auctions_and_bids(spark, str(tmp_path), batches=16)
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=11)
     a = a.select(F.col("a_id").alias("id"), F.col("a_ts").alias("ts"), "seller")
     b = b.select(F.col("b_aid").alias("id"), F.col("b_ts").alias("ts"), "price")
     df = a.join(b, (a["id"] == b["id"]) & (b["ts"] >= a["ts"]) & (b["ts"] <= a["ts"] + F.expr("interval 20 seconds"))) \
@@ -698,7 +698,7 @@ def test_a_join_of_a_joins_rows_equals_spark_running_it(spark, tmp_path):
 
     from .test_spark_join import B_SCHEMA
 
-    a, b = _auctions_and_bids(spark, str(tmp_path), batches=12)
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=8)
     shutil.copytree(f"{tmp_path}/b", f"{tmp_path}/c")
 
     def query(c_dir: str, keep: str = "a_ts", cond: str = "c_ts BETWEEN a_ts AND a_ts + interval 10 seconds"):
@@ -1715,7 +1715,7 @@ def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_k
     refuses it), fall back with their reason."""
     from pyspark.sql import functions as F
 
-    a, b = _auctions_and_bids(spark, str(tmp_path), batches=10)
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=6)
     joined = a.join(b, F.expr("a_id = b_aid")).filter("seller IN (1, 3, 5) OR price > 500")
     for name, cols in [("q3", ["a_id", "seller", "price"]), ("times", ["a_id", "seller", "price", "a_ts", "b_ts"])]:
         df = joined.select(*cols)
@@ -2078,7 +2078,7 @@ def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(
     files read by gpuwm's tasks."""
     from pyspark.sql import functions as F
 
-    a, b = _auctions_and_bids(spark, str(tmp_path), batches=13)
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=11)
     j = a.join(b, F.expr("a_id = b_aid AND b_ts BETWEEN a_ts AND a_ts + interval 20 seconds")) \
         .select("a_id", "a_ts", "seller", "price")
     jw = j.groupBy(F.window("a_ts", "5 seconds").alias("jw"), "seller").agg(F.count("*").alias("nbids"),
@@ -2091,7 +2091,7 @@ def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(
         in text, text
     assert "(its input read by gpuwm's tasks)" in text, text
     history: list = []
-    _equals_spark(spark, q, accelerate(q, vnodes=2, fallback="error", on_batch=history.append), tmp_path, batches=2)
+    _equals_spark(spark, q, accelerate(q, vnodes=2, fallback="error", on_batch=history.append), tmp_path, batches=1)
     assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
 
 
