@@ -16,7 +16,8 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
 - ``{"cast": [expr, type]}`` — ``binary → string`` (bytes as they are, as
   Spark's cast), ``string → binary`` (UTF-8), ``long → timestamp``
   (seconds), ``timestamp → bigint`` (whole seconds, floored, as Spark's
-  ``floorDiv``), integer widening, an integer to ``int`` (ANSI: overflow fails);
+  ``floorDiv``), integer widening, an integer to ``int`` (ANSI: overflow fails),
+  an integer or a decimal to a ``decimal(p,s)`` that holds all its values;
 - ``{"ts": [expr, unit]}`` — ``timestamp_seconds/millis/micros``;
 - ``{"struct": [[field, expr], ...]}`` — a struct of the expressions
   (``accelerate``'s ``window`` column from ``window_start``/``window_end``,
@@ -26,7 +27,8 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
 - ``{"from_json": [expr, [[field, type], ...]]}`` — Spark's ``from_json``
   with a struct of ``bigint``, ``int``, ``smallint``, ``tinyint``,
   ``double``, ``boolean`` and ``string`` fields, PERMISSIVE;
-- ``{"lit": [value, type]}`` — a constant (a timestamp in microseconds);
+- ``{"lit": [value, type]}`` — a constant (a timestamp in microseconds, a
+  ``decimal(p,s)`` as its text);
 - ``{"cmp": [op, a, b]}`` (``=``, ``<``, ``<=``, ``>``, ``>=``), ``{"and":
   [a, b]}``, ``{"or": [a, b]}``, ``{"not": a}``, ``{"is_null": a}``,
   ``{"is_not_null": a}`` — Spark's predicates: null in, null out (three-valued
@@ -53,7 +55,9 @@ plan, :func:`gpuwm.spark.driver.kafka.translate`):
   (Spark's ``evalMode`` ANSI, the default since Spark 4) fails as Spark
   fails, ``[DIVIDE_BY_ZERO]``; an integer that overflows wraps, or with
   ``ansi`` fails, ``[ARITHMETIC_OVERFLOW]``; ``%`` is Java's (the
-  dividend's sign).
+  dividend's sign). ``+``, ``-``, ``*`` and negation of decimals too, of
+  two decimal types whose exact result Spark's type is (at most 38
+  digits, so none overflows; translate checks): Arrow's decimal arithmetic.
 
 A step may also be ``{"where": expr}``: the rows for which ``expr`` is true
 (Spark's ``filter``/``HAVING``: null drops the row), every column kept.
@@ -74,7 +78,9 @@ Each message not parsed whole is counted (``malformed``).
 from __future__ import annotations
 
 import math
+import re
 import struct
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -154,7 +160,9 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
             counts["malformed"] = counts.get("malformed", 0) + bad
         return got
     if op == "lit":
-        return pa.repeat(pa.scalar(arg[0], LITERAL_TYPES[arg[1]]), t.num_rows)
+        typ = literal_type(arg[1])
+        v = Decimal(arg[0]) if pa.types.is_decimal(typ) and arg[0] is not None else arg[0]
+        return pa.repeat(pa.scalar(v, typ), t.num_rows)
     if op == "cmp":
         return compare(arg[0], _eval(arg[1], t, counts), _eval(arg[2], t, counts))
     if op in ("and", "or"):
@@ -191,8 +199,25 @@ def _eval(e: dict, t: pa.Table, counts: dict | None) -> pa.Array:
     raise ValueError(f"unknown projection op {op!r}")
 
 
-#: the types a ``lit`` may have (Spark's names)
+#: the types a ``lit`` may have (Spark's names; and ``decimal(p,s)``, :func:`literal_type`)
 LITERAL_TYPES = {**JSON_TYPES, "float": pa.float32(), "timestamp": pa.timestamp("us", tz="UTC")}
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
+
+
+def decimal_type(typ: str) -> tuple[int, int] | None:
+    """Spark's ``decimal(p,s)`` type name as (precision, scale); None for another type.
+
+    >>> decimal_type("decimal(24,3)"), decimal_type("bigint")
+    ((24, 3), None)
+    """
+    m = _DECIMAL.fullmatch(typ)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def literal_type(typ: str) -> pa.DataType:
+    """The Arrow type of a ``lit`` or ``cast`` to Spark's type ``typ``."""
+    dec = decimal_type(typ)
+    return pa.decimal128(*dec) if dec else LITERAL_TYPES[typ]
 _CMP = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
 
 
@@ -295,6 +320,8 @@ def _cast(a: pa.Array, to: str) -> pa.Array:
         return pa.array(secs, pa.int64(), mask=us.is_null().to_numpy(zero_copy_only=False))
     if to == "double" and pa.types.is_integer(a.type):  # rounded to the nearest double, as Java's (l2d)
         return a.cast(pa.float64(), safe=False)
+    if decimal_type(to):  # an integer or a decimal to a decimal that holds every value of it (translate checked)
+        return a.cast(literal_type(to))
     return a.cast(JSON_TYPES[to])
 
 

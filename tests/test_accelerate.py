@@ -78,7 +78,8 @@ def _query(spark, src, shape):
     if shape == "tumble":  # a filter and a new column between withWatermark and the window, as users write them:
         # Spark's optimizer moves the filter below its watermark (which then does not see the rows it drops: here
         # the ones 15 s ahead, which would move it; the test's data), gpuwm reads it so
-        w = w.filter("price < 950 AND price % 7 <> 3").withColumn("p2", F.col("price") * 2 + F.col("k"))
+        w = w.filter("price < 950 AND price % 7 <> 3 AND price * 0.908 <> 45.4") \
+            .withColumn("p2", F.col("price") * 2 + F.col("k"))  # (SQL's 0.908: decimal arithmetic)
         return w.groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"),
                                                                F.sum("p2").alias("s2"))
     if shape == "hop":  # Spark's own column names, avg and sum (of an expression: the source computes it)
@@ -96,8 +97,9 @@ def _query(spark, src, shape):
         return (w.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
                 .agg(F.max("price").alias("mx"), F.avg("price").alias("p"))
                 .filter("(p >= 450.5 OR mx < 990) AND (NOT key = 1 OR p IS NULL) AND key <> 2 "
-                        "AND (key IN (0, 2, NULL) OR mx IN (5, 990))")  # IN: SQL's nulls too
+                        "AND (key IN (0, 2, NULL) OR mx IN (5, 990)) AND mx * 0.908 > 0.9")  # IN: SQL's nulls too
                 .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx"),
+                        F.expr("mx * 0.908 - 0.5").alias("eur"),  # decimal(24,3): SQL's decimal literals
                         (F.col("mx") * 2 - F.col("key")).alias("m2"), (F.col("key") % 2).alias("odd"),
                         (F.col("p") / (F.col("mx") + 1)).alias("ratio"), (-F.col("p")).alias("neg")))
     if shape == "chain":  # a window over a window's rows (window_time), as Spark chains them (SPARK-40925)
@@ -277,7 +279,8 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "other side (window(ts2, 0:00:10))": w.select("k", win.alias("w1")).join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds")
             .select("k2", F.window("ts2", "10 seconds").alias("w2")), F.expr("k = k2 AND w1 = w2")),
-        "Project: gpuwm does not evaluate `(CAST(count AS DECIMAL(20,0)) * 2.5BD)`": w.groupBy(win, "k").count().selectExpr("count * 2.5"),
+        # (decimal + - * are gpuwm's; a decimal division rounds as Spark's rules say: not)
+        "Project: gpuwm does not evaluate `(CAST(count AS DECIMAL(20,0)) / 2.5BD)`": w.groupBy(win, "k").count().selectExpr("count / 2.5"),
         # a chain whose second window is not over the first's window_time
         "Aggregate: a window over the rows of a stage that gives no event time": w.groupBy(win, "k").count().groupBy(F.window("window.start", "10 seconds")).count(),
         "Aggregate: a grouping column the stage below does not give": w.groupBy(win, "k").count().groupBy(

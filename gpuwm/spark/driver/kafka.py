@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from ...errors import ConfigError, GpuwmError
-from ...project import JSON_TYPES, LITERAL_TYPES
+from ...project import JSON_TYPES, LITERAL_TYPES, decimal_type
 from ..jvm.objects import java_map, scala_iter, scan_rdds
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
@@ -424,6 +424,36 @@ _ARITH = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainde
 _NUMERIC = ("bigint", "int", "smallint", "tinyint", "double", "float")
 
 
+#: the digits of each integer type's largest value: a decimal(p,s) with p - s of them holds every value
+_INT_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
+
+
+def _widening_decimal(src: str, to: str) -> bool:
+    """A cast from ``src`` (an integer or a decimal) to decimal type ``to``
+    that keeps every value exactly (Spark's casts before decimal arithmetic)."""
+    dec, got = decimal_type(to), decimal_type(src)
+    if dec is None:
+        return False
+    if got is not None:
+        return dec[1] >= got[1] and dec[0] - dec[1] >= got[0] - got[1]
+    return src in _INT_DIGITS and dec[0] - dec[1] >= _INT_DIGITS[src]
+
+
+def _exact_decimal(kind: str, e) -> tuple[int, int] | None:
+    """The type of decimal ``e`` (an Add, a Subtract or a Multiply of two
+    decimals) that holds its exact result (Arrow's type for it), where it
+    fits 38 digits; None otherwise (Spark then rounds: not gpuwm's)."""
+    a, b = (decimal_type(str(x.dataType().simpleString())) for x in (e.left(), e.right()))
+    if a is None or b is None or kind not in ("Add", "Subtract", "Multiply"):
+        return None
+    if kind == "Multiply":
+        p, s = a[0] + b[0] + 1, a[1] + b[1]
+    else:
+        s = max(a[1], b[1])
+        p = max(a[0] - a[1], b[0] - b[1]) + s + 1
+    return (p, s) if p <= 38 else None
+
+
 def translate(e, ids: dict[int, str]) -> dict:
     """A Catalyst expression as a :mod:`gpuwm.project` expression."""
     kind = e.getClass().getSimpleName()
@@ -443,10 +473,17 @@ def translate(e, ids: dict[int, str]) -> dict:
     if kind == "Cast" and e.child().getClass().getSimpleName() == "Literal" and e.child().value() is None \
             and str(e.dataType().simpleString()) in LITERAL_TYPES:  # a typed NULL (`x IN (1, NULL)`)
         return {"lit": [None, str(e.dataType().simpleString())]}
+    if kind == "Cast" and e.child().getClass().getSimpleName() == "Literal" and e.child().value() is not None \
+            and str(e.child().dataType().simpleString()) in _INT_DIGITS and decimal_type(str(e.dataType().simpleString())):
+        p, s = decimal_type(str(e.dataType().simpleString()))  # SQL's 450 compared with a decimal: where it fits
+        if abs(int(str(e.child().value()))) >= 10 ** (p - s):
+            raise Untranslatable(str(e.sql()))
+        return {"lit": [str(e.child().value()), str(e.dataType().simpleString())]}
     if kind == "Cast":
         src, to = str(e.child().dataType().simpleString()), str(e.dataType().simpleString())
         ints = ("bigint", "int", "smallint", "tinyint")
         ok = (src == "binary" and to == "string") or (src == "string" and to == "binary") \
+            or _widening_decimal(src, to) \
             or (src in ints and to in ("timestamp", "bigint", "double")) \
             or (src in ints and to == "int" and str(e.evalMode()) == "ANSI") or (src == "timestamp" and to == "bigint") \
             or (to == "string" and (src in ints or src == "string" or src == "timestamp" and _utc(e)))
@@ -456,15 +493,22 @@ def translate(e, ids: dict[int, str]) -> dict:
     if kind == "Literal":
         typ = str(e.dataType().simpleString())
         v = e.value()
+        if decimal_type(typ):  # its text (Spark's Decimal.toString: plain digits)
+            return {"lit": [None if v is None else str(v.toString()), typ]}
         if typ not in LITERAL_TYPES:
             raise Untranslatable(str(e.sql()))
         return {"lit": [None if v is None else str(v.toString()) if typ == "string" else v, typ]}
     if kind in _CMP:
-        if any(str(x.dataType().simpleString()) not in LITERAL_TYPES for x in (e.left(), e.right())):
+        if any(str(x.dataType().simpleString()) not in LITERAL_TYPES and not decimal_type(
+                str(x.dataType().simpleString())) for x in (e.left(), e.right())):
             raise Untranslatable(str(e.sql()))
         return {"cmp": [_CMP[kind], translate(e.left(), ids), translate(e.right(), ids)]}
     if kind in ("And", "Or"):
         return {kind.lower(): [translate(e.left(), ids), translate(e.right(), ids)]}
+    if kind in _ARITH and decimal_type(str(e.dataType().simpleString())):
+        if str(e.evalMode()) == "TRY" or _exact_decimal(kind, e) != decimal_type(str(e.dataType().simpleString())):
+            raise Untranslatable(str(e.sql()))
+        return {"arith": [_ARITH[kind], translate(e.left(), ids), translate(e.right(), ids), False]}
     if kind in _ARITH:  # both sides of the result's type (the analyzer's casts); TRY mode (try_add ...) is not
         typ = str(e.dataType().simpleString())
         if typ not in _NUMERIC or str(e.evalMode()) == "TRY" or any(
@@ -472,6 +516,8 @@ def translate(e, ids: dict[int, str]) -> dict:
             raise Untranslatable(str(e.sql()))
         return {"arith": [_ARITH[kind], translate(e.left(), ids), translate(e.right(), ids),
                           str(e.evalMode()) == "ANSI"]}
+    if kind == "UnaryMinus" and decimal_type(str(e.dataType().simpleString())):  # (exact: never overflows)
+        return {"neg": [translate(e.child(), ids), False]}
     if kind == "UnaryMinus" and str(e.dataType().simpleString()) in _NUMERIC:
         return {"neg": [translate(e.child(), ids), bool(e.failOnError())]}
     if kind == "In":  # x IN (a, b, ...): x = a OR x = b ... (Kleene's OR gives SQL's nulls: none match, a null in)
