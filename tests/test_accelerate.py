@@ -279,7 +279,9 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "other side (window(ts2, 0:00:10))": w.select("k", win.alias("w1")).join(
             _source(spark, src).selectExpr("ts as ts2", "k as k2").withWatermark("ts2", "5 seconds")
             .select("k2", F.window("ts2", "10 seconds").alias("w2")), F.expr("k = k2 AND w1 = w2")),
-        # (decimal + - * are gpuwm's; a decimal division rounds as Spark's rules say: not)
+        # (decimal + - * are gpuwm's; a decimal division rounds as Spark's rules say: not; nor a decimal's sum)
+        "Aggregate: the aggregate sum(eur) of a decimal(24,3) column: gpuwm's are of numbers (integers, doubles) "
+        "and times": w.withColumn("eur", F.expr("price * 0.908")).groupBy(win, "k").agg(F.sum("eur")),
         "Project: gpuwm does not evaluate `(CAST(count AS DECIMAL(20,0)) / 2.5BD)`": w.groupBy(win, "k").count().selectExpr("count / 2.5"),
         # a chain whose second window is not over the first's window_time
         "Aggregate: a window over the rows of a stage that gives no event time": w.groupBy(win, "k").count().groupBy(F.window("window.start", "10 seconds")).count(),

@@ -732,6 +732,10 @@ def _aggregate(spark, agg) -> Translation:
             if fk in ("First", "Last"):
                 _positional(e, fn, win)
             args = list(scala_iter(fn.children()))
+            if fk in ("Sum", "Average", "Min", "Max") and args and \
+                    str(args[0].dataType().typeName()) not in _POSITIONAL_TYPES:  # (a decimal: Spark's sum widens it)
+                raise Refused("Aggregate", f"the aggregate {e.sql()} of a {args[0].dataType().simpleString()} "
+                                           "column: gpuwm's are of numbers (integers, doubles) and times")
             fn_name = _AGGS[fk]
             if e.isDistinct() and fk not in ("Min", "Max"):  # min / max of the distinct values: of all
                 if fk not in ("Count", "Sum", "Average") or len(args) != 1:
