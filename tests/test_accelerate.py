@@ -95,11 +95,12 @@ def _query(spark, src, shape):
         # arithmetic (Spark 4's ANSI mode: no overflow or zero divisor here); its conjunct on the grouping key
         # alone Spark's optimizer moves below the watermark, which then does not see key 2's rows (15 s ahead)
         return (w.groupBy(F.window("ts", "5 seconds").alias("w"), F.col("k").alias("key"))
-                .agg(F.max("price").alias("mx"), F.avg("price").alias("p"))
+                .agg(F.max("price").alias("mx"), F.avg("price").alias("p"),
+                     (F.max("price") * 2 - F.count("*")).alias("mx2"))  # (over aggregates: on each row out)
                 .filter("(p >= 450.5 OR mx < 990) AND (NOT key = 1 OR p IS NULL) AND key <> 2 "
                         "AND (key IN (0, 2, NULL) OR mx IN (5, 990)) AND mx * 0.908 > 0.9")  # IN: SQL's nulls too
                 .select(F.col("w.end").alias("until"), "key", F.col("mx").cast("double").alias("mx"),
-                        F.expr("mx * 0.908 - 0.5").alias("eur"),  # decimal(24,3): SQL's decimal literals
+                        F.expr("mx * 0.908 - 0.5").alias("eur"), "mx2",  # eur: decimal(24,3), SQL's literals
                         (F.col("mx") * 2 - F.col("key")).alias("m2"), (F.col("key") % 2).alias("odd"),
                         (F.col("p") / (F.col("mx") + 1)).alias("ratio"), (-F.col("p")).alias("neg")))
     if shape == "chain":  # a window over a window's rows (window_time), as Spark chains them (SPARK-40925)
@@ -243,7 +244,9 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
             F.session_window("ts", "5 seconds")).count(),
         "Aggregate: window(ts, 0:00:10, 0:00:03): slide": w.groupBy(F.window("ts", "10 seconds", "3 seconds")).count(),
         "Aggregate: a grouping expression ((k % CAST(2 AS BIGINT)))": w.groupBy(win, F.col("k") % 2).count(),
-        "Aggregate: the output expression (count(1) + CAST(1 AS BIGINT))": w.groupBy(win, "k").agg((F.count("*") + 1).alias("n")),
+        # (count(*) + 1 is gpuwm's: an expression over aggregates it evaluates on each row out)
+        "Aggregate: the output expression abs(count(1)): gpuwm does not evaluate `abs(count(1))`": w.groupBy(
+            win, "k").agg(F.abs(F.count("*")).alias("n")),
         # filters and new columns between withWatermark and the operator: Spark's optimizer moves what does not
         # read the event time below its watermark (as gpuwm's source reads it); not what does, nor rand()
         "Filter: a filter on the event time (`(ts > timestamp_seconds(3))`) between withWatermark":
@@ -325,7 +328,8 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         spark.conf.unset("spark.gpuwm.fallback")
 
 
-_SQL_Q = ("SELECT window(ts, '5 seconds') AS window, k, count(*) AS n, max(price) AS mx FROM bids "
+_SQL_Q = ("SELECT window(ts, '5 seconds') AS window, k, count(*) AS n, max(price) AS mx, "
+          "sum(price) * 0.5 + count(*) AS half FROM bids "  # (an expression over aggregates: on each row out)
           "GROUP BY window(ts, '5 seconds'), k HAVING count(*) > 7 AND NOT k = 1")
 
 
@@ -369,8 +373,10 @@ def test_a_sql_spec_runs_its_query_in_gpuwm_as_spark_runs_it(spark, tmp_path, ca
         "gpuwm runs (profile spark, vnodes 2):", "  watermark  ts, delay 0:00:10",
         # (the HAVING's conjunct on the key: Spark's optimizer moves it below the watermark)
         "    of rows  where (bids.k IS NOT NULL) AND (NOT (bids.k = 1L)) (Spark's optimizer filters them below the "
-        "watermark)", "  aggregate  window(ts, 0:00:05) by ['k']: n = count(*), mx = max(price)",
-        "  filter     ((n > CAST(7 AS BIGINT)) AND (NOT (bids.k = CAST(1 AS BIGINT))))", "  output     window, k, n, mx"]
+        "watermark)", "  aggregate  window(ts, 0:00:05) by ['k']: n = count(*), mx = max(price), half = "
+        "((CAST(sum(bids.price) AS DECIMAL(20,0)) * 0.5BD) + CAST(count(1) AS DECIMAL(20,0)))",
+        "  filter     ((n > CAST(7 AS BIGINT)) AND (NOT (bids.k = CAST(1 AS BIGINT))))",
+        "  output     window, k, n, mx, half"]
     assert "read         auto: the task makes the input itself" in text
     p = run(spark, spec, verbose=False)
     assert isinstance(p, Pipeline) and {m["read"] for m in p.history if m["input_rows"]} == {"direct"}
@@ -1314,14 +1320,15 @@ def test_filter_aggregates_of_nexmark_q17_equal_spark_batch_for_batch(spark, tmp
                    "count(*) FILTER (WHERE price < 300) AS rank1_bids, "
                    "count(*) FILTER (WHERE price >= 300 AND price < 700) AS rank2_bids, "
                    "sum(price) FILTER (WHERE price >= 700) AS rank3_sum, "
-                   "max(price) FILTER (WHERE k = 1) AS key1_max, avg(price) AS avg_price "
+                   "max(price) FILTER (WHERE k = 1) AS key1_max, avg(price) AS avg_price, "
+                   "sum(price) / count(*) AS mean2 "  # (over aggregates: on each row out)
                    "FROM bid17 GROUP BY window(ts, '5 seconds'), k")
     acc = accelerate(df, fallback="error")
     assert "rank2_bids = count(*) FILTER (WHERE ((bid17.price >= CAST(300 AS BIGINT)) AND" in acc.explain()
     _equals_spark(spark, df, acc, tmp_path)
     for sql, why in [("first(price) FILTER (WHERE price > 5)", "first / last with FILTER (they take nulls too)"),
                      ("count(DISTINCT k, price)", "gpuwm's DISTINCT aggregates are count, sum and avg of one column"),
-                     ("count(*) + 1", "gpuwm outputs aggregates as they are (compute on them in a select after)")]:
+                     ("abs(count(*))", "gpuwm does not evaluate `abs(count(1))`")]:
         acc = accelerate(spark.sql(f"SELECT k, {sql} AS x FROM bid17 GROUP BY window(ts, '5 seconds'), k"))
         assert acc.translation is None and acc.refused.reason.endswith(why), acc.refused
 

@@ -462,6 +462,11 @@ def translate(e, ids: dict[int, str]) -> dict:
         if got is None:
             raise Untranslatable(str(e.sql()))
         return {"col": got}
+    if kind == "AggregateExpression":  # an aggregation's result, where ``ids`` names its column (by resultId)
+        got = ids.get(int(e.resultId().id()))
+        if got is None:
+            raise Untranslatable(str(e.sql()))
+        return {"col": got}
     if kind == "GetStructField":
         return {"field": [translate(e.child(), ids), str(e.extractFieldName())]}
     if kind in _TS:

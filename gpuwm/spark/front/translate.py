@@ -712,6 +712,43 @@ def _aggregate(spark, agg) -> Translation:
     stage = len(t.stages)
     aggs: dict[str, tuple[str, str]] = {}
     step, ids, shown_aggs, columns = [], {}, [], {i: cols[i] for i in named}
+
+    def one(e) -> tuple[str, str]:  # an aggregate of the output: its column of gpuwm's, and how it is shown
+        fn = e.aggregateFunction()
+        fk = _kind(fn)
+        if fk not in _AGGS:
+            raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm has count, sum, min, max, avg, first "
+                                       "and last")
+        if fk in ("First", "Last"):
+            _positional(e, fn, win)
+        args = list(scala_iter(fn.children()))
+        if fk in ("Sum", "Average", "Min", "Max") and args and \
+                str(args[0].dataType().typeName()) not in _POSITIONAL_TYPES:  # (a decimal: Spark's sum widens it)
+            raise Refused("Aggregate", f"the aggregate {e.sql()} of a {args[0].dataType().simpleString()} "
+                                       "column: gpuwm's are of numbers (integers, doubles) and times")
+        fn_name = _AGGS[fk]
+        if e.isDistinct() and fk not in ("Min", "Max"):  # min / max of the distinct values: of all
+            if fk not in ("Count", "Sum", "Average") or len(args) != 1:
+                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm's DISTINCT aggregates are count, "
+                                           "sum and avg of one column")
+            fn_name += "_distinct"
+        star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
+        if e.filter().isDefined():
+            what = _filtered(t, e, fk, None if star else args[0], len(aggs))
+        elif star:
+            what = "*"
+        elif len(args) == 1 and _kind(args[0]) == "AttributeReference" and _id(args[0]) in cols:
+            what = cols[_id(args[0])]
+        elif len(args) == 1:  # of an expression (sum(price * quantity)): a column the source gains
+            what = _on_source(t, e, args[0], f"__gpuwm_arg{len(aggs)}")
+        else:
+            raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
+        inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
+        aggs[inner] = (what, fn_name)
+        return inner, (f"{_SHOWN[_AGGS[fk]]}({'DISTINCT ' if e.isDistinct() else ''}"
+                       f"{'*' if star else args[0].name() if _kind(args[0]) == 'AttributeReference' else args[0].sql()})"
+                       + (f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
+
     window_out = None
     for ne in scala_iter(agg.aggregateExpressions()):
         name = str(ne.name())
@@ -724,42 +761,17 @@ def _aggregate(spark, agg) -> Translation:
             step.append([name, {"col": cols[_id(e)]}])
             columns[_id(ne)] = cols[_id(e)]  # (a key renamed in the output, `groupBy(col("k").alias("k2"))`: its id)
         elif k == "AggregateExpression":
-            fn = e.aggregateFunction()
-            fk = _kind(fn)
-            if fk not in _AGGS:
-                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm has count, sum, min, max, avg, first "
-                                           "and last")
-            if fk in ("First", "Last"):
-                _positional(e, fn, win)
-            args = list(scala_iter(fn.children()))
-            if fk in ("Sum", "Average", "Min", "Max") and args and \
-                    str(args[0].dataType().typeName()) not in _POSITIONAL_TYPES:  # (a decimal: Spark's sum widens it)
-                raise Refused("Aggregate", f"the aggregate {e.sql()} of a {args[0].dataType().simpleString()} "
-                                           "column: gpuwm's are of numbers (integers, doubles) and times")
-            fn_name = _AGGS[fk]
-            if e.isDistinct() and fk not in ("Min", "Max"):  # min / max of the distinct values: of all
-                if fk not in ("Count", "Sum", "Average") or len(args) != 1:
-                    raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm's DISTINCT aggregates are count, "
-                                               "sum and avg of one column")
-                fn_name += "_distinct"
-            star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
-            if e.filter().isDefined():
-                what = _filtered(t, e, fk, None if star else args[0], len(aggs))
-            elif star:
-                what = "*"
-            elif len(args) == 1 and _kind(args[0]) == "AttributeReference" and _id(args[0]) in cols:
-                what = cols[_id(args[0])]
-            elif len(args) == 1:  # of an expression (sum(price * quantity)): a column the source gains
-                what = _on_source(t, e, args[0], f"__gpuwm_arg{len(aggs)}")
-            else:
-                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
-            inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
-            aggs[inner] = (what, fn_name)
+            inner, shown = one(e)
             step.append([name, {"col": inner}])
-            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({'DISTINCT ' if e.isDistinct() else ''}"
-                              f"{'*' if star else args[0].name() if _kind(args[0]) == 'AttributeReference' else args[0].sql()})" + (
-                f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
+            shown_aggs.append(f"{name} = {shown}")
             columns[_id(ne)] = inner
+        elif any(_kind(a) == "AggregateExpression" for a in _descendants(e)):  # max(price) * 0.908: on each row out
+            made = {}
+            for a in _descendants(e):
+                if _kind(a) == "AggregateExpression" and int(a.resultId().id()) not in made:
+                    made[int(a.resultId().id())] = one(a)[0]
+            step.append([name, _of_groups(e, win_id, {**{i: cols[i] for i in named}, **made})])
+            shown_aggs.append(f"{name} = {_no_ids(str(e.sql()))}")
         else:
             step.append([name, _of_groups(e, win_id, {i: cols[i] for i in named})])
         ids[_id(ne)] = name
@@ -839,7 +851,7 @@ def _of_groups(e, win_id: int, keys: dict[int, str]) -> dict:
     from ..driver.kafka import Untranslatable
     from ..driver.kafka import translate as expr
 
-    if any(_kind(a) == "AggregateExpression" for a in _descendants(e)):
+    if any(_kind(a) == "AggregateExpression" and int(a.resultId().id()) not in keys for a in _descendants(e)):
         raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs aggregates as they are "
                                    "(compute on them in a select after)")
     try:
