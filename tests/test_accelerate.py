@@ -1821,7 +1821,16 @@ def test_a_filter_after_q7s_join_keeps_the_aggregated_bids_whole(spark, tmp_path
     window's maximum is still over every bid. Key 0's bids hold every
     other batch's highest prices (and never its newest time): Spark joins
     those maxima with key 0's bids, which the filter drops, and writes no
-    row — gpuwm, had it dropped them from the maximum too, wrote 7."""
+    row — gpuwm, had it dropped them from the maximum too, wrote 7.
+
+    Then each read with its own filters: the maximum per key with ``k <>
+    1`` (a HAVING on the key, below the aggregated read), joined with the
+    bids, ``k = 2`` after the join (below the joined read), key 1's bids
+    15 s ahead. Spark keeps one watermark per ``withWatermark`` node,
+    raised by each read's rows: over the rows either read keeps, ``k <> 1
+    OR k = 2``. gpuwm's read keeps those (once a read of what both reads
+    had, ``k IS NOT NULL``: key 1's bids moved its watermark, the rows came
+    in other batches than Spark's)."""
     from pyspark.sql import functions as F
 
     rng = np.random.default_rng(77)
@@ -1839,6 +1848,19 @@ def test_a_filter_after_q7s_join_keeps_the_aggregated_bids_whole(spark, tmp_path
     acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
         f"{tmp_path}/out").awaitTermination()
     assert _batches(f"{tmp_path}/out") == _batches(f"{tmp_path}/native")  # (Spark writes no row here)
+
+    batches = [[(t + 15 if k == 1 else t, k, p) for t, k, p in b]
+               for b in _random_batches(np.random.default_rng(77), 8, 40, step=6, behind=14, keys=3)]
+    _write_batches(f"{tmp_path}/in2", batches)
+    bids = _source(spark, f"{tmp_path}/in2").withWatermark("ts", "10 seconds")
+    m = (bids.groupBy(F.window("ts", "5 seconds"), "k").agg(F.max("price").alias("maxprice")).filter("k <> 1")
+         .select(F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), F.col("k").alias("mk"),
+                 "maxprice"))
+    q = bids.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend")).filter("k = 2")
+    acc = accelerate(q, fallback="error")
+    assert "    of rows  where (k IS NOT NULL) AND ((NOT (k = 1L)) OR ((k = 2L) AND (price IS NOT NULL)))" \
+        in acc.explain(), acc.explain()
+    _equals_spark(spark, q, acc, tmp_path / "two", batches=4)
 
 
 def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(spark, tmp_path):

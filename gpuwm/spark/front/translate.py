@@ -181,19 +181,16 @@ def _below_watermarks(spark, plan) -> dict[int, list]:
     sees only the rows they keep, so gpuwm's source applies them too
     (:func:`_under_watermark`). Spark's own optimizer says where they go,
     run on the analyzed plan as a micro-batch's is. A ``withWatermark``
-    the plan reads twice (one node; gpuwm reads it once) gets the filters
-    both reads have, so neither read loses rows; Spark keeps a watermark
-    for each read and runs with their minimum, so where one read's own
-    filters drop the newest rows Spark's watermark is lower than gpuwm's
-    (a gap, as before these filters were read: q7's ``isnotnull(price)``
-    of its joined bids)."""
+    the plan reads twice (one node, q7's bids joined and aggregated; gpuwm
+    reads it once) gets the rows either read keeps (:func:`_either`), as
+    Spark's watermark for that node sees them."""
     try:
         optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
     except Exception as e:  # (py4j's error; the query's optimizer failing is Spark's to report)
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise Refused("the query", f"Spark's optimizer failed on its plan ({first}), so gpuwm cannot tell which "
                                    "filters its watermarks see") from None
-    found: dict[int, list] = {}
+    reads: dict[int, list[list]] = {}
     todo = [optimized]
     while todo:
         node = todo.pop()
@@ -202,12 +199,37 @@ def _below_watermarks(spark, plan) -> dict[int, list]:
             chain = _unary_chain(node.child())
             chain = chain[:next((k for k, n in enumerate(chain) if _kind(n) == "EventTimeWatermark"), len(chain))]
             conds = [c for n in chain if _kind(n) == "Filter" for c in _conjuncts(n.condition()) if c.deterministic()]
-            i = _id(node.eventTime())
-            if i in found:  # one withWatermark read twice (q7's bids: joined, and aggregated): what both drop
-                keep = {_canonical(c) for c in conds}
-                conds = [c for c in found[i] if _canonical(c) in keep]
-            found[i] = conds
-    return found
+            reads.setdefault(_id(node.eventTime()), []).append(conds)
+    return {i: _either(spark, r) for i, r in reads.items()}
+
+
+def _either(spark, reads: list[list]) -> list:
+    """The conjuncts that keep the rows any of ``reads`` (one
+    ``withWatermark`` node read several times, each read's conjuncts) keeps:
+    Spark's watermark for that node is over them all (WatermarkTracker keeps
+    one watermark per node id, raised by each of its reads'). What every
+    read has, and the others' OR: ``k = 2`` on one read and ``k <> 1`` on
+    another keep the rows ``k = 2 OR k <> 1``; a read with none keeps every
+    row."""
+    if len(reads) == 1:
+        return reads[0]
+    common = [c for c in reads[0] if all(_canonical(c) in {_canonical(x) for x in r} for r in reads[1:])]
+    shared = {_canonical(c) for c in common}
+    rest = [[c for c in r if _canonical(c) not in shared] for r in reads]
+    if any(not r for r in rest) or len({tuple(sorted(_canonical(c) for c in r)) for r in rest}) == 1:
+        return common + ([] if any(not r for r in rest) else rest[0])
+    exprs = spark._jvm.org.apache.spark.sql.catalyst.expressions
+
+    def all_of(r):
+        out = r[0]
+        for c in r[1:]:
+            out = exprs.And(out, c)
+        return out
+
+    anyone = all_of(rest[0])
+    for r in rest[1:]:
+        anyone = exprs.Or(anyone, all_of(r))
+    return common + [anyone]
 
 
 def _pushed_below(spark, at, top):
