@@ -1,7 +1,9 @@
 """Several named inputs, each with its own watermark filter, combined into
 one watermark: the minimum over the inputs (Spark's
 ``multipleWatermarkPolicy=min``; RisingWave's "output watermark = min of the
-upstream watermarks"; Flink's two-input operators).
+upstream watermarks"; Flink's two-input operators). Inputs that are reads of
+one watermark (``InputsSpec.shared``: Spark's one ``withWatermark`` node read
+twice) count as one, the highest of theirs.
 
 Each input's :class:`~gpuwm.WatermarkFilter` (its own column, delay, split
 and knobs) derives that input's watermark from its rows. The combined
@@ -59,6 +61,10 @@ class InputsSpec:
     """
 
     inputs: tuple[tuple[str, WatermarkSpec], ...]
+    #: groups of inputs that are reads of one watermark (Spark's one ``withWatermark`` node read twice, its
+    #: WatermarkTracker keeping one value per node id, raised by each read's rows): a group's watermark is the
+    #: highest of its inputs', and the combined watermark the minimum over the groups
+    shared: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         inputs = tuple((str(n), w) for n, w in self.inputs)
@@ -67,6 +73,12 @@ class InputsSpec:
         names = [n for n, _ in inputs]
         if len(set(names)) != len(names):
             raise ConfigError(f"input names must be distinct, got {names}")
+        shared = tuple(tuple(str(n) for n in g) for g in self.shared)
+        grouped = [n for g in shared for n in g]
+        if any(n not in names for n in grouped) or len(set(grouped)) != len(grouped) or any(len(g) < 2 for g in shared):
+            raise ConfigError(f"shared watermarks are groups of two or more of the inputs {names}, each input in "
+                              f"one, got {[list(g) for g in shared]}")
+        object.__setattr__(self, "shared", shared)
         profiles = {n: w.resolved_profile for n, w in inputs}
         first = next(iter(profiles.values()))
         for n, p in profiles.items():
@@ -90,10 +102,13 @@ class InputsSpec:
         raise ConfigError(f"unknown input {name!r}; inputs are {list(self.names)}")
 
     def build(self, backend: str | None = None) -> "InputFilters":
-        return InputFilters({n: w.build(backend) for n, w in self.inputs})
+        return InputFilters({n: w.build(backend) for n, w in self.inputs}, self.shared)
 
     def describe(self) -> dict:
-        return {"inputs": {n: w.describe() for n, w in self.inputs}}
+        d: dict = {"inputs": {n: w.describe() for n, w in self.inputs}}
+        if self.shared:
+            d["shared"] = [list(g) for g in self.shared]
+        return d
 
 
 class InputFilters:
@@ -111,10 +126,21 @@ class InputFilters:
     >>> kept = f.process({"a": pa.table({"t": [4, 6]})})    # 4 is behind min(8, 5)
     >>> kept["a"]["t"].to_pylist(), f.late_rows
     ([6], 1)
+
+    Two reads of one watermark (``shared``) count as one, the higher:
+
+    >>> f = InputFilters({"a": WatermarkFilter("t", 2), "b": WatermarkFilter("t", 2), "c": WatermarkFilter("u", 0)},
+    ...                  shared=[("a", "b")])
+    >>> kept = f.process({"a": pa.table({"t": [10]}), "b": pa.table({"t": [5]}), "c": pa.table({"u": [9]})})
+    >>> f.watermark, f.split_watermarks
+    (8, {'a': 8, 'b': 3, 'c': 9})
     """
 
-    def __init__(self, filters: Mapping[str, WatermarkFilter]):
+    def __init__(self, filters: Mapping[str, WatermarkFilter], shared: Sequence[Sequence[str]] = ()):
         self.filters = dict(filters)
+        # the groups whose watermark is the highest of their inputs' (InputsSpec.shared); the rest one each
+        grouped = {n for g in shared for n in g}
+        self._groups = [list(g) for g in shared] + [[n] for n in self.filters if n not in grouped]
         profiles = {f.profile for f in self.filters.values()}
         if len(profiles) != 1:
             raise ConfigError("every input's watermark needs the same profile")
@@ -218,11 +244,15 @@ class InputFilters:
             self._combined = cand
 
     def _candidate(self, now: datetime) -> int | None:
-        live = [f for f in self.filters.values() if not self._idle(f, now)]
-        if not live:
-            return None
-        vals = [f.watermark_raw for f in live]
-        return None if any(v is None for v in vals) else min(vals)
+        """The minimum over the groups with a live input of each group's
+        highest watermark (None while a group has none yet)."""
+        vals = []
+        for g in self._groups:
+            live = [self.filters[n] for n in g if not self._idle(self.filters[n], now)]
+            if live:
+                got = [f.watermark_raw for f in live if f.watermark_raw is not None]
+                vals.append(max(got) if got else None)
+        return None if not vals or any(v is None for v in vals) else min(vals)
 
     @staticmethod
     def _idle(f: WatermarkFilter, now: datetime) -> bool:

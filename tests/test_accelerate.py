@@ -1830,7 +1830,11 @@ def test_a_filter_after_q7s_join_keeps_the_aggregated_bids_whole(spark, tmp_path
     raised by each read's rows: over the rows either read keeps, ``k <> 1
     OR k = 2``. gpuwm's read keeps those (once a read of what both reads
     had, ``k IS NOT NULL``: key 1's bids moved its watermark, the rows came
-    in other batches than Spark's)."""
+    in other batches than Spark's). And a filter of one read's own
+    (``bids.filter("price >= 200")`` aggregated, the bids joined as they
+    are, the cheaper bids 15 s ahead): two inputs for gpuwm, one watermark
+    for Spark, the higher of the two reads' (``Pipeline.shared_watermark``;
+    gpuwm's minimum of two came later than Spark's)."""
     from pyspark.sql import functions as F
 
     rng = np.random.default_rng(77)
@@ -1861,6 +1865,16 @@ def test_a_filter_after_q7s_join_keeps_the_aggregated_bids_whole(spark, tmp_path
     assert "    of rows  where (k IS NOT NULL) AND ((NOT (k = 1L)) OR ((k = 2L) AND (price IS NOT NULL)))" \
         in acc.explain(), acc.explain()
     _equals_spark(spark, q, acc, tmp_path / "two", batches=4)
+
+    _write_batches(f"{tmp_path}/in3", [[(t + 15 if p < 200 else t, k, p) for t, k, p in b] for b in batches])
+    bids = _source(spark, f"{tmp_path}/in3").withWatermark("ts", "10 seconds")
+    m = (bids.filter("price >= 200").groupBy(F.window("ts", "5 seconds"), "k").agg(F.max("price").alias("maxprice"))
+         .select(F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), F.col("k").alias("mk"),
+                 "maxprice"))
+    q = bids.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend"))
+    acc = accelerate(q, fallback="error")
+    assert acc.pipeline(f"{tmp_path}/x")._plan().watermark.shared == (("in0", "in1"),)
+    _equals_spark(spark, q, acc, tmp_path / "three", batches=4)
 
 
 def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(spark, tmp_path):

@@ -134,6 +134,7 @@ class Pipeline:
         self.name = name
         self._wm: WatermarkSpec | None = None
         self._wms: dict[str, WatermarkSpec] = {}  # several inputs: each one's
+        self._shared: list[tuple[str, ...]] = []  # inputs that read one watermark (shared_watermark)
         self._stages: list[OperatorSpec] = []
         self._graph: list[tuple[str, tuple[str, ...]]] = []  # each stage's name and the streams it reads
         self._sink: Sink | None = None
@@ -205,6 +206,19 @@ class Pipeline:
         else:
             driver_filter(wm, self._input_arrow_schema())
             self._wm = wm
+        return self
+
+    def shared_watermark(self, *inputs: str) -> "Pipeline":
+        """``inputs`` read one watermark: theirs is the highest of their
+        watermarks, and the combined one the minimum over the rest and it.
+        Spark's one ``withWatermark`` node read twice (Nexmark q7's bids,
+        joined and aggregated, each read with other filters) is one watermark
+        in Spark (its ``WatermarkTracker`` keeps one per node id, raised by
+        each read's rows): ``accelerate`` says so for such reads."""
+        if self.inputs is None or any(n not in self.inputs for n in inputs) or len(set(inputs)) < 2:
+            raise ConfigError(f"shared_watermark takes two or more of the pipeline's inputs "
+                              f"({list(self.inputs or [])}), got {list(inputs)}")
+        self._shared.append(tuple(inputs))
         return self
 
     def _with_watermark_expr(self, column: str, expr: str):
@@ -544,7 +558,7 @@ class Pipeline:
             wms = {n: w if lateness[n] is None else replace(w, allowed_lateness=lateness[n])
                    for n, w in self._wms.items()}
             return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes,
-                        InputsSpec(tuple((n, wms[n]) for n in self.inputs)), tuple(self._stages),
+                        InputsSpec(tuple((n, wms[n]) for n in self.inputs), tuple(self._shared)), tuple(self._stages),
                         self._sink_or_raise(), self._input_arrow_schema(), late=self._late, graph=graph)
         if self._wm is None:
             raise ConfigError("the pipeline has no .watermark(...)")

@@ -124,6 +124,7 @@ class Translation:
     joined: list[str] | None = None  # a graph's join: its rows' columns (its left feed's, then its right's)
     untimed: str = ""  # why the rows carry no event time for an operator over them, where time is None
     pushed: str = ""  # the filters Spark's optimizer puts below the watermark, written above it (explain)
+    node: str | None = None  # a watermarked source's withWatermark (Spark's node id): reads of one share it
 
 
 def _kind(node) -> str:
@@ -266,6 +267,16 @@ def _pushed_below(spark, at, top):
     for c in conds:
         base = place(base, c)
     return base, " AND ".join(_no_ids(str(c.sql())) for c in conds)
+
+
+def _node_id(at) -> str:
+    """Spark's id of ``withWatermark`` node ``at`` (its ``WatermarkTracker``
+    keeps one watermark per id; a self-join's copy of the node keeps it),
+    or its event time's expression id where Spark has no node ids."""
+    try:
+        return str(at.nodeId().toString())
+    except Exception:  # noqa: BLE001  (Spark 3.x: no nodeId)
+        return f"#{_id(at.eventTime())}"
 
 
 def _canonical(e) -> str:
@@ -574,7 +585,7 @@ def _under_watermark(spark, node) -> Translation:
                        columns={_id(a): str(a.name()) for a in scala_iter(node.output())},
                        time=(time, time),
                        origin=re.sub(r"#\d+L?", "", str(node.toString()) + pushed),  # (a self-join's copy: new ids)
-                       pushed=pushed)
+                       pushed=pushed, node=_node_id(at))
 
 
 _NO_WINDOW = "its grouping has no window(...) or session_window(...) of the event time"
@@ -1937,6 +1948,13 @@ class Accelerated:
                      on_batch=self.on_batch, verbose=self.verbose, name=name)
         for n, i in (t.inputs or {None: t}).items():
             p.watermark(i.column, delay=i.delay, profile=self.profile, input=n)
+        reads: dict[str, list[str]] = {}
+        for n, i in (t.inputs or {}).items():  # reads of one withWatermark under other filters: one watermark
+            if i.node is not None:
+                reads.setdefault(i.node, []).append(n)
+        for names in reads.values():
+            if len(names) > 1:
+                p.shared_watermark(*names)
         try:
             for k, st in enumerate(t.stages):
                 # a graph's stage: its name, and what it reads (a join names its own)
