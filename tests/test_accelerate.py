@@ -443,6 +443,7 @@ def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation
     ``withWatermark`` and the selects and filters over it (steps the tasks
     evaluate)."""
     from gpuwm.spark import read_nexmark
+    from gpuwm.spark.driver.direct import nexmark_projection
     from gpuwm.spark.front.translate import translate
     from gpuwm.spark.io.nexmark import nexmark_source
 
@@ -456,6 +457,11 @@ def test_a_nexmark_stream_is_known_from_its_plan_through_a_view_or_a_translation
     q = spark.sql("SELECT auction, count(*) AS n FROM nex GROUP BY window(date_time, '2 seconds'), auction")
     assert nexmark_source(translate(q).source) == want
     assert nexmark_source(df.select("auction", "date_time")) == want
+    # a filter under a view's name: found, and its step the tasks evaluate (not the stream's rows as they are)
+    df.filter("price > 5").createOrReplaceTempView("cheap")
+    assert nexmark_source(spark.table("cheap")) == want
+    steps, _ = nexmark_projection(spark.table("cheap"))
+    assert isinstance(steps[0], dict) and "where" in steps[0], steps
     assert nexmark_source(_source(spark, str(tmp_path))) is None
 
 

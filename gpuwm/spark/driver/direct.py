@@ -104,10 +104,10 @@ def nexmark_projection(df) -> tuple[list, pa.Schema] | str | None:
     gpuwm.spark.front.translate) as the steps its tasks evaluate on each
     split's generated events — None for the stream itself, a reason when
     they cannot."""
-    from .kafka import under_selects
-
-    plan, projects = under_selects(df._jdf.queryExecution().analyzed())
-    while plan.getClass().getSimpleName() in ("SubqueryAlias", "View"):
+    plan, projects = df._jdf.queryExecution().analyzed(), []
+    while plan.getClass().getSimpleName() in ("SubqueryAlias", "View", "Project", "Filter"):  # (nexmark_source's walk)
+        if plan.getClass().getSimpleName() in ("Project", "Filter"):  # (a view's own filter too, under its name)
+            projects.append(plan)
         plan = plan.child()
     if not projects or plan.getClass().getSimpleName() != "StreamingRelationV2":
         return None
