@@ -217,8 +217,10 @@ def _either(spark, reads: list[list]) -> list:
     common = [c for c in reads[0] if all(_canonical(c) in {_canonical(x) for x in r} for r in reads[1:])]
     shared = {_canonical(c) for c in common}
     rest = [[c for c in r if _canonical(c) not in shared] for r in reads]
-    if any(not r for r in rest) or len({tuple(sorted(_canonical(c) for c in r)) for r in rest}) == 1:
-        return common + ([] if any(not r for r in rest) else rest[0])
+    if any(not r for r in rest):  # a read that keeps whatever the common conjuncts keep
+        return common
+    if len({tuple(sorted(_canonical(c) for c in r)) for r in rest}) == 1:  # the same conjuncts on every read
+        return common + rest[0]
     exprs = spark._jvm.org.apache.spark.sql.catalyst.expressions
 
     def all_of(r):
