@@ -240,6 +240,9 @@ def test_what_gpuwm_does_not_run_falls_back_to_spark_with_its_reason(spark, tmp_
         "Filter: gpuwm does not evaluate `abs(count)` over a window's rows": w.groupBy(
             F.window("ts", "5 seconds").alias("w"), "k").count().filter("abs(count) > 1").groupBy(
             F.window(F.window_time("w"), "10 seconds")).count(),
+        "Aggregate: the aggregate first(n) in an aggregation by a window column: Spark's takes the rows of the "
+        "aggregation below in no set order": w.groupBy(F.window("ts", "5 seconds").alias("w"), "k").agg(
+            F.count("*").alias("n")).groupBy("w").agg(F.first("n")),
         "Aggregate: session_window(ts, 5 seconds) without grouping keys: Spark does not run it": w.groupBy(
             F.session_window("ts", "5 seconds")).count(),
         "Aggregate: window(ts, 0:00:10, 0:00:03): slide": w.groupBy(F.window("ts", "10 seconds", "3 seconds")).count(),
@@ -1891,7 +1894,9 @@ def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(sp
     >= maxn`` —, through ``accelerate``: a graph whose counts are computed
     once, a select renaming the maximum's columns apart; the same rows in
     the same micro-batches as Spark's own query, over 2 vnodes (the counts
-    keyed, their maximum on one task, the join keyed on the window)."""
+    keyed, their maximum on one task, the join keyed on the window). The
+    maximum's stage computes expressions too (over its aggregates, of its
+    rows, of its window), which the join reads as columns."""
     from pyspark.sql import functions as F
 
     rng = np.random.default_rng(55)
@@ -1901,11 +1906,16 @@ def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(sp
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     bids = _source(spark, src).withWatermark("ts", "10 seconds")
     c = bids.groupBy(F.window("ts", "10 seconds", "5 seconds").alias("w"), "k").agg(F.count("*").alias("num"))
-    m = c.groupBy(F.col("w").alias("mw")).agg(F.max("num").alias("maxn"))
-    q5 = c.join(m, F.expr("w = mw AND num >= maxn")).select("w", "k", "num", "maxn")
+    # the maximum with more outputs: an expression over aggregates, an aggregate of an expression, the window's
+    # start — computed on each row of the maximum, which the join then reads
+    m = c.groupBy(F.col("w").alias("mw")).agg(F.max("num").alias("maxn"), (F.max("num") * 2 - F.count("*")).alias("x"),
+                                              F.sum(F.col("num") * 10).alias("s10"), F.col("w.start").alias("ws"))
+    q5 = c.join(m, F.expr("w = mw AND num >= maxn")).select("w", "k", "num", "maxn", "x", "s10", "ws")
     acc = accelerate(q5, vnodes=2, fallback="error")  # the counts once, read by the maximum's stages and the join
-    assert "graph      left0 <- in0; right1 <- left0; right2 <- right1; right3 <- right2; join <- left0, right3" \
-        in acc.explain(), acc.explain()
+    assert "graph      left0 <- in0; right1 <- left0; right2 <- right1; right3 <- right2; right4 <- right3; " \
+           "right5 <- right4; join <- left0, right5" in acc.explain(), acc.explain()
+    assert "maxn = max(num), x = ((max(num) * CAST(2 AS BIGINT)) - count(1)), s10 = sum((num * CAST(10 AS BIGINT)))" \
+        in acc.explain()
     _equals_spark(spark, q5, acc, tmp_path)
     want = _batches(f"{tmp_path}/native")
     assert sum(map(len, want.values())) > 5  # a window's hot items: one, or a tie

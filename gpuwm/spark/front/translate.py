@@ -125,6 +125,8 @@ class Translation:
     untimed: str = ""  # why the rows carry no event time for an operator over them, where time is None
     pushed: str = ""  # the filters Spark's optimizer puts below the watermark, written above it (explain)
     node: str | None = None  # a watermarked source's withWatermark (Spark's node id): reads of one share it
+    computed: list[int] = field(default_factory=list)  # Spark's ids of output columns computed on each output row
+    #                                                    (an aggregation's max(price) * 2): no column of gpuwm's yet
 
 
 def _kind(node) -> str:
@@ -394,7 +396,7 @@ def _input(spark, node) -> Translation:
         if kind == "EventTimeWatermark":  # (no filters or selects over it)
             return _under_watermark(spark, node)
         if kind in _STATEFUL:
-            return _STATEFUL[kind](spark, node)
+            return _consumed(_STATEFUL[kind](spark, node))
         if kind == "Project":  # columns, renames, window.start / .end and window_time(window) of a window below;
             # columns computed over a stateful operator's rows: a project stage
             made, renamed, fields, computed = {}, {}, {}, []
@@ -454,6 +456,20 @@ def _input(spark, node) -> Translation:
             raise Refused("query", "no withWatermark: gpuwm's operators drain by the watermark")
         raise Refused(kind, "an operator below the aggregation (a join, a union ...): gpuwm translates "
                             "windowed aggregations and dedups over one watermarked source, chained")
+
+
+def _consumed(t: Translation) -> Translation:
+    """``t``, a stateful operator's rows read by another operator: its
+    output columns computed on each output row (:attr:`Translation.computed`)
+    become a project stage's columns, for the operator over them to read."""
+    if t.computed:
+        names = {n: x for n, x in t.output[0]}
+        n = len(t.stages)
+        step = [[f"__gpuwm_c{n}_{k}", names[t.output_ids[i]]] for k, i in enumerate(t.computed)]
+        t.stages.append(("project", [step]))
+        t.columns.update({i: c for i, (c, _) in zip(t.computed, step)})
+        t.computed = []
+    return t
 
 
 def _watermarked(node) -> bool:
@@ -744,53 +760,82 @@ def _aggregate(spark, agg) -> Translation:
         raise Refused("Aggregate", f"{shown_win} without grouping keys: Spark does not run it on a stream either "
                                    "('Global aggregation with session window in streaming query is not "
                                    "supported'), and gpuwm runs what Spark runs")
-    stage = len(t.stages)
-    aggs: dict[str, tuple[str, str]] = {}
-    step, ids, shown_aggs, columns = [], {}, [], {i: cols[i] for i in named}
+    stage, aggs = len(t.stages), {}  # (the index before any project stage an aggregate's expression adds)
+    step, ids, shown_aggs, columns, window_out, computed = _outputs(
+        t, agg, win_id, named, _WINDOW_STRUCT, lambda e: _one_aggregate(t, e, aggs, stage, win))
+    t.stages.append(("window", win, keys, aggs))
+    t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
+    t.computed = computed
+    t.window_of = (win, "window_start", "window_end")
+    t.shown.append(f"aggregate  {shown_win} by {list(named.values())}: {', '.join(shown_aggs)}")
+    return t
 
-    def one(e) -> tuple[str, str]:  # an aggregate of the output: its column of gpuwm's, and how it is shown
-        fn = e.aggregateFunction()
-        fk = _kind(fn)
-        if fk not in _AGGS:
-            raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm has count, sum, min, max, avg, first "
-                                       "and last")
-        if fk in ("First", "Last"):
-            _positional(e, fn, win)
-        args = list(scala_iter(fn.children()))
-        if fk in ("Sum", "Average", "Min", "Max") and args and \
-                str(args[0].dataType().typeName()) not in _POSITIONAL_TYPES:  # (a decimal: Spark's sum widens it)
-            raise Refused("Aggregate", f"the aggregate {e.sql()} of a {args[0].dataType().simpleString()} "
-                                       "column: gpuwm's are of numbers (integers, doubles) and times")
-        fn_name = _AGGS[fk]
-        if e.isDistinct() and fk not in ("Min", "Max"):  # min / max of the distinct values: of all
-            if fk not in ("Count", "Sum", "Average") or len(args) != 1:
-                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm's DISTINCT aggregates are count, "
-                                           "sum and avg of one column")
-            fn_name += "_distinct"
-        star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
-        if e.filter().isDefined():
-            what = _filtered(t, e, fk, None if star else args[0], len(aggs))
-        elif star:
-            what = "*"
-        elif len(args) == 1 and _kind(args[0]) == "AttributeReference" and _id(args[0]) in cols:
-            what = cols[_id(args[0])]
-        elif len(args) == 1:  # of an expression (sum(price * quantity)): a column the source gains
-            what = _on_source(t, e, args[0], f"__gpuwm_arg{len(aggs)}")
-        else:
-            raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
-        inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
-        aggs[inner] = (what, fn_name)
-        return inner, (f"{_SHOWN[_AGGS[fk]]}({'DISTINCT ' if e.isDistinct() else ''}"
-                       f"{'*' if star else args[0].name() if _kind(args[0]) == 'AttributeReference' else args[0].sql()})"
-                       + (f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
 
-    window_out = None
+def _one_aggregate(t: Translation, e, aggs: dict, stage: int, win) -> tuple[str, str]:
+    """The aggregate ``e`` (Spark's ``AggregateExpression``) of an
+    aggregation over ``t``'s rows, added to ``aggs`` (gpuwm's: its column's
+    name → what it aggregates, the function) for the window stage at index
+    ``stage`` (its columns' suffix): that column's name, and how ``explain`` shows it. ``win``:
+    the stage's window; None over the windows of an aggregation below
+    (:func:`_by_window`), where Spark's first / last take that
+    aggregation's rows in no set order."""
+    fn = e.aggregateFunction()
+    fk = _kind(fn)
+    if fk not in _AGGS:
+        raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm has count, sum, min, max, avg, first "
+                                   "and last")
+    if fk in ("First", "Last"):
+        if win is None:
+            raise Refused("Aggregate", f"the aggregate {e.sql()} in an aggregation by a window column: Spark's "
+                                       "takes the rows of the aggregation below in no set order")
+        _positional(e, fn, win)
+    args = list(scala_iter(fn.children()))
+    if fk in ("Sum", "Average", "Min", "Max") and args and \
+            str(args[0].dataType().typeName()) not in _POSITIONAL_TYPES:  # (a decimal: Spark's sum widens it)
+        raise Refused("Aggregate", f"the aggregate {e.sql()} of a {args[0].dataType().simpleString()} "
+                                   "column: gpuwm's are of numbers (integers, doubles) and times")
+    fn_name = _AGGS[fk]
+    if e.isDistinct() and fk not in ("Min", "Max"):  # min / max of the distinct values: of all
+        if fk not in ("Count", "Sum", "Average") or len(args) != 1:
+            raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm's DISTINCT aggregates are count, "
+                                       "sum and avg of one column")
+        fn_name += "_distinct"
+    star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
+    cols = t.columns
+    if e.filter().isDefined():
+        what = _filtered(t, e, fk, None if star else args[0], len(aggs))
+    elif star:
+        what = "*"
+    elif len(args) == 1 and _kind(args[0]) == "AttributeReference" and _id(args[0]) in cols:
+        what = cols[_id(args[0])]
+    elif len(args) == 1:  # of an expression (sum(price * quantity)): a column the source gains
+        what = _on_source(t, e, args[0], f"__gpuwm_arg{len(aggs)}")
+    else:
+        raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
+    inner = f"__gpuwm_agg{len(aggs)}" + (f"_s{stage}" if stage else "")
+    aggs[inner] = (what, fn_name)
+    return inner, (f"{_SHOWN[_AGGS[fk]]}({'DISTINCT ' if e.isDistinct() else ''}"
+                   f"{'*' if star else args[0].name() if _kind(args[0]) == 'AttributeReference' else args[0].sql()})"
+                   + (f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
+
+
+def _outputs(t: Translation, agg, win_id: int, named: dict[int, str], struct: dict, one) -> tuple:
+    """The output of the aggregation ``agg`` over ``t``'s rows, grouped by
+    the window ``win_id`` (gpuwm's rows make it as ``struct``) and the keys
+    ``named``: its step (a name and an expression each), Spark's id → name,
+    the aggregates as ``explain`` shows them, Spark's id → gpuwm's column,
+    the window's id as output (None where it is not), and the ids of the
+    columns computed on each output row (:func:`_consumed`). ``one(e)`` adds
+    the aggregate ``e`` (:func:`_one_aggregate`)."""
+    cols = t.columns
+    keys = {i: cols[i] for i in named}
+    step, ids, shown_aggs, columns, window_out, computed = [], {}, [], dict(keys), None, []
     for ne in scala_iter(agg.aggregateExpressions()):
         name = str(ne.name())
         e = ne.child() if _kind(ne) == "Alias" else ne
         k = _kind(e)
         if k == "AttributeReference" and _id(e) == win_id:
-            step.append([name, _WINDOW_STRUCT])
+            step.append([name, struct])
             window_out = _id(ne)  # the window as the aggregation outputs it (an alias has its own id)
         elif k == "AttributeReference" and _id(e) in named:
             step.append([name, {"col": cols[_id(e)]}])
@@ -805,18 +850,16 @@ def _aggregate(spark, agg) -> Translation:
             for a in _descendants(e):
                 if _kind(a) == "AggregateExpression" and int(a.resultId().id()) not in made:
                     made[int(a.resultId().id())] = one(a)[0]
-            step.append([name, _of_groups(e, win_id, {**{i: cols[i] for i in named}, **made})])
+            step.append([name, _of_groups(e, win_id, {**keys, **made}, struct)])
             shown_aggs.append(f"{name} = {_no_ids(str(e.sql()))}")
+            computed.append(_id(ne))
         else:
-            step.append([name, _of_groups(e, win_id, {i: cols[i] for i in named})])
+            step.append([name, _of_groups(e, win_id, keys, struct)])
+            computed.append(_id(ne))
         ids[_id(ne)] = name
     if len({n for n, _ in step}) != len(step):
         raise Refused("Aggregate", f"two output columns share a name ({[n for n, _ in step]})")
-    t.stages.append(("window", win, keys, aggs))
-    t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
-    t.window_of = (win, "window_start", "window_end")
-    t.shown.append(f"aggregate  {shown_win} by {list(named.values())}: {', '.join(shown_aggs)}")
-    return t
+    return step, ids, shown_aggs, columns, window_out, computed
 
 
 def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
@@ -844,33 +887,9 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     t.stages.append(("select", [[start, "window_start"], [end, "window_end"], *[[c, c] for c in kept]]))
     keys = [start, end, *(t.columns[i] for i in named)]
     aggs: dict[str, tuple[str, str]] = {}
-    step, ids, shown_aggs, columns = [], {}, [], {i: t.columns[i] for i in named}
-    window_out = None
-    for ne in scala_iter(agg.aggregateExpressions()):
-        name, e = str(ne.name()), ne.child() if _kind(ne) == "Alias" else ne
-        k = _kind(e)
-        if k == "AttributeReference" and _id(e) == t.window_id:
-            step.append([name, {"struct": [["start", {"col": start}], ["end", {"col": end}]]}])
-            window_out = _id(ne)
-        elif k == "AttributeReference" and _id(e) in named:
-            step.append([name, {"col": t.columns[_id(e)]}])
-        elif k == "AggregateExpression" and _kind(e.aggregateFunction()) in _AGGS and not e.isDistinct() \
-                and not e.filter().isDefined() and _kind(e.aggregateFunction()) not in ("First", "Last"):
-            fk = _kind(e.aggregateFunction())
-            args = list(scala_iter(e.aggregateFunction().children()))
-            star = fk == "Count" and len(args) == 1 and _kind(args[0]) == "Literal" and args[0].value() is not None
-            if not star and not (len(args) == 1 and _kind(args[0]) == "AttributeReference"
-                                 and _id(args[0]) in t.columns):
-                raise Refused("Aggregate", f"the aggregate {e.sql()}: gpuwm aggregates a column (or count(*))")
-            inner = f"__gpuwm_agg{len(aggs)}_s{n + 1}"
-            aggs[inner] = ("*" if star else t.columns[_id(args[0])], _AGGS[fk])
-            step.append([name, {"col": inner}])
-            shown_aggs.append(f"{name} = {_SHOWN[_AGGS[fk]]}({'*' if star else args[0].name()})")
-            columns[_id(ne)] = inner
-        else:
-            raise Refused("Aggregate", f"{e.sql()} in an aggregation by a window column: gpuwm computes count, "
-                                       "sum, min, max and avg of a column there")
-        ids[_id(ne)] = name
+    struct = {"struct": [["start", {"col": start}], ["end", {"col": end}]]}
+    step, ids, shown_aggs, columns, window_out, t.computed = _outputs(
+        t, agg, t.window_id, named, struct, lambda e: _one_aggregate(t, e, aggs, n + 1, None))
     t.stages.append(("window", Tumble(WINDOW_TIME, below.slide), keys, aggs))
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.window_of = (t.window_of[0], start, end)
@@ -879,10 +898,12 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     return t
 
 
-def _of_groups(e, win_id: int, keys: dict[int, str]) -> dict:
-    """An output expression of an aggregation over its window and keys alone
-    (``window.start``, ``date_format(window.start, 'yyyy-MM-dd')``, ``k + 1``):
-    evaluated on each output row, as the select Spark puts it in."""
+def _of_groups(e, win_id: int, keys: dict[int, str], struct: dict) -> dict:
+    """An output expression of an aggregation over its window and keys (and
+    aggregates, ``keys`` holding their ids) alone (``window.start``,
+    ``date_format(window.start, 'yyyy-MM-dd')``, ``k + 1``): evaluated on
+    each output row, as the select Spark puts it in; the window as gpuwm's
+    rows make it, ``struct``."""
     from ..driver.kafka import Untranslatable
     from ..driver.kafka import translate as expr
 
@@ -890,7 +911,7 @@ def _of_groups(e, win_id: int, keys: dict[int, str]) -> dict:
         raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs aggregates as they are "
                                    "(compute on them in a select after)")
     try:
-        return _with_window(expr(e, {win_id: "\0window", **keys}), _WINDOW_STRUCT)
+        return _with_window(expr(e, {win_id: "\0window", **keys}), struct)
     except Untranslatable as u:
         raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm does not evaluate `{u}`") from None
 
