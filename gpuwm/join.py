@@ -140,12 +140,14 @@ class _JoinSpec(OperatorSpec):
     def from_json(cls, options: dict, ctx: StageContext) -> "_JoinSpec":
         """``{"join": {"left": name, "right": name, "on": [[left col, right
         col], ...], "between": [t1, t2, lower, upper] | "window": {"tumble":
-        size} | {"hop": size, "slide": s}, "how": ...}}``: an interval join
+        size} | {"hop": size, "slide": s}, "how": ..., "where": [...],
+        "output_behind": duration}}``: an interval join
         (:meth:`IntervalJoinSpec.between`) or a window join on the inputs'
         watermark columns — or, with neither, a join on equal event times:
         the two watermark columns as a pair in ``on`` (Spark's ``a.ts =
         b.ts``; ``time_key``)."""
-        o = json_options("join", options, {"left", "right", "on", "between", "how", "window", "where"},
+        o = json_options("join", options, {"left", "right", "on", "between", "how", "window", "where",
+                                            "output_behind"},
                          ("left", "right", "on"),
                          '{"left": "auctions", "right": "bids", "on": [["a_id", "b_aid"]], "between": ["b_ts", '
                          '"a_ts", "0 seconds", "20 seconds"], "how": "inner"}')
@@ -165,7 +167,11 @@ class _JoinSpec(OperatorSpec):
                               "window={'tumble': size} / {'hop': size, 'slide': slide} (a window join), or the "
                               "inputs' watermark columns as a pair in 'on' (a join on equal event times)")
         if between is not None:
-            return IntervalJoinSpec.between(left, right, o["on"], between, ctx.inputs, how, o.get("where", ()))
+            return IntervalJoinSpec.between(left, right, o["on"], between, ctx.inputs, how, o.get("where", ()),
+                                            o.get("output_behind"))
+        if o.get("output_behind") is not None:
+            raise ConfigError("join 'output_behind' is an interval join's ('between'): a window join's output "
+                              "watermark is Spark's for its windows")
         if o.get("where"):
             raise ConfigError("a window join takes no 'where': its pairs are the rows of one window with equal keys")
         w = dict(window) if isinstance(window, Mapping) else {}
@@ -264,9 +270,19 @@ class IntervalJoinSpec(_JoinSpec):
     #: comparisons (:data:`WHERE_OPS`) every emitted pair satisfies — an outer side's row whose pairs all
     #: fail them goes out with nulls — and that clean no state (``b.ts <= a.expires``, Nexmark q4)
     where: tuple[tuple[str, str, str], ...] = ()
+    #: how far the output's watermark trails the input's, where Spark's join output watermark is not the least
+    #: of gpuwm's state watermarks: a bound by an aggregation's window bounds (Nexmark q7's ``ts < wend``),
+    #: which carry no watermark in Spark, so only the window side has a state watermark there (Spark's
+    #: ``StreamingJoinHelper``, which translate asks); None: the least of the sides' state watermarks
+    output_behind: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.output_behind is not None:
+            behind = parse_interval(self.output_behind)
+            if behind < type(behind)(0):
+                raise ConfigError(f"join output_behind must be >= 0, got {self.output_behind!r}")
+            object.__setattr__(self, "output_behind", behind)
         if self.time_key and (parse_interval(self.lower), parse_interval(self.upper)) not in (
                 (0, 0), (timedelta(0), timedelta(0))):
             raise ConfigError("a join on equal event times (time_key) has bounds 0 and 0, got "
@@ -295,11 +311,12 @@ class IntervalJoinSpec(_JoinSpec):
     @classmethod
     def between(cls, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any],
                 schemas: Mapping[str, pa.Schema], how: str = "inner",
-                where: Sequence[Sequence[str]] = ()) -> "IntervalJoinSpec":
+                where: Sequence[Sequence[str]] = (), output_behind: Any = None) -> "IntervalJoinSpec":
         """From the JSON form ``between: [t1, t2, lower, upper]`` (``t1 BETWEEN
         t2 + lower AND t2 + upper``; a bound null: none on that side), with
         ``t1`` a column of either input; ``where``: ``[column, op, column]``
-        comparisons, one column of each input, in either order."""
+        comparisons, one column of each input, in either order;
+        ``output_behind``: :attr:`output_behind`."""
         if not (isinstance(between, (list, tuple)) and len(between) == 4):
             raise ConfigError(f"join 'between' must be [time, other time, lower, upper], e.g. "
                               f"['b_ts', 'a_ts', '0 seconds', '20 seconds'], got {between!r}")
@@ -312,11 +329,12 @@ class IntervalJoinSpec(_JoinSpec):
                 w = (w[2], FLIP[w[1]], w[0])
             cond.append(w)
         if t1 in rs.names and t2 in ls.names:
-            return cls(left, right, tuple(on), t2, t1, lo, hi, how, where=tuple(cond))
+            return cls(left, right, tuple(on), t2, t1, lo, hi, how, where=tuple(cond), output_behind=output_behind)
         if t1 in ls.names and t2 in rs.names:  # t1 - hi <= t2 <= t1 - lo: right's time around left's
             def neg(v):
                 return None if v is None else -parse_interval(v)
-            return cls(left, right, tuple(on), t1, t2, neg(hi), neg(lo), how, where=tuple(cond))
+            return cls(left, right, tuple(on), t1, t2, neg(hi), neg(lo), how, where=tuple(cond),
+                       output_behind=output_behind)
         raise SchemaError(f"join 'between' needs one time column of {left!r} (columns {ls.names}) and one of "
                           f"{right!r} (columns {rs.names}), got {t1!r} and {t2!r}")
 
@@ -330,11 +348,12 @@ class IntervalJoinSpec(_JoinSpec):
         return IntervalJoin(self, profile=profile or "risingwave", backend=backend)
 
     def describe(self) -> dict:
-        """The dataclass's fields; ``time_key`` only when set, so a checkpoint
-        of an interval join from before it still matches."""
+        """The dataclass's fields; ``time_key``, ``where`` and
+        ``output_behind`` only when set, so a checkpoint of an interval join
+        from before them still matches."""
         d = super().describe()
-        for k in ("time_key", "where"):
-            if not d[k]:
+        for k in ("time_key", "where", "output_behind"):
+            if d[k] in (False, (), [], None):
                 del d[k]
         return d
 
@@ -972,8 +991,9 @@ class IntervalJoin(_Join):
                                                                (self.spec.right, -self._lo, lower))
                        if bound is not None}
         # the output's watermark, on either side's time: Spark's join output watermark, the least of the
-        # sides' state watermarks and the input watermark
-        self._behind = max([0, *self._trail.values()])
+        # sides' state watermarks and the input watermark (Spark's own where it derives them otherwise)
+        self._behind = max([0, *self._trail.values()]) if self.spec.output_behind is None else \
+            dom.duration(self.spec.output_behind, "output_behind")
         self._where = [(a, WHERE_OPS[op], b) for a, op, b in self.spec.where]
 
     def _accept(self, name: str, frame: Frame, ts: Any) -> "_Side | None":

@@ -569,8 +569,8 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
                           (-3_000_000, 60_000_000)),
                          ("b_aid = a_id AND a_ts > b_ts - interval 20 seconds AND a_ts < b_ts", (1, 19_999_999))):
-        (_, _, _, on, between, how, _, where), = translate(a.join(b, F.expr(cond))).stages
-        assert (on, between[:2], how, where) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner", [])
+        (_, _, _, on, between, how, _, where, lag), = translate(a.join(b, F.expr(cond))).stages
+        assert (on, between[:2], how, where, lag) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner", [], None)
         assert [d // timedelta(microseconds=1) for d in between[2:]] == list(bounds)
 
 
@@ -2095,13 +2095,10 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
                                ("stage3", ("aw", "bw")))
 
 
-def test_a_join_of_a_graphs_join_equals_spark_and_q7s_rows_are_refused_further(spark, tmp_path):
+def test_a_join_of_a_graphs_join_equals_spark_batch_for_batch(spark, tmp_path):
     """A join whose side is a graph's join (itself of a dedup's rows and a
     source), the three sources' columns renamed apart: one graph, each
-    stage once, equal to Spark batch for batch at vnodes 2. A join bounded
-    by an aggregation's window bounds (Nexmark q7's) has Spark's own output
-    watermark (its window side's state watermark alone): a window or a join
-    over its rows is refused in one line, not run with gpuwm's."""
+    stage once, equal to Spark batch for batch at vnodes 2."""
     from pyspark.sql import functions as F
 
     src = {}
@@ -2119,16 +2116,47 @@ def test_a_join_of_a_graphs_join_equals_spark_and_q7s_rows_are_refused_further(s
     _equals_spark(spark, q, acc, tmp_path / "abc")
     assert sum(map(len, _batches(f"{tmp_path}/abc/native").values())) > 500
 
+
+def test_operators_over_q7s_join_rows_equal_spark_batch_for_batch(spark, tmp_path):
+    """Nexmark q7's join (the bids with their window's maximum, bounded by
+    the window's bounds) read by another operator: Spark's output
+    watermark for that join is its input's — the window's bounds carry no
+    watermark, so neither side has a state watermark —, not gpuwm's own
+    least state watermark (the window's size behind), and gpuwm's join
+    gives Spark's (Spark's ``getStateWatermark`` asked, of the join as the
+    optimizer leaves it). A window per key over q7's rows, the maximum
+    keeping its ``window`` and the bound ``ts < wend + 2 s`` (on the
+    analyzed plan a state watermark 2 s behind; the optimizer prunes the
+    window, and with it the watermark); a join of q7's rows with another
+    stream. Each equal to Spark batch for batch (with gpuwm's own output
+    watermark, the first one's rows came in other batches than Spark's); a
+    window struct of q7's rows read by the join is refused in one line."""
+    from pyspark.sql import functions as F
+
+    src = {}
+    for i, n in enumerate("ac"):
+        src[n] = f"{tmp_path}/{n}"
+        _write_batches(src[n], _random_batches(np.random.default_rng(10 + i), 8, 30, step=6, behind=8, keys=4))
+    a = _source(spark, src["a"]).withWatermark("ts", "10 seconds")
+    c = _source(spark, src["c"]).withWatermark("ts", "10 seconds").selectExpr("ts AS c_ts", "k AS c_k",
+                                                                              "price AS c_p")
     m = (a.groupBy(F.window("ts", "5 seconds")).agg(F.max("price").alias("maxprice"))
-         .select(F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice"))
-    q7 = a.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend")).select("ts", "k", "price")
-    assert accelerate(q7, fallback="error").translation is not None
-    why = "the rows of a join bounded by an aggregation's window bounds: Spark's output watermark there is"
-    for df, what in [(q7.groupBy(F.window("ts", "10 seconds")).count(), "Aggregate: a window over "),
-                     (q7.join(c, F.expr("k = c_k AND c_ts BETWEEN ts AND ts + interval 3 seconds")),
-                      "Join: its left side is ")]:
-        got = accelerate(df)
-        assert got.translation is None and str(got.refused).startswith(what + why), got.refused
+         .select("window", F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice"))
+    q7 = a.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend + interval 2 seconds")).select(
+        "ts", "k", "price")
+    q = q7.groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mp"))
+    acc = accelerate(q, fallback="error")
+    assert "; output watermark: the input's, as Spark's" in acc.explain(), acc.explain()
+    _equals_spark(spark, q, acc, tmp_path / "win", batches=2)
+
+    q7 = a.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend"))
+    q = q7.select("ts", "k", "price").join(c, F.expr("k = c_k AND c_ts BETWEEN ts AND ts + interval 3 seconds"))
+    _equals_spark(spark, q, accelerate(q, fallback="error"), tmp_path / "join")
+    assert sum(map(len, _batches(f"{tmp_path}/join/native").values())) > 20
+    got = accelerate(q7.select("ts", "k", "window").join(c, F.expr("k = c_k AND c_ts BETWEEN ts AND ts + "
+                                                                    "interval 3 seconds")))
+    assert got.translation is None and str(got.refused).startswith(
+        "Join: its left side's column window, a window of a join's rows"), got.refused
 
 
 def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(spark, tmp_path):

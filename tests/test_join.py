@@ -119,6 +119,32 @@ def _drive(j, ref, batches, stop, backend, profile, ls, rs, skip=0, tiers="defau
     return j
 
 
+def test_output_behind_is_spark_s_output_watermark_where_it_is_given():
+    """``output_behind`` (translate's, from Spark's own derivation, where
+    it is not gpuwm's least state watermark: a bound by an aggregation's
+    window bounds): the output watermark trails the input's by it, the
+    state watermarks as they were; in the JSON form too; described only
+    when given (an interval join's checkpoint from before it matches)."""
+    from gpuwm.join import _JoinSpec
+    from gpuwm.operator import StageContext
+
+    spec = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", 0, 20, output_behind=3)
+    j = spec.build("spark", "cpu")
+    j.bind(inputs_schema({"a": LEFT, "b": RIGHT}))
+    assert j.release(100).watermark == 97
+    plain = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", 0, 20)
+    assert "output_behind" not in plain.describe() and spec.describe()["output_behind"] == 3
+    ctx = StageContext(None, inputs={"a": LEFT, "b": RIGHT}, times={"a": "lt", "b": "rt"})
+    got = _JoinSpec.from_json({"left": "a", "right": "b", "on": [["k", "rk"]], "between": ["rt", "lt", 0, 20],
+                               "output_behind": 3}, ctx)
+    assert got == spec
+    with pytest.raises(gpuwm.ConfigError, match="output_behind must be >= 0"):
+        IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", 0, 20, output_behind=-1)
+    with pytest.raises(gpuwm.ConfigError, match="'output_behind' is an interval join's"):
+        _JoinSpec.from_json({"left": "a", "right": "b", "on": [["k", "rk"]], "window": {"tumble": 10},
+                             "output_behind": 3}, ctx)
+
+
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
 @pytest.mark.parametrize("keys", ["int", "str", "none"])
 @given(batches=st.lists(batch_st, max_size=8), stop=st.integers(0, 8), profile=st.sampled_from(["spark", "risingwave"]),

@@ -237,7 +237,8 @@ class Pipeline:
 
     def join(self, left: str, right: str, on: Sequence[Sequence[str]], between: Sequence[Any] | None = None,
              how: str = "inner", window: Mapping[str, Any] | None = None,
-             where: Sequence[Sequence[str]] = (), *, name: str | None = None) -> "Pipeline":
+             where: Sequence[Sequence[str]] = (), *, name: str | None = None,
+             output_behind: Any = None) -> "Pipeline":
         """Join two named inputs (a stream-stream interval join, Spark's
         stream-stream join with a time-range condition): rows with equal keys
         (``on``: pairs ``[left column, right column]``) and ``between`` as
@@ -267,10 +268,14 @@ class Pipeline:
         ``left`` and ``right`` may name earlier stages too (``name=`` of a
         stage): a join of a stage's output (a graph of stages, Nexmark
         q7's bids joined with their window's maximum), whose time column is
-        that stage's event time (a window's ``window_time``)."""
+        that stage's event time (a window's ``window_time``).
+        ``output_behind`` (an interval join's): how far its output watermark
+        trails its input's, where Spark's is not the least of the sides'
+        state watermarks (a bound by a window aggregation's ``window.end``,
+        Nexmark q7's: :attr:`gpuwm.join.IntervalJoinSpec.output_behind`)."""
         opts = {"left": left, "right": right, "on": on, "how": how}
-        opts.update({k: v for k, v in (("between", between), ("window", window), ("where", list(where) or None))
-                     if v is not None})
+        opts.update({k: v for k, v in (("between", between), ("window", window), ("where", list(where) or None),
+                                       ("output_behind", output_behind)) if v is not None})
         return self.add("join", name=name, **opts)
 
     def sort(self, key: Sequence[str] = ()) -> "Pipeline":

@@ -76,8 +76,11 @@ Operators: ``stages``, a list of stages, each one of
 - ``{"join": {"left": name, "right": name, "on": [[left col, right col], ...],
   "between": [t1, t2, lower, upper] | "window": {"tumble": size} | {"hop":
   size, "slide": s}, "how": "inner" | "left" | "right" | "full", "where":
-  [[col, op, col], ...]}}`` (a bound null: none on that side, inner only;
-  ``where``: comparisons of a column of each input every pair passes) as the
+  [[col, op, col], ...], "output_behind": duration}}`` (a bound null: none
+  on that side, inner only; ``where``: comparisons of a column of each input
+  every pair passes; ``output_behind``: how far the output watermark trails
+  the input's, where Spark's is not the least of the state watermarks —
+  a bound by an aggregation's ``window.end``, Nexmark q7's) as the
   first stage of a spec with ``inputs`` instead of ``source`` and
   ``watermark``: ``{"inputs": {name: {"source": {...}, "watermark":
   {...}}, ...}}`` (see ``Pipeline.join``), or ``{"union": {}}`` there:

@@ -127,6 +127,8 @@ class Translation:
     node: str | None = None  # a watermarked source's withWatermark (Spark's node id): reads of one share it
     computed: list[int] = field(default_factory=list)  # Spark's ids of output columns computed on each output row
     #                                                    (an aggregation's max(price) * 2): no column of gpuwm's yet
+    lag: timedelta | None = None  # a join's output watermark behind its input's as Spark's, where gpuwm's own is
+    #                               not (:func:`_output_lag`): set on its stage once an operator reads its rows
 
 
 def _kind(node) -> str:
@@ -171,9 +173,23 @@ _STATE_TTL: contextvars.ContextVar = contextvars.ContextVar("gpuwm_state_ttl", d
 #: while a plan is translated: the conjuncts Spark's optimizer places below each withWatermark (by its event
 #: time's expression id), :func:`_below_watermarks`
 _PUSHED: contextvars.ContextVar = contextvars.ContextVar("gpuwm_pushed", default=None)
+# the query's plan as Spark's optimizer makes it (:func:`_optimized`), while it is translated
+_OPTIMIZED: contextvars.ContextVar = contextvars.ContextVar("gpuwm_optimized", default=None)
 
 
-def _below_watermarks(spark, plan) -> dict[int, list]:
+def _optimized(spark, plan):
+    """The analyzed ``plan`` as Spark's optimizer makes it, as a
+    micro-batch's is (filters pushed down, columns no operator reads
+    pruned)."""
+    try:
+        return spark._jsparkSession.sessionState().optimizer().execute(plan)
+    except Exception as e:  # (py4j's error; the query's optimizer failing is Spark's to report)
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise Refused("the query", f"Spark's optimizer failed on its plan ({first}), so gpuwm cannot tell which "
+                                   "filters its watermarks see") from None
+
+
+def _below_watermarks(spark, plan, optimized: Any = None) -> dict[int, list]:
     """The filters Spark's optimizer puts below each ``withWatermark`` of
     the analyzed ``plan`` (by its event time's expression id): filters
     the query writes after a stateful operator (``HAVING k > 0`` on a
@@ -186,13 +202,9 @@ def _below_watermarks(spark, plan) -> dict[int, list]:
     run on the analyzed plan as a micro-batch's is. A ``withWatermark``
     the plan reads twice (one node, q7's bids joined and aggregated; gpuwm
     reads it once) gets the rows either read keeps (:func:`_either`), as
-    Spark's watermark for that node sees them."""
-    try:
-        optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
-    except Exception as e:  # (py4j's error; the query's optimizer failing is Spark's to report)
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise Refused("the query", f"Spark's optimizer failed on its plan ({first}), so gpuwm cannot tell which "
-                                   "filters its watermarks see") from None
+    Spark's watermark for that node sees them. (``optimized``: the plan
+    optimized, where it is at hand.)"""
+    optimized = _optimized(spark, plan) if optimized is None else optimized
     reads: dict[int, list[list]] = {}
     todo = [optimized]
     while todo:
@@ -300,12 +312,13 @@ def translate(df, state_ttl: Any = None) -> Translation:
     """``df``'s plan as gpuwm runs it, or :class:`Refused` saying why not.
     ``state_ttl``: how long a rank's partition with no time bound stays
     open after its latest row (by event time; see :func:`accelerate`)."""
-    token, pushed = _STATE_TTL.set(state_ttl), _PUSHED.set({})
+    token, pushed, optimized = _STATE_TTL.set(state_ttl), _PUSHED.set({}), _OPTIMIZED.set(None)
     try:
         return _translate(df)
     finally:
         _STATE_TTL.reset(token)
         _PUSHED.reset(pushed)
+        _OPTIMIZED.reset(optimized)
 
 
 def _translate(df) -> Translation:
@@ -315,7 +328,8 @@ def _translate(df) -> Translation:
         plan = df._jdf.queryExecution().analyzed()
     except Exception as e:  # Spark Connect: no py4j plan
         raise Refused("query", f"its plan cannot be read ({type(e).__name__}: Spark Connect?)") from None
-    _PUSHED.get().update(_below_watermarks(df.sparkSession, plan))
+    _OPTIMIZED.set(_optimized(df.sparkSession, plan))
+    _PUSHED.get().update(_below_watermarks(df.sparkSession, plan, _OPTIMIZED.get()))
     tops, node = [], plan
     while _kind(node) in ("Project", "Filter") + _TRANSPARENT:
         if _kind(node) in ("Project", "Filter"):
@@ -461,7 +475,16 @@ def _input(spark, node) -> Translation:
 def _consumed(t: Translation) -> Translation:
     """``t``, a stateful operator's rows read by another operator: its
     output columns computed on each output row (:attr:`Translation.computed`)
-    become a project stage's columns, for the operator over them to read."""
+    become a project stage's columns, for the operator over them to read;
+    a join's output watermark becomes Spark's where gpuwm's own is not
+    (:attr:`Translation.lag`; a join that ends the query keeps gpuwm's,
+    which no operator reads, and its checkpoints from before this match)."""
+    if t.lag is not None:
+        k = max(i for i, st in enumerate(t.stages) if st[0] == "join")
+        t.stages[k] = t.stages[k][:8] + (t.lag,)
+        at = max(i for i, line in enumerate(t.shown) if line.startswith("join "))
+        t.shown[at] += f"; output watermark: the input's{f' less {t.lag}' if t.lag else ''}, as Spark's"
+        t.lag = None
     if t.computed:
         names = {n: x for n, x in t.output[0]}
         n = len(t.stages)
@@ -1593,7 +1616,9 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             op, b, kept = (">=", between[2], lt) if between[3] is None else ("<=", between[3], rt)
             shown = f"join       {how} on {on}, {rt} {op} {lt} {signed(b)}; no bound cleans {kept}'s side: its " \
                     "rows are kept in state (as Spark keeps them)"
+    lag = None
     if by_window:
+        lag = _output_lag(spark, node, conjuncts)
         shown += " (its window's bounds as its window_time's: state cleaned by the watermark; Spark keeps every row)"
     if where:
         shown += f", where {' and '.join(' '.join(w) for w in where)}"
@@ -1611,13 +1636,17 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             start, end = wcols[dwins[_id(a)]]
             step.append([ids[_id(a)], {"struct": [["start", {"col": start}], ["end", {"col": end}]]}])
         elif side is None:
+            if _id(a) not in columns:  # (a join's rows' window, a struct its output step makes)
+                raise Refused("Join", f"its {'left' if _id(a) in outs['left'] else 'right'} side's column {a.name()}, "
+                                      "a window of a join's rows: gpuwm's rows carry its bounds, not the struct "
+                                      "(select window.start and window.end)")
             step.append([ids[_id(a)], {"col": columns[_id(a)]}])
         elif absent[side]:  # null where the side is absent, as Spark's
             step.append([ids[_id(a)], {"when": [{"is_not_null": {"col": sides[side].time[1]}}, _WINDOW_STRUCT]}])
         else:
             step.append([ids[_id(a)], _WINDOW_STRUCT])
     unbounded = between is not None and between[2] is None and between[3] is None
-    stage = ("join", "left", "right", on, between, how, window, where)
+    stage = ("join", "left", "right", on, between, how, window, where, None)  # (its output lag: _consumed)
     if graph is None:
         return Translation(None, left.column, left.delay, [stage], [step], left.shown + right.shown + [shown], ids,
                            columns, time=None if unbounded else time, inputs=inputs,
@@ -1626,16 +1655,74 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     stages = [st for st, _ in body] + [("join", *feeds) + stage[3:]]
     wiring = [w for _, w in body] + [("join", feeds)]
     shown_graph = "graph      " + graph_text(wiring)
-    # a bound by an aggregation's window bounds, which carry no watermark in Spark: its join's output watermark
-    # is the window side's state watermark alone, not gpuwm's join's; no operator over these rows, then
-    untimed = "the rows of a join bounded by an aggregation's window bounds: Spark's output watermark there is " \
-              "its window side's state watermark alone, gpuwm's join's is not" if by_window else ""
     return Translation(None, left.column, left.delay, stages, [step],  # (a shared stage's line once)
                        left.shown + [x for x in right.shown if x not in left.shown] + [shown, shown_graph], ids, columns,
-                       time=None if unbounded or by_window else time, inputs=inputs, untimed=untimed,
+                       time=None if unbounded else time, inputs=inputs,
                        other_times=[] if time is None or unbounded else
                        [*left.other_times, right.time, *right.other_times], graph=wiring,
-                       derived=tuple(derived), joined=joined)
+                       derived=tuple(derived), joined=joined, lag=lag)
+
+
+def _output_lag(spark, node, conjuncts: list) -> timedelta:
+    """How far the output watermark of Spark's join ``node`` (its condition:
+    ``conjuncts``) trails its input watermark, as Spark derives it
+    (``StreamingSymmetricHashJoinExec.produceOutputWatermark``: the least of
+    the sides' state watermarks and the input's, each side's from Spark's
+    own ``StreamingSymmetricHashJoinHelper.getStateWatermark``). Asked
+    where the condition bounds a side by an aggregation's window bounds
+    (Nexmark q7's ``ts >= wstart AND ts < wend``): they carry no
+    watermark in Spark, so a side of them alone has no state watermark
+    and makes the other's none either — the output watermark is the
+    input's, where gpuwm's own is its least state watermark. Asked of the
+    join as Spark's optimizer leaves it (:func:`_as_optimized`): a side's
+    column no operator reads is pruned, and its watermark with it."""
+    jvm = spark._jvm
+    node, conjuncts = _as_optimized(spark, node, conjuncts)
+    cond = conjuncts[0]
+    for c in conjuncts[1:]:
+        cond = jvm.org.apache.spark.sql.catalyst.expressions.And(cond, c)
+    lefts, rights = ({_id(a) for a in scala_iter(side.output())} for side in (node.left(), node.right()))
+    keys: tuple[list, list] = ([], [])  # the equal keys of a column of each side (a watermark's: key-based)
+    for c in conjuncts:
+        if _kind(c) == "EqualTo" and all(_kind(x) == "AttributeReference" for x in (c.left(), c.right())):
+            a, b = c.left(), c.right()
+            if _id(a) in rights and _id(b) in lefts:
+                a, b = b, a
+            if _id(a) in lefts and _id(b) in rights:
+                keys[0].append(a)
+                keys[1].append(b)
+    w = 10 ** 12  # an input watermark (ms): each state watermark is it plus a constant
+    helper = getattr(jvm.org.apache.spark.sql.execution.streaming.operators.stateful.join,
+                     "StreamingSymmetricHashJoinHelper")
+    try:
+        got = helper.getStateWatermark(node.left().output(), node.right().output(), jvm.PythonUtils.toSeq(keys[0]),
+                                       jvm.PythonUtils.toSeq(keys[1]), jvm.scala.Option.apply(cond),
+                                       jvm.scala.Option.apply(jvm.java.lang.Long(w)), False)
+    except Exception as e:  # (py4j's: Spark's own check of the sides' event-time columns)
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise Refused("Join", f"Spark's join output watermark could not be derived ({first})") from None
+    lags = [0] + [w - int(x.get()) for x in (got._1(), got._2()) if x.isDefined()]
+    return timedelta(milliseconds=max(lags))
+
+
+def _as_optimized(spark, node, conjuncts: list) -> tuple[Any, list]:
+    """The join ``node`` (its condition: ``conjuncts``) in the optimized
+    plan of the query (:func:`_optimized`): the join there whose
+    condition reads columns of this one's alone, the most of them, and
+    whose columns are this one's; its conjuncts. ``node`` as it is where
+    none is."""
+    want = {_id(a) for c in conjuncts for a in scala_iter(c.references())}
+    outs = {_id(a) for a in scala_iter(node.output())}
+    best, most, todo = None, 0, [_OPTIMIZED.get()] if _OPTIMIZED.get() is not None else []
+    while todo:
+        n = todo.pop()
+        todo.extend(scala_iter(n.children()))
+        if _kind(n) != "Join" or not n.condition().isDefined():
+            continue
+        refs = {_id(a) for a in scala_iter(n.condition().get().references())}
+        if refs <= want and len(refs) > most and {_id(a) for a in scala_iter(n.output())} <= outs:
+            best, most = n, len(refs)
+    return (node, conjuncts) if best is None else (best, _conjuncts(best.condition().get()))
 
 
 def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translation], dict[str, tuple[str, str]],
@@ -1755,11 +1842,11 @@ def _joined_side(name: str, t: Translation) -> None:
     each side: the query selects one); refused, in one line, otherwise."""
     if t.untimed:
         raise Refused("Join", f"its {name} side is {t.untimed}")
-    if t.derived:
+    at = 0 if t.graph is None else len(t.graph) - 1  # the join's stage (a graph's: its last)
+    if t.derived and t.stages[at][8] is None:  # (Spark's own output watermark: _output_lag)
         raise Refused("Join", f"its {name} side is a join of an aggregation's rows, whose output watermark gpuwm "
                               "does not derive as Spark does: gpuwm joins the rows of a join of watermarked "
                               "sources, dedups or joins of them")
-    at = 0 if t.graph is None else len(t.graph) - 1  # the join's stage (a graph's: its last)
     if t.stages[-1][0] not in ("join", "window") or len(t.stages) > at + 2:
         raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows over a join: gpuwm joins a join's "
                               "own rows, or a window aggregation's over them")
@@ -1988,7 +2075,8 @@ class Accelerated:
                     p.window(st[1], by=st[2], aggs=st[3], emit={"update": "on-update", "complete": "complete"}.get(
                         mode, "on-window-close"), **wired)
                 elif st[0] == "join":
-                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6], where=st[7], **named)
+                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6], where=st[7],
+                           output_behind=st[8], **named)
                 elif st[0] == "topn":
                     p.stage(st[1], **wired)
                 elif st[0] == "select":
