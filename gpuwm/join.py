@@ -272,8 +272,9 @@ class IntervalJoinSpec(_JoinSpec):
     where: tuple[tuple[str, str, str], ...] = ()
     #: how far the output's watermark trails the input's, where Spark's join output watermark is not the least
     #: of gpuwm's state watermarks: a bound by an aggregation's window bounds (Nexmark q7's ``ts < wend``),
-    #: which carry no watermark in Spark, so only the window side has a state watermark there (Spark's
-    #: ``StreamingJoinHelper``, which translate asks); None: the least of the sides' state watermarks
+    #: which carry no watermark in Spark, so that neither side has a state watermark there and the output's
+    #: is the input's (Spark's ``getStateWatermark``, which translate asks); None: the least of the sides'
+    #: state watermarks
     output_behind: Any = None
 
     def __post_init__(self) -> None:
@@ -352,9 +353,11 @@ class IntervalJoinSpec(_JoinSpec):
         ``output_behind`` only when set, so a checkpoint of an interval join
         from before them still matches."""
         d = super().describe()
-        for k in ("time_key", "where", "output_behind"):
-            if d[k] in (False, (), [], None):
+        for k in ("time_key", "where"):
+            if not d[k]:
                 del d[k]
+        if d["output_behind"] is None:  # (0 is one: the output watermark is the input's)
+            del d["output_behind"]
         return d
 
     def event_time(self, upstream: str) -> str:

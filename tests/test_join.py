@@ -134,6 +134,7 @@ def test_output_behind_is_spark_s_output_watermark_where_it_is_given():
     assert j.release(100).watermark == 97
     plain = IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", 0, 20)
     assert "output_behind" not in plain.describe() and spec.describe()["output_behind"] == 3
+    assert IntervalJoinSpec("a", "b", [("k", "rk")], "lt", "rt", 0, 20, output_behind=0).describe()["output_behind"] == 0
     ctx = StageContext(None, inputs={"a": LEFT, "b": RIGHT}, times={"a": "lt", "b": "rt"})
     got = _JoinSpec.from_json({"left": "a", "right": "b", "on": [["k", "rk"]], "between": ["rt", "lt", 0, 20],
                                "output_behind": 3}, ctx)

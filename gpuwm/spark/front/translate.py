@@ -122,7 +122,6 @@ class Translation:
     derived: tuple[str, ...] = ()  # a graph's join: its sides ("left", "right") that are a stage's rows
     window_of: tuple | None = None  # a window stage's rows: (the window they are in, its start column, its end's)
     joined: list[str] | None = None  # a graph's join: its rows' columns (its left feed's, then its right's)
-    untimed: str = ""  # why the rows carry no event time for an operator over them, where time is None
     pushed: str = ""  # the filters Spark's optimizer puts below the watermark, written above it (explain)
     node: str | None = None  # a watermarked source's withWatermark (Spark's node id): reads of one share it
     computed: list[int] = field(default_factory=list)  # Spark's ids of output columns computed on each output row
@@ -768,8 +767,6 @@ def _aggregate(spark, agg) -> Translation:
     if by_window:  # grouped by the window of the aggregation below (Nexmark q5's maximum per window)
         return _by_window(t, agg, named)
     t = _input(spark, below)
-    if t.time is None and t.untimed:
-        raise Refused("Aggregate", f"a window over {t.untimed}")
     if t.time is None:
         raise Refused("Aggregate", "a window over the rows of a stage that gives no event time (window a window's "
                                    "rows by window_time(window))")
@@ -1677,7 +1674,7 @@ def _output_lag(spark, node, conjuncts: list) -> timedelta:
     join as Spark's optimizer leaves it (:func:`_as_optimized`): a side's
     column no operator reads is pruned, and its watermark with it."""
     jvm = spark._jvm
-    node, conjuncts = _as_optimized(spark, node, conjuncts)
+    node, conjuncts = _as_optimized(node, conjuncts)
     cond = conjuncts[0]
     for c in conjuncts[1:]:
         cond = jvm.org.apache.spark.sql.catalyst.expressions.And(cond, c)
@@ -1705,7 +1702,7 @@ def _output_lag(spark, node, conjuncts: list) -> timedelta:
     return timedelta(milliseconds=max(lags))
 
 
-def _as_optimized(spark, node, conjuncts: list) -> tuple[Any, list]:
+def _as_optimized(node, conjuncts: list) -> tuple[Any, list]:
     """The join ``node`` (its condition: ``conjuncts``) in the optimized
     plan of the query (:func:`_optimized`): the join there whose
     condition reads columns of this one's alone, the most of them, and
@@ -1840,8 +1837,6 @@ def _joined_side(name: str, t: Translation) -> None:
     them and dedups' rows (not of an aggregation's) —, its rows carrying its
     left side's event time (Spark's join needs one event-time column on
     each side: the query selects one); refused, in one line, otherwise."""
-    if t.untimed:
-        raise Refused("Join", f"its {name} side is {t.untimed}")
     at = 0 if t.graph is None else len(t.graph) - 1  # the join's stage (a graph's: its last)
     if t.derived and t.stages[at][8] is None:  # (Spark's own output watermark: _output_lag)
         raise Refused("Join", f"its {name} side is a join of an aggregation's rows, whose output watermark gpuwm "
