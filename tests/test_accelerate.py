@@ -2095,6 +2095,32 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
                                ("stage3", ("aw", "bw")))
 
 
+def test_operators_over_q8s_join_rows_equal_spark_batch_for_batch(spark, tmp_path):
+    """Nexmark q8's join (two window aggregations joined on the key and
+    the window) read by another operator, over ``window_time`` of either
+    side's window: a window per seller on the right side's (``bw``), and
+    a join with the bids on the left side's (``aw``, renamed). The join's
+    output watermark is Spark's (its key-based state watermark: the
+    input's); each equal to Spark batch for batch."""
+    from pyspark.sql import functions as F
+
+    a, b = _auctions_and_bids(spark, str(tmp_path), batches=10)
+    aw = a.groupBy(F.window("a_ts", "10 seconds").alias("aw"), "a_id").agg(F.max("seller").alias("seller"))
+    bw = b.groupBy(F.window("b_ts", "10 seconds").alias("bw"), "b_aid").agg(F.count("*").alias("nb"))
+    q8 = aw.join(bw, F.expr("a_id = b_aid AND aw = bw"))
+    q = q8.groupBy(F.window(F.window_time("bw"), "10 seconds"), "seller").agg(F.sum("nb").alias("n"),
+                                                                               F.count("*").alias("auctions"))
+    acc = accelerate(q, fallback="error")
+    assert "(equal event times); output watermark: the input's, as Spark's" in acc.explain(), acc.explain()
+    assert "aggregate  window(window_time(bw), 0:00:10) by ['seller']" in acc.explain(), acc.explain()
+    _equals_spark(spark, q, acc, tmp_path / "win", batches=1)
+    c = b.selectExpr("b_ts AS c_ts", "b_aid AS c_aid", "price AS c_p")
+    q = q8.select(F.window_time("aw").alias("t"), "a_id", "seller", "nb").join(
+        c, F.expr("a_id = c_aid AND c_ts BETWEEN t AND t + interval 10 seconds"))
+    _equals_spark(spark, q, accelerate(q, fallback="error"), tmp_path / "join", batches=1)
+    assert sum(map(len, _batches(f"{tmp_path}/join/native").values())) > 20
+
+
 def test_a_join_of_a_graphs_join_equals_spark_batch_for_batch(spark, tmp_path):
     """A join whose side is a graph's join (itself of a dedup's rows and a
     source), the three sources' columns renamed apart: one graph, each

@@ -56,7 +56,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ...errors import ConfigError, GpuwmError, SchemaError
 from ...join import FLIP
@@ -126,8 +126,11 @@ class Translation:
     node: str | None = None  # a watermarked source's withWatermark (Spark's node id): reads of one share it
     computed: list[int] = field(default_factory=list)  # Spark's ids of output columns computed on each output row
     #                                                    (an aggregation's max(price) * 2): no column of gpuwm's yet
-    lag: timedelta | None = None  # a join's output watermark behind its input's as Spark's, where gpuwm's own is
-    #                               not (:func:`_output_lag`): set on its stage once an operator reads its rows
+    lag: Callable[[], timedelta] | None = None  # a graph's join: its output watermark behind its input's, as
+    #                                             Spark's (:func:`_output_lag`), set on its stage once an operator
+    #                                             reads its rows (:func:`_consumed`)
+    windows: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # a join's rows: Spark's id of an
+    #                                      aggregation side's window column -> gpuwm's start, end and window_time
 
 
 def _kind(node) -> str:
@@ -432,17 +435,22 @@ def _input(spark, node) -> Translation:
             if not (computed and _watermarked(node)):  # (over withWatermark: the source computes them)
                 if made or renamed or fields or computed:
                     below = _input(spark, node.child())
-                    if any(w != below.window_id for w in made.values()):
+                    wins = {**({below.window_id: ("window_start", "window_end", WINDOW_TIME)}
+                               if below.window_id is not None else {}), **below.windows}
+                    if any(w not in wins for w in made.values()):
                         raise Refused("Project", "window_time() of a column that is not the window of the "
-                                                 "aggregation below")
-                    if any(w != below.window_id or below.window_id is None for w, _ in fields.values()):
+                                                 "aggregation below (or of an aggregation's rows a join reads)")
+                    if any(w not in wins for w, _ in fields.values()):
                         raise Refused("Project", "a field of a struct that is not the window of the aggregation "
-                                                 "below")
-                    below.columns.update({i: c for i, (_, c) in fields.items()})
+                                                 "below (or of an aggregation's rows a join reads)")
+                    below.columns.update({i: wins[w][c == "window_end"] for i, (w, c) in fields.items()})
                     if made:
-                        below.columns.update({i: WINDOW_TIME for i in made})
-                        below.time = next(str(e.name()) for e in scala_iter(node.projectList())
-                                          if _id(e) in made), WINDOW_TIME
+                        below.columns.update({i: wins[w][2] for i, w in made.items()})
+                        named = {wins[made[_id(e)]][2]: str(e.name()) for e in scala_iter(node.projectList())
+                                 if _id(e) in made}  # (a join's rows: the time of either side's window)
+                        first = next(e for e in scala_iter(node.projectList()) if _id(e) in made)
+                        below.time = str(first.name()), wins[made[_id(first)]][2]
+                        below.other_times = [(named.get(c, n), c) for n, c in below.other_times]
                     for new, (old, name) in renamed.items():  # the same column of gpuwm's under another name
                         if old in below.columns:
                             below.columns[new] = below.columns[old]
@@ -458,7 +466,7 @@ def _input(spark, node) -> Translation:
             continue
         comma = _comma_join(node) if kind == "Filter" else None
         if comma is not None and not comma[2]:  # FROM a, b WHERE <the join's condition>
-            return _join(spark, comma[0], comma[1])
+            return _consumed(_join(spark, comma[0], comma[1]))
         if kind == "Filter" and not _watermarked(node):  # over a stateful operator's rows: a project stage
             below = _input(spark, node.child())
             _project(below, node, None)
@@ -479,10 +487,11 @@ def _consumed(t: Translation) -> Translation:
     (:attr:`Translation.lag`; a join that ends the query keeps gpuwm's,
     which no operator reads, and its checkpoints from before this match)."""
     if t.lag is not None:
+        lag = t.lag()
         k = max(i for i, st in enumerate(t.stages) if st[0] == "join")
-        t.stages[k] = t.stages[k][:8] + (t.lag,)
+        t.stages[k] = t.stages[k][:8] + (lag,)
         at = max(i for i, line in enumerate(t.shown) if line.startswith("join "))
-        t.shown[at] += f"; output watermark: the input's{f' less {t.lag}' if t.lag else ''}, as Spark's"
+        t.shown[at] += f"; output watermark: the input's{f' less {lag}' if lag else ''}, as Spark's"
         t.lag = None
     if t.computed:
         names = {n: x for n, x in t.output[0]}
@@ -1508,7 +1517,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     wins = {i: name for name, (_, _, ids) in windows.items() for i in ids}
     # a join side's other event times (its own right side's): gpuwm's join rows carry their left side's time alone
     others = {i: name for name, t in sides.items() for i, c in cols[name].items()
-              if t.inputs and c in {o[1] for o in t.other_times}}
+              if t.inputs and c in {o[1] for o in t.other_times} and c != t.time[1]}
     dwins = {i: name for name, i in derived.items() if i is not None}  # a window aggregation's window column
     cond = node.condition()
     conjuncts = (_conjuncts(cond.get()) if cond.isDefined() else []) + list(extra)
@@ -1613,9 +1622,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
             op, b, kept = (">=", between[2], lt) if between[3] is None else ("<=", between[3], rt)
             shown = f"join       {how} on {on}, {rt} {op} {lt} {signed(b)}; no bound cleans {kept}'s side: its " \
                     "rows are kept in state (as Spark keeps them)"
-    lag = None
     if by_window:
-        lag = _output_lag(spark, node, conjuncts)
         shown += " (its window's bounds as its window_time's: state cleaned by the watermark; Spark keeps every row)"
     if where:
         shown += f", where {' and '.join(' '.join(w) for w in where)}"
@@ -1626,12 +1633,13 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
     # Spark's names, but a name both sides give (Spark tells them apart by id): gpuwm's own for that column
     ids = {_id(a): str(a.name()) if seen.count(str(a.name())) == 1 or _id(a) not in columns else columns[_id(a)]
            for a in output}
-    step = []
+    step, windows = [], {}
     for a in output:
         side = wins.get(_id(a))
         if dwins.get(_id(a)) is not None:  # an aggregation's window: the struct of its side's columns
             start, end = wcols[dwins[_id(a)]]
             step.append([ids[_id(a)], {"struct": [["start", {"col": start}], ["end", {"col": end}]]}])
+            windows[_id(a)] = start, end, sides[dwins[_id(a)]].time[1]
         elif side is None:
             if _id(a) not in columns:  # (a join's rows' window, a struct its output step makes)
                 raise Refused("Join", f"its {'left' if _id(a) in outs['left'] else 'right'} side's column {a.name()}, "
@@ -1657,7 +1665,8 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
                        time=None if unbounded else time, inputs=inputs,
                        other_times=[] if time is None or unbounded else
                        [*left.other_times, right.time, *right.other_times], graph=wiring,
-                       derived=tuple(derived), joined=joined, lag=lag)
+                       derived=tuple(derived), joined=joined, windows=windows,
+                       lag=(lambda: _output_lag(spark, node, conjuncts)) if derived else None)
 
 
 def _output_lag(spark, node, conjuncts: list) -> timedelta:
@@ -1834,14 +1843,12 @@ def _join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translat
 def _joined_side(name: str, t: Translation) -> None:
     """A join's side that is a join's rows: an interval join (or one on
     equal event times) of two watermarked sources — or a graph's join of
-    them and dedups' rows (not of an aggregation's) —, its rows carrying its
-    left side's event time (Spark's join needs one event-time column on
-    each side: the query selects one); refused, in one line, otherwise."""
+    them, dedups' and aggregations' rows (its output watermark as Spark's:
+    :func:`_consumed`) —, its rows carrying its left side's event time or
+    the ``window_time`` of an aggregation side's window (Spark's join needs
+    one event-time column on each side: the query selects one); refused,
+    in one line, otherwise."""
     at = 0 if t.graph is None else len(t.graph) - 1  # the join's stage (a graph's: its last)
-    if t.derived and t.stages[at][8] is None:  # (Spark's own output watermark: _output_lag)
-        raise Refused("Join", f"its {name} side is a join of an aggregation's rows, whose output watermark gpuwm "
-                              "does not derive as Spark does: gpuwm joins the rows of a join of watermarked "
-                              "sources, dedups or joins of them")
     if t.stages[-1][0] not in ("join", "window") or len(t.stages) > at + 2:
         raise Refused("Join", f"its {name} side is a {t.stages[-1][0]}'s rows over a join: gpuwm joins a join's "
                               "own rows, or a window aggregation's over them")
