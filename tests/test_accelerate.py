@@ -1922,6 +1922,38 @@ def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(sp
 
 
 
+def test_sql_with_clauses_translate_as_their_dataframe_twins(spark, tmp_path):
+    """SQL's ``WITH`` (Spark's ``WithCTE``; it was refused as an operator
+    gpuwm does not translate): Nexmark q5 with its counts a relation of
+    the ``WITH``, read twice (by their maximum and by the join), inlined
+    as Spark's optimizer inlines it — the same stages, graph and output
+    as the DataFrame form, whose rows equal Spark's
+    (``test_nexmark_q5_fan_out...``); a ``WITH`` read once, too."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.front.translate import translate
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(55), 2, 10, step=6, behind=14, keys=4))
+    bids = _source(spark, src).withWatermark("ts", "10 seconds")
+    bids.createOrReplaceTempView("cte_bids")
+    c = bids.groupBy(F.window("ts", "10 seconds", "5 seconds").alias("w"), "k").agg(F.count("*").alias("num"))
+    m = c.groupBy(F.col("w").alias("mw")).agg(F.max("num").alias("maxn"))
+    counts = ("c AS (SELECT window(ts, '10 seconds', '5 seconds') AS w, k, count(*) AS num FROM cte_bids "
+              "GROUP BY window(ts, '10 seconds', '5 seconds'), k)")
+    pairs = {f"WITH {counts}, m AS (SELECT w AS mw, max(num) AS maxn FROM c GROUP BY w) SELECT c.w, c.k, c.num, "
+             "m.maxn FROM c JOIN m ON c.w = m.mw AND c.num >= m.maxn":
+             c.join(m, F.expr("w = mw AND num >= maxn")).select("w", "k", "num", "maxn"),
+             f"WITH {counts} SELECT w AS mw, max(num) AS maxn FROM c GROUP BY w": m}
+    graphs = []
+    for sql, df in pairs.items():
+        got, want = translate(spark.sql(sql)), translate(df)
+        assert (got.stages, got.graph, got.output) == (want.stages, want.graph, want.output), sql
+        graphs.append(got.shown[-1])
+    assert graphs[0] == "graph      left0 <- in0; right1 <- left0; right2 <- right1; right3 <- right2; " \
+                        "join <- left0, right3", graphs  # (the counts once)
+
+
 def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
     """A join whose side is ``dropDuplicatesWithinWatermark``'s rows (the
     first bid of each auction joined to its auction; the first auction of

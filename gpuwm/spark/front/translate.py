@@ -179,6 +179,17 @@ _PUSHED: contextvars.ContextVar = contextvars.ContextVar("gpuwm_pushed", default
 _OPTIMIZED: contextvars.ContextVar = contextvars.ContextVar("gpuwm_optimized", default=None)
 
 
+def _inlined(spark, plan):
+    """The analyzed ``plan`` with the relations of SQL's ``WITH`` clauses
+    (``WithCTE``) put where they are read, as Spark's optimizer puts them
+    (its own ``InlineCTE``, every one inlined): a relation read twice
+    becomes two copies with new ids, as a self-join's sides are."""
+    if "WithCTE" not in str(plan.getClass().getSimpleName()) and not plan.containsPattern(
+            spark._jvm.org.apache.spark.sql.catalyst.trees.TreePattern.CTE()):
+        return plan
+    return spark._jvm.org.apache.spark.sql.catalyst.optimizer.InlineCTE(True, False).apply(plan)
+
+
 def _optimized(spark, plan):
     """The analyzed ``plan`` as Spark's optimizer makes it, as a
     micro-batch's is (filters pushed down, columns no operator reads
@@ -330,6 +341,7 @@ def _translate(df) -> Translation:
         plan = df._jdf.queryExecution().analyzed()
     except Exception as e:  # Spark Connect: no py4j plan
         raise Refused("query", f"its plan cannot be read ({type(e).__name__}: Spark Connect?)") from None
+    plan = _inlined(df.sparkSession, plan)
     _OPTIMIZED.set(_optimized(df.sparkSession, plan))
     _PUSHED.get().update(_below_watermarks(df.sparkSession, plan, _OPTIMIZED.get()))
     tops, node = [], plan
@@ -360,7 +372,7 @@ def _translate(df) -> Translation:
         raise Refused(kind, "gpuwm translates one withWatermark, then groupBy(window | session_window, "
                             "keys).agg(...) or dropDuplicatesWithinWatermark (chained), then projections")
     if _unbounded_join(t):
-        _unbounded_lateness(df, t)
+        _unbounded_lateness(t)
     from ..driver.kafka import Untranslatable
     from ..driver.kafka import translate as expr
 
@@ -1897,7 +1909,7 @@ def _comparisons(e) -> list[tuple[str, Any, Any]]:
     return [(_SYMBOLS_OF[k], e.left(), e.right())] if k in _SYMBOLS_OF else []
 
 
-def _unbounded_lateness(df, t: Translation) -> None:
+def _unbounded_lateness(t: Translation) -> None:
     """An inner join without a time bound drops a side's rows behind the
     watermark only where its input still has the side's event-time column:
     Spark's optimizer prunes the column when nothing above reads it (Nexmark
@@ -1905,8 +1917,7 @@ def _unbounded_lateness(df, t: Translation) -> None:
     drops no row. gpuwm does as Spark's plan does: with both times pruned,
     no row is late (a delay of :data:`NO_LATE_ROWS`); with one pruned and
     not the other, it refuses."""
-    qe = df._jdf.queryExecution()  # (optimizedPlan() refuses a streaming query: the optimizer itself does not)
-    plan, join = df.sparkSession._jsparkSession.sessionState().optimizer().execute(qe.analyzed()), None
+    plan, join = _OPTIMIZED.get(), None  # (the query's plan as Spark's optimizer leaves it)
     stack = [plan]
     while stack and join is None:
         node = stack.pop()
