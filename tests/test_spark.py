@@ -32,8 +32,10 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TS = pa.timestamp("us", tz="UTC")
 #: the Spark test sessions' settings: one shuffle partition, so that Spark's own stateful queries (the oracles)
 #: run one state-store task a batch, not local_session's four (a join test: ~20 % less time at two than at four,
-#: ~20 % less again at one; Spark's rows do not depend on it; gpuwm's tasks are its vnodes, set apart)
-TEST_CONF = {"spark.sql.shuffle.partitions": "1"}
+#: ~20 % less again at one; Spark's rows do not depend on it; gpuwm's tasks are its vnodes, set apart), and
+#: no whole-stage code generation: a stateful batch's plan holds its watermark, so Spark compiles new code for
+#: every micro-batch of a few rows (q8 as Spark runs it, 10 batches, warm: ~35 s with it, ~27 s without)
+TEST_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.codegen.wholeStage": "false"}
 
 
 @pytest.fixture(scope="module")

@@ -184,8 +184,7 @@ def _inlined(spark, plan):
     (``WithCTE``) put where they are read, as Spark's optimizer puts them
     (its own ``InlineCTE``, every one inlined): a relation read twice
     becomes two copies with new ids, as a self-join's sides are."""
-    if "WithCTE" not in str(plan.getClass().getSimpleName()) and not plan.containsPattern(
-            spark._jvm.org.apache.spark.sql.catalyst.trees.TreePattern.CTE()):
+    if not plan.containsPattern(spark._jvm.org.apache.spark.sql.catalyst.trees.TreePattern.CTE()):
         return plan
     return spark._jvm.org.apache.spark.sql.catalyst.optimizer.InlineCTE(True, False).apply(plan)
 
@@ -455,7 +454,8 @@ def _input(spark, node) -> Translation:
                     if any(w not in wins for w, _ in fields.values()):
                         raise Refused("Project", "a field of a struct that is not the window of the aggregation "
                                                  "below (or of an aggregation's rows a join reads)")
-                    below.columns.update({i: wins[w][c == "window_end"] for i, (w, c) in fields.items()})
+                    below.columns.update({i: wins[w][("window_start", "window_end").index(c)]
+                                         for i, (w, c) in fields.items()})
                     if made:
                         below.columns.update({i: wins[w][2] for i, w in made.items()})
                         named = {wins[made[_id(e)]][2]: str(e.name()) for e in scala_iter(node.projectList())
