@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from gpuwm.spark.jvm.jars import BROKER, _java, resolve
 
-from .loopback import LoopbackServer, free_port
+from .loopback import LoopbackServer, free_ports
 
 #: the user the broker's SASL listeners know, for PLAIN and both SCRAMs
 USER, PASSWORD = "alice", "alice-secret"
@@ -36,9 +36,9 @@ class Broker(LoopbackServer):
 
     def __init__(self, workdir: str, heap: str = "512m"):
         self.dir, self.heap = str(workdir), heap
-        self.port, self.controller = free_port(), free_port()
+        self.port, self.controller, *rest = free_ports(2 + len(SECURE))  # (all distinct)
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.ports = {name: free_port() for name in SECURE}
+        self.ports = dict(zip(SECURE, rest))
         self.ca, self.client = os.path.join(self.dir, "ca.pem"), os.path.join(self.dir, "client.pem")
 
     def options(self, protocol: str, mechanism: str = "SCRAM-SHA-256", password: str = PASSWORD,

@@ -10,10 +10,22 @@ import time
 from typing import Callable
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports: each socket held bound until all
+    are (one at a time, the OS may hand the same port out twice — a broker's
+    two listeners once got one port, and Kafka refused to format)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class LoopbackServer:
