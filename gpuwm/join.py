@@ -273,8 +273,8 @@ class IntervalJoinSpec(_JoinSpec):
     #: how far the output's watermark trails the input's, where Spark's join output watermark is not the least
     #: of gpuwm's state watermarks: a bound by an aggregation's window bounds (Nexmark q7's ``ts < wend``),
     #: which carry no watermark in Spark, so that neither side has a state watermark there and the output's
-    #: is the input's (Spark's ``getStateWatermark``, which translate asks); None: the least of the sides'
-    #: state watermarks
+    #: is the input's (Spark's ``getStateWatermark``, which translate asks, for every join of an aggregation's
+    #: rows another operator reads); None: the least of the sides' state watermarks
     output_behind: Any = None
 
     def __post_init__(self) -> None:

@@ -1686,12 +1686,14 @@ def _output_lag(spark, node, conjuncts: list) -> timedelta:
     ``conjuncts``) trails its input watermark, as Spark derives it
     (``StreamingSymmetricHashJoinExec.produceOutputWatermark``: the least of
     the sides' state watermarks and the input's, each side's from Spark's
-    own ``StreamingSymmetricHashJoinHelper.getStateWatermark``). Asked
-    where the condition bounds a side by an aggregation's window bounds
-    (Nexmark q7's ``ts >= wstart AND ts < wend``): they carry no
-    watermark in Spark, so a side of them alone has no state watermark
-    and makes the other's none either — the output watermark is the
-    input's, where gpuwm's own is its least state watermark. Asked of the
+    own ``StreamingSymmetricHashJoinHelper.getStateWatermark``). Asked of
+    a join with an aggregation's rows as a side once an operator reads its
+    rows (:func:`_consumed`). Where the condition bounds a side by an
+    aggregation's window bounds (Nexmark q7's ``ts >= wstart AND ts <
+    wend``), they carry no watermark in Spark, so a side of them alone has
+    no state watermark and makes the other's none either — the output
+    watermark is the input's, where gpuwm's own is its least state
+    watermark; keyed by the windows (q8's ``aw = bw``), the input's too. Asked of the
     join as Spark's optimizer leaves it (:func:`_as_optimized`): a side's
     column no operator reads is pruned, and its watermark with it."""
     jvm = spark._jvm
