@@ -804,6 +804,7 @@ def _aggregate(spark, agg) -> Translation:
     stage, aggs = len(t.stages), {}  # (the index before any project stage an aggregate's expression adds)
     step, ids, shown_aggs, columns, window_out, computed = _outputs(
         t, agg, win_id, named, _WINDOW_STRUCT, lambda e: _one_aggregate(t, e, aggs, stage, win))
+    _groups_only(aggs, shown_aggs, stage)
     t.stages.append(("window", win, keys, aggs))
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.computed = computed
@@ -858,6 +859,15 @@ def _one_aggregate(t: Translation, e, aggs: dict, stage: int, win) -> tuple[str,
     return inner, (f"{_SHOWN[_AGGS[fk]]}({'DISTINCT ' if e.isDistinct() else ''}"
                    f"{'*' if star else args[0].name() if _kind(args[0]) == 'AttributeReference' else args[0].sql()})"
                    + (f" FILTER (WHERE {e.filter().get().sql()})" if e.filter().isDefined() else ""))
+
+
+def _groups_only(aggs: dict, shown_aggs: list[str], stage: int) -> None:
+    """An aggregation with no aggregate (``GROUP BY id, name, window(...)``
+    alone: Nexmark q8's sides as published) outputs its groups: gpuwm's
+    window stage counts each group's rows into a column no output reads."""
+    if not aggs:
+        aggs["__gpuwm_rows" + (f"_s{stage}" if stage else "")] = ("*", "count")
+        shown_aggs.append("no aggregate: the groups alone")
 
 
 def _outputs(t: Translation, agg, win_id: int, named: dict[int, str], struct: dict, one) -> tuple:
@@ -931,6 +941,7 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     struct = {"struct": [["start", {"col": start}], ["end", {"col": end}]]}
     step, ids, shown_aggs, columns, window_out, t.computed = _outputs(
         t, agg, t.window_id, named, struct, lambda e: _one_aggregate(t, e, aggs, n + 1, None))
+    _groups_only(aggs, shown_aggs, n + 1)
     t.stages.append(("window", Tumble(WINDOW_TIME, below.slide), keys, aggs))
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.window_of = (t.window_of[0], start, end)
