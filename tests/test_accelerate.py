@@ -2203,8 +2203,10 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
 def test_operators_over_q8s_join_rows_equal_spark_batch_for_batch(spark, tmp_path):
     """Nexmark q8's join (two window aggregations joined on the key and
     the window) read by another operator, over ``window_time`` of either
-    side's window: a window per seller on the right side's (``bw``), and
-    a join with the bids on the left side's (``aw``, renamed). The join's
+    side's window: a window per seller on the right side's (``bw``) — a
+    filter before it, and one of its aggregates, reading fields of the
+    sides' window structs —, and a join with the bids on the left side's
+    (``aw``, renamed). The join's
     output watermark is Spark's (its key-based state watermark: the
     input's); each equal to Spark batch for batch."""
     from pyspark.sql import functions as F
@@ -2213,11 +2215,15 @@ def test_operators_over_q8s_join_rows_equal_spark_batch_for_batch(spark, tmp_pat
     aw = a.groupBy(F.window("a_ts", "10 seconds").alias("aw"), "a_id").agg(F.max("seller").alias("seller"))
     bw = b.groupBy(F.window("b_ts", "10 seconds").alias("bw"), "b_aid").agg(F.count("*").alias("nb"))
     q8 = aw.join(bw, F.expr("a_id = b_aid AND aw = bw"))
-    q = q8.groupBy(F.window(F.window_time("bw"), "10 seconds"), "seller").agg(F.sum("nb").alias("n"),
-                                                                               F.count("*").alias("auctions"))
+    # a filter and an aggregate reading the sides' window structs (bw.end, aw.start: each the struct of its
+    # side's bounds in the join's rows)
+    q = q8.filter("(date_format(aw.start, 'ss') <> '10' OR seller <> 2) AND bw.end > aw.start").groupBy(
+        F.window(F.window_time("bw"), "10 seconds"), "seller").agg(
+        F.sum("nb").alias("n"), F.count("*").alias("auctions"), F.max(F.col("aw.start")).alias("opened"))
     acc = accelerate(q, fallback="error")
     assert "(equal event times); output watermark: the input's, as Spark's" in acc.explain(), acc.explain()
     assert "aggregate  window(window_time(bw), 0:00:10) by ['seller']" in acc.explain(), acc.explain()
+    assert "opened = max(aw.`start`)" in acc.explain(), acc.explain()
     _equals_spark(spark, q, acc, tmp_path / "win", batches=1)
     c = b.selectExpr("b_ts AS c_ts", "b_aid AS c_aid", "price AS c_p")
     q = q8.select(F.window_time("aw").alias("t"), "a_id", "seller", "nb").join(

@@ -533,24 +533,42 @@ def _project(t: Translation, node, computed: list | None) -> None:
     propagates it past a filter or a select."""
     kind, over = _kind(node), _over(t)
     exprs = [node.condition()] if computed is None else [e.child() for e in computed]
-    cols, struct = t.columns, _window_struct(t)
     for e in exprs:
         if not e.deterministic():
             raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} is not deterministic")
-        if t.window_id is not None and t.window_id in {_id(a) for a in scala_iter(e.references().toSeq())}:
-            if struct is None:
-                raise Refused(kind, f"`{_no_ids(str(e.sql()))}` over {over} reads a window struct gpuwm's rows do "
-                                    "not carry")
-            cols = {**t.columns, t.window_id: "\0window"}  # (the struct, made of the window's bounds)
+    cols, structs = _struct_columns(t, exprs, kind)
     n = len(t.stages)
     if computed is None:
-        _project_step(t, kind, "", lambda expr: {"where": _with_window(expr(node.condition(), cols), struct)})
+        _project_step(t, kind, "", lambda expr: {"where": _with_window(expr(node.condition(), cols), structs)})
         t.shown.append(f"filter     {_no_ids(str(node.condition().sql()))}")
         return
-    step = _project_step(t, kind, "", lambda expr: [[f"__gpuwm_c{n}_{k}", _with_window(expr(e.child(), cols), struct)]
+    step = _project_step(t, kind, "", lambda expr: [[f"__gpuwm_c{n}_{k}", _with_window(expr(e.child(), cols),
+                                                                                       structs)]
                                                     for k, e in enumerate(computed)])
     t.columns.update({_id(e): c for e, (c, _) in zip(computed, step)})
     t.shown.append("compute    " + ", ".join(f"{e.name()} = {_no_ids(str(e.child().sql()))}" for e in computed))
+
+
+def _struct_columns(t: Translation, exprs: list, kind: str) -> tuple[dict[int, str], dict[str, dict]]:
+    """``t``'s columns for expressions ``exprs`` over its rows, with each
+    window struct they read as a column of its own (``\\0window...``), and
+    what :func:`_with_window` makes of those: the struct of the window's
+    bounds as gpuwm's rows carry them — the window of the aggregation the
+    rows come from, and over a join's rows each aggregation side's window
+    (``aw.start``, ``window_time(aw)``, ``aw`` itself, of q8's join)."""
+    refs = {_id(a) for e in exprs for a in scala_iter(e.references().toSeq())}
+    cols, structs = dict(t.columns), {}
+    if t.window_id is not None and t.window_id in refs:
+        struct = _window_struct(t)
+        if struct is None:
+            raise Refused(kind, f"`{_no_ids(str(exprs[0].sql()))}` over {_over(t)} reads a window struct gpuwm's "
+                                "rows do not carry")
+        cols[t.window_id], structs["\0window"] = "\0window", struct
+    for i, (start, end, _) in t.windows.items():
+        if i in refs and i not in cols:
+            cols[i] = f"\0window{i}"
+            structs[cols[i]] = {"struct": [["start", {"col": start}], ["end", {"col": end}]]}
+    return cols, structs
 
 
 def _window_struct(t: Translation) -> dict | None:
@@ -963,17 +981,21 @@ def _of_groups(e, win_id: int, keys: dict[int, str], struct: dict) -> dict:
         raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm outputs aggregates as they are "
                                    "(compute on them in a select after)")
     try:
-        return _with_window(expr(e, {win_id: "\0window", **keys}), struct)
+        return _with_window(expr(e, {win_id: "\0window", **keys}), {"\0window": struct})
     except Untranslatable as u:
         raise Refused("Aggregate", f"the output expression {e.sql()}: gpuwm does not evaluate `{u}`") from None
 
 
-def _with_window(x: Any, struct: dict) -> Any:
-    """Expression ``x`` (gpuwm's form) with the window column, read as
-    ``{"col": "\\0window"}``, as the ``struct`` gpuwm's rows make it."""
+def _with_window(x: Any, structs: dict[str, dict]) -> Any:
+    """Expression ``x`` (gpuwm's form) with each window column, read as
+    ``{"col": "\\0window..."}``, as the struct gpuwm's rows make of it
+    (``structs``: that column → the struct)."""
     if isinstance(x, dict):
-        return struct if x == {"col": "\0window"} else {k: _with_window(v, struct) for k, v in x.items()}
-    return [_with_window(v, struct) for v in x] if isinstance(x, list) else x
+        col = x.get("col") if len(x) == 1 else None
+        if isinstance(col, str) and col in structs:
+            return structs[col]
+        return {k: _with_window(v, structs) for k, v in x.items()}
+    return [_with_window(v, structs) for v in x] if isinstance(x, list) else x
 
 
 def _descendants(e) -> list:
@@ -1011,9 +1033,12 @@ def _on_source(t: Translation, e, x, name: str, where: bool = False, then=None) 
     if not all(y.deterministic() for y in both):
         raise Refused("Aggregate", f"the aggregate {e.sql()} is not deterministic")
     if t.stages:
+        cols, structs = _struct_columns(t, both, "Aggregate")
+
         def column(expr) -> list:
-            got = expr(x, t.columns)
-            return [[name, {"when": [got, {"lit": [1, "int"]} if then is None else expr(then, t.columns)]}
+            got = _with_window(expr(x, cols), structs)
+            return [[name, {"when": [got, {"lit": [1, "int"]} if then is None else
+                                     _with_window(expr(then, cols), structs)]}
                      if where else got]]
 
         _project_step(t, "Aggregate", f"the aggregate {e.sql()}: ", column)
