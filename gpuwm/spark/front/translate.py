@@ -70,7 +70,12 @@ _SHOWN = {"count": "count", "sum": "sum", "min": "min", "max": "max", "mean": "a
           "last": "last"}
 #: the column types gpuwm's first / last take (its accumulators are numbers)
 _POSITIONAL_TYPES = ("byte", "short", "integer", "long", "float", "double", "timestamp", "timestamp_ntz", "date")
-_WINDOW_STRUCT = {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}
+def _bounds_struct(start: str, end: str) -> dict:
+    """Spark's window struct as gpuwm's rows make it: the struct of the columns of its bounds."""
+    return {"struct": [["start", {"col": start}], ["end", {"col": end}]]}
+
+
+_WINDOW_STRUCT = _bounds_struct("window_start", "window_end")
 # nodes that pass their child's rows on unchanged (a temp view, a subquery's name)
 _TRANSPARENT = ("SubqueryAlias", "View")
 
@@ -567,7 +572,7 @@ def _struct_columns(t: Translation, exprs: list, kind: str) -> tuple[dict[int, s
     for i, (start, end, _) in t.windows.items():
         if i in refs and i not in cols:
             cols[i] = f"\0window{i}"
-            structs[cols[i]] = {"struct": [["start", {"col": start}], ["end", {"col": end}]]}
+            structs[cols[i]] = _bounds_struct(start, end)
     return cols, structs
 
 
@@ -956,7 +961,7 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     t.stages.append(("select", [[start, "window_start"], [end, "window_end"], *[[c, c] for c in kept]]))
     keys = [start, end, *(t.columns[i] for i in named)]
     aggs: dict[str, tuple[str, str]] = {}
-    struct = {"struct": [["start", {"col": start}], ["end", {"col": end}]]}
+    struct = _bounds_struct(start, end)
     step, ids, shown_aggs, columns, window_out, t.computed = _outputs(
         t, agg, t.window_id, named, struct, lambda e: _one_aggregate(t, e, aggs, n + 1, None))
     _groups_only(aggs, shown_aggs, n + 1)
@@ -1686,7 +1691,7 @@ def _join(spark, node, extra: Sequence[Any] = ()) -> Translation:
         side = wins.get(_id(a))
         if dwins.get(_id(a)) is not None:  # an aggregation's window: the struct of its side's columns
             start, end = wcols[dwins[_id(a)]]
-            step.append([ids[_id(a)], {"struct": [["start", {"col": start}], ["end", {"col": end}]]}])
+            step.append([ids[_id(a)], _bounds_struct(start, end)])
             windows[_id(a)] = start, end, sides[dwins[_id(a)]].time[1]
         elif side is None:
             if _id(a) not in columns:  # (a join's rows' window, a struct its output step makes)
