@@ -1,8 +1,17 @@
-"""The driver's side of a running query: the checkpoint made ready before
-Spark starts, then each micro-batch (Spark's ``foreachBatch``) — its
-processing time, the watermark filter's state it starts from, the job of
-:mod:`gpuwm.spark.executor.tasks`, the commit of what the tasks wrote, its metrics,
-and the drain batches it asks for (:mod:`gpuwm.spark.driver.drain`).
+"""The driver's side of a running query.
+
+Before Spark starts, the checkpoint is made ready
+(:func:`gpuwm.spark.driver.prepare.prepare_checkpoint`). Then each
+micro-batch, from Spark's ``foreachBatch`` (:class:`Driver`,
+:meth:`Driver.run_batch` in phases): a batch committed before a restart
+recognised, the state it starts from, its processing time, what its tasks
+read themselves (decided with :mod:`gpuwm.spark.driver.direct` and
+:mod:`gpuwm.spark.driver.kafka`), its job of :mod:`gpuwm.spark.executor.tasks`
+planned — once per query where it can — and run, its metrics, the rows handed
+to a foreachBatch sink, the commit of what the tasks wrote, the drain batch it
+asks for (:mod:`gpuwm.spark.driver.drain`), and its report: ``history``, the
+running totals, Spark's progress told gpuwm's watermark and input rows, the
+console sink's rows and the verbose line.
 
 Operator kinds do not appear here: the :class:`~gpuwm.spark.executor.plan.Plan`'s
 stages, segments and capabilities say what runs where.
@@ -31,126 +40,7 @@ from ..io.sinks import clear_batch
 from ..io.sources import KAFKA_COUNTS, add_counts
 from ..jvm.objects import scala_iter
 from ..storage import store
-from ..storage.checkpoint import FORMAT, Checkpoint, Owner
-
-
-def prepare_checkpoint(ck: Checkpoint, plan: Plan) -> Owner:
-    """Before the query starts: the checkpoint is usable, its state is
-    whole and of this pipeline, and no other query runs on it."""
-    from .drain import has_drains
-
-    ck.loc.probe("checkpoint location", "gpuwm")
-    fmt = ck.loc.read_json(Checkpoint.FORMAT_FILE)
-    # (state objects with no commit beside them are a stopped task's leftovers after gpuwm/ was deleted,
-    # not another layout: check_state below refuses or ignores them)
-    if fmt is None and ck.loc.list("gpuwm/state") and ck.loc.list("gpuwm/commits"):
-        raise ConfigError(f"checkpoint {ck} holds gpuwm state in an older layout (hard-linked state directories, "
-                          f"before format {FORMAT}), which this gpuwm does not read: finish it with the gpuwm that "
-                          "wrote it, or start from a new checkpoint location")
-    if fmt is not None and fmt.get("format") != FORMAT:
-        raise ConfigError(f"checkpoint {ck} holds gpuwm state of format {fmt.get('format')}; this gpuwm reads "
-                          f"format {FORMAT}: use the gpuwm that wrote it, or a new checkpoint location")
-    check_state(ck)  # (first: a checkpoint whose gpuwm/ is gone is named for that)
-    last = ck.newest_logged_batch()
-    if last is not None and ck.logged_offsets(last):
-        if ck.logged_offset(last, "drain") is not None:
-            raise ConfigError(
-                f"checkpoint {ck} was written by an earlier gpuwm, whose drain source was a Python data source "
-                "(this one's is a file source), and Spark cannot restart a query whose sources changed. Use a "
-                "new checkpoint location.")
-        if not has_drains(ck):
-            raise ConfigError(
-                f"checkpoint {ck} was written by a gpuwm without drain batches: Spark's offset log has "
-                "no gpuwm drain source, and Spark cannot restart a query whose sources changed. Use a new "
-                "checkpoint location.")
-    desc = plan.describe()
-    old = ck.loc.read(Checkpoint.PIPELINE)
-    old = None if old is None else old.decode()
-    if old is not None and old != desc and not _rescales(ck, plan, old, desc):
-        changed = json_changes(json.loads(old), json.loads(desc))
-        raise ConfigError(
-            f"checkpoint {ck} was written by another pipeline (checkpoint → now): {'; '.join(changed)}. Use a "
-            "new checkpoint location, or restore these (only vnodes may change: a rescale)")
-    owner = Owner.take(ck)
-    if fmt is None:
-        ck.loc.publish_json(Checkpoint.FORMAT_FILE, {"format": FORMAT})
-    if old != desc:  # a new checkpoint, or a rescale (the next batch re-partitions the state)
-        ck.loc.publish_bytes(Checkpoint.PIPELINE, desc.encode())
-    return owner
-
-def check_state(ck: Checkpoint) -> None:
-    """gpuwm's state reaches Spark's last committed batch and every file
-    its last commit names is there; else the checkpoint is refused (it
-    would restart from other state than Spark's offsets say)."""
-    spark_done = ck.spark_batches("commits")
-    ours = ck.committed_batches()
-    if spark_done and (not ours or ours[-1] < spark_done[-1]):
-        have = f"gpuwm's last commit is batch {ours[-1]}" if ours else \
-            f"there is no gpuwm state ({ck}/gpuwm/commits is empty or missing)"
-        raise StateError(f"checkpoint {ck} is damaged: Spark has committed batch {spark_done[-1]} but "
-                         f"{have}; restore {ck}/gpuwm from a backup, or start from a new checkpoint location")
-    if ours:
-        c = ck.commit(ours[-1])
-        missing = ck.loc.missing(list(c.get("files", ())) + [c["filter"]])
-        if missing:
-            raise StateError(f"checkpoint {ck} is damaged: batch {ours[-1]}'s state is missing "
-                             f"{len(missing)} file(s), e.g. {ck}/{missing[0]}; restore it from a backup, or start "
-                             "from a new checkpoint location")
-
-def json_changes(a: Any, b: Any, path: str = "$") -> list[str]:
-    """Where two JSON values differ, each ``path: old → new``, the values
-    short (:func:`_short`).
-
-    >>> json_changes({"w": {"delay": 2, "split": "s"}, "st": [1, 2]}, {"w": {"delay": 3, "split": "s"}, "st": [1]})
-    ['$.w.delay: 2 → 3', '$.st[1]: 2 → (none)']
-    >>> json_changes({"d": "datetime.timedelta(seconds=2)"}, {"d": "datetime.timedelta(seconds=3, microseconds=500000)"})
-    ['$.d: 2 s → 3.5 s']
-    """
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [c for k in list(a) + [k for k in b if k not in a]
-                for c in json_changes(a.get(k, _NONE), b.get(k, _NONE), f"{path}.{k}")]
-    if isinstance(a, list) and isinstance(b, list):
-        return [c for i in range(max(len(a), len(b)))
-                for c in json_changes(a[i] if i < len(a) else _NONE, b[i] if i < len(b) else _NONE, f"{path}[{i}]")]
-    if a == b:
-        return []
-    return [f"{path}: {_short(a)} → {_short(b)}"]
-
-
-_NONE = object()  # a key or item one side lacks
-
-
-def _short(v: Any) -> str:
-    """A pipeline description's value as a person reads it: strings
-    unquoted, ``datetime.timedelta(seconds=10)`` as ``10 s``."""
-    if v is _NONE:
-        return "(none)"
-    if not isinstance(v, str):
-        return json.dumps(v)
-    import re
-    from datetime import timedelta
-
-    def seconds(m: re.Match) -> str:
-        kw = {k.strip(): float(x) for k, x in (a.split("=") for a in m.group(1).split(",") if "=" in a)}
-        return f"{timedelta(**kw).total_seconds():g} s"
-
-    return re.sub(r"datetime\.timedelta\(([^)]*)\)", seconds, v)
-
-
-def _rescales(ck: Checkpoint, plan: Plan, old: str, new: str) -> bool:
-    """The pipelines differ only in ``vnodes`` (online rescale): True when
-    every stage's state can be re-partitioned, else a ConfigError."""
-    a, b = json.loads(old), json.loads(new)
-    if {k: v for k, v in a.items() if k != "vnodes"} != {k: v for k, v in b.items() if k != "vnodes"}:
-        return False
-    fixed = [f"stage {i} ({s.kind})" for i, s in enumerate(plan.stages) if not s.capabilities.rescale]
-    if fixed:
-        raise ConfigError(f"checkpoint {ck!r} was written with vnodes={a.get('vnodes')}; rescaling to "
-                          f"vnodes={plan.vnodes} re-partitions every stage's state by key, which "
-                          f"{', '.join(fixed)} cannot do yet: keep vnodes={a.get('vnodes')}")
-    log.info("gpuwm: rescaling %s from vnodes=%s to %s: the next batch re-partitions the state by key",
-             ck, a.get("vnodes"), plan.vnodes)
-    return True
+from ..storage.checkpoint import Owner
 
 
 def tell_spark_watermark(query, watermark_us: int | None) -> None:
@@ -160,7 +50,7 @@ def tell_spark_watermark(query, watermark_us: int | None) -> None:
     ``query``: the query's ``StreamExecution`` (JVM; None: not found).
 
     The query's stream carries a ``withWatermark(time, delay)``
-    (:func:`gpuwm.spark.front.pipeline.spark_watermark`) that no Spark operator
+    (:func:`gpuwm.spark.driver.launch.spark_watermark`) that no Spark operator
     uses; Spark sets its next watermark from the largest event time that
     node's accumulator saw, minus its delay. Here, on the driver after
     gpuwm's job, that accumulator is reset (rows Spark read for gpuwm went
@@ -287,7 +177,20 @@ class Driver:
         self._pinned = type(getattr(spark.sparkContext, "_gateway", None)).__name__ == "ClientServer"
 
     def run_batch(self, df, batch_id: int) -> None:
-        """Spark's ``foreachBatch``: run micro-batch ``batch_id`` and commit it."""
+        """Spark's ``foreachBatch``: run micro-batch ``batch_id`` and commit it.
+
+        In phases: a batch gpuwm committed before a restart only asks for its
+        drain again (:meth:`_recommit`); any other starts from the state the
+        batch before it committed (:meth:`_state_before`), with its processing
+        time and whether it ends the input; its job is planned
+        (:meth:`_plan_job`) and run (:meth:`_run_job`); its metrics are the
+        tasks' (:meth:`_batch_metrics`), Spark's progress told the input rows
+        the tasks read themselves (:meth:`_report_input_rows`), and the
+        watermark filter's after the batch (:meth:`_filter_after`); then the
+        commit (:meth:`_commit`, a foreachBatch sink handed the rows first),
+        the drain batch asked for (:meth:`_ask_drain`), and the batch reported
+        (:meth:`_report`). ``job_s`` times the planning and the job,
+        ``wall_s`` the batch up to its tasks' metrics."""
         import time
 
         from . import drain
@@ -300,6 +203,41 @@ class Driver:
         if batch_id in committed:  # committed before a crash that Spark's commit did not outlive:
             # its output and state are all written; only the drain request may be missing
             return self._recommit(batch_id)
+        prev_commit, prev, fstate = self._state_before(batch_id, committed)
+        now = ck.now_for_batch(batch_id, datetime.now(timezone.utc).isoformat())
+        end = drain.ends_input(ck, batch_id, self.drains.request)
+        flow = spark_schema(FLOW_SCHEMA)
+        t_job = time.perf_counter()
+        clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
+        job, direct, args = self._plan_job(df, batch_id, fstate, now, prev, end, flow)
+        rows = self._run_job(job, args)
+        t_job = time.perf_counter() - t_job
+        results = [json.loads(r["__metrics"]) for r in rows]
+        versions, files, filter_name = store.committed_versions(results)
+        m = self._batch_metrics(plan, batch_id, results)
+        m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct",
+                 job="new" if args is None else "planned")
+        if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
+            self._report_input_rows(m)
+        new_filter, filt, t_now = self._filter_after(m, filter_name, now, end)
+        m.update(time_kind="timestamp" if is_timestamp(plan) else "int", output=plan.sink.path,
+                 totals=add_totals((prev_commit or {}).get("metrics", {}).get("totals"), m))
+        # the console sink's rows: exchange pieces, gone once the batch is committed
+        outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
+        self._commit(batch_id, versions, files, filter_name, new_filter, m)
+        self._ask_drain(batch_id, filt, t_now, m)
+        self._report(batch_id, m, outs, end)
+
+    def _state_before(self, batch_id: int,
+                      committed: list[int]) -> tuple[dict | None, store.Prev | None, bytes | None]:
+        """What batch ``batch_id`` starts from: the commit of the batch
+        before it, its state versions (:class:`~gpuwm.spark.storage.store.Prev`)
+        and the watermark filter's state after it — (None, None, None) when
+        gpuwm committed no batch before it (the checkpoint's first).
+        ``committed``: the batches gpuwm committed; a StateError when the
+        batch before is not among them but an earlier one is (the checkpoint
+        was damaged)."""
+        ck = self.checkpoint
         prev_commit = ck.commit(batch_id - 1) if (batch_id - 1) in committed else None
         if prev_commit is None and committed and min(committed) < batch_id:
             raise StateError(f"state for batch {batch_id - 1} is missing under {ck}/gpuwm "
@@ -309,11 +247,18 @@ class Driver:
         if prev is not None:  # the filter's state after batch_id - 1: read already if this driver committed it
             name = prev_commit["filter"]
             fstate = self._last_filter[1] if self._last_filter[0] == name else ck.read_filter(name)
-        now = ck.now_for_batch(batch_id, datetime.now(timezone.utc).isoformat())
-        end = drain.ends_input(ck, batch_id, self.drains.request)
-        flow = spark_schema(FLOW_SCHEMA)
-        t_job = time.perf_counter()
-        clear_batch(plan, batch_id)  # an earlier attempt's parts (over another number of vnodes, after a rescale)
+        return prev_commit, prev, fstate
+
+    def _plan_job(self, df, batch_id: int, fstate: bytes | None, now: str, prev: store.Prev | None, end: bool,
+                  flow) -> tuple[Any, dict | None, str | None]:
+        """The batch's job, not run yet (a DataFrame of the tasks' results,
+        rows of ``flow``); what its tasks read themselves
+        (:meth:`_direct_input`; None: the rows of Spark's ``df``); and the
+        batch's arguments when the job is the one planned once per query
+        (over one vnode, the input read directly: they reach its task as a
+        local property of the job, :meth:`_run_job`), else None (a new job,
+        the arguments pickled in its functions)."""
+        plan = self.plan
         direct, parts = self._direct_input(df, batch_id)
         args = None  # this batch's arguments, for a job planned once (tasks.planned_single_task)
         if direct is not None and plan.vnodes == 1 and self._pinned:
@@ -322,66 +267,97 @@ class Driver:
         if direct is not None and args is None:  # the tasks read / generate the input; Spark hands them part numbers
             df = self.spark.range(0, parts, 1, max(parts, 1) if plan.vnodes > 1 else 1)
         if args is not None:  # (the same, planned once)
-            res = self._planned.get(parts)
-            if res is None:
-                res = self._planned[parts] = self.spark.range(0, parts, 1, 1).coalesce(1).mapInArrow(
+            job = self._planned.get(parts)
+            if job is None:
+                job = self._planned[parts] = self.spark.range(0, parts, 1, 1).coalesce(1).mapInArrow(
                     partial(tasks.planned_single_task, plan), flow)
         elif plan.vnodes == 1:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
-            res = df.coalesce(1).mapInArrow(
+            job = df.coalesce(1).mapInArrow(
                 partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct, end=end), flow)
         else:
-            s1 = tasks.stage1_schema(plan)
-            stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id,
-                                           now_iso=now, end=end), spark_schema(s1))
-            if plan.aligned:  # one more task reads the rows alignment held back (before the new rows)
-                stage1 = stage1.unionByName(self.spark.range(0, 1, 1, 1).mapInArrow(
-                    partial(tasks.filter_task, plan, fstate, direct={"held": True}, partition=-1,
-                            batch_id=batch_id, now_iso=now, end=end), spark_schema(s1)))
-            ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
-                                                             f"cast({tasks.KIND_TICK} as tinyint) as __kind")
-            rows = stage1.unionByName(ticks, allowMissingColumns=True)
-            # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
-            res = rows.repartition(plan.vnodes, "__vnode").mapInArrow(
-                partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev, end=end), flow)
-            for seg in range(1, len(plan.segments)):  # each later segment: its own exchange, same job
-                res = res.repartition(plan.segments[seg].tasks, "__dest").mapInArrow(
-                    partial(tasks.segment_task, plan, seg, batch_id, prev), flow)
-            if plan.range_exchange:  # the sort's released rows, by event-time range, merged range by range
-                res = res.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
+            job = self._vnodes_job(df, batch_id, fstate, now, prev, direct, end, flow)
+        return job, direct, args
+
+    def _vnodes_job(self, df, batch_id: int, fstate: bytes | None, now: str, prev: store.Prev | None,
+                    direct: dict | None, end: bool, flow):
+        """The batch's job over several vnodes: the watermark filter's tasks
+        over ``df``'s partitions (and, under alignment, one more for the rows
+        it held back), a hash shuffle on the vnode to the vnodes' tasks (each
+        vnode given a tick row, so that every one runs), then each later
+        segment's exchange and, for a sort, the exchange by event-time range
+        and its merge — all one job."""
+        plan = self.plan
+        s1 = tasks.stage1_schema(plan)
+        stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id,
+                                       now_iso=now, end=end), spark_schema(s1))
+        if plan.aligned:  # one more task reads the rows alignment held back (before the new rows)
+            stage1 = stage1.unionByName(self.spark.range(0, 1, 1, 1).mapInArrow(
+                partial(tasks.filter_task, plan, fstate, direct={"held": True}, partition=-1,
+                        batch_id=batch_id, now_iso=now, end=end), spark_schema(s1)))
+        ticks = self.spark.range(plan.vnodes).selectExpr("cast(id as int) as __vnode",
+                                                         f"cast({tasks.KIND_TICK} as tinyint) as __kind")
+        rows = stage1.unionByName(ticks, allowMissingColumns=True)
+        # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
+        job = rows.repartition(plan.vnodes, "__vnode").mapInArrow(
+            partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev, end=end), flow)
+        for seg in range(1, len(plan.segments)):  # each later segment: its own exchange, same job
+            job = job.repartition(plan.segments[seg].tasks, "__dest").mapInArrow(
+                partial(tasks.segment_task, plan, seg, batch_id, prev), flow)
+        if plan.range_exchange:  # the sort's released rows, by event-time range, merged range by range
+            job = job.repartition(plan.vnodes, "__dest").mapInArrow(partial(merge_task, plan, batch_id), flow)
+        return job
+
+    def _run_job(self, job, args: str | None) -> list:
+        """Run the batch's job (collect it): its result rows that carry a
+        task's metrics. ``args``: the batch's arguments of a job planned once
+        (:meth:`_plan_job`), a local property while it runs."""
         sc = self.spark.sparkContext
         if args is not None:  # (on this thread's JVM thread, which runs the job: py4j's pinned threads)
             sc.setLocalProperty(tasks.ARGS_PROPERTY, args)
         try:
-            res = [r for r in res.collect() if r["__metrics"] is not None]
+            return [r for r in job.collect() if r["__metrics"] is not None]
         finally:
             if args is not None:
                 sc.setLocalProperty(tasks.ARGS_PROPERTY, None)
-        t_job = time.perf_counter() - t_job
-        results = [json.loads(r["__metrics"]) for r in res]
-        versions, files, filter_name = store.committed_versions(results)
-        m = self._batch_metrics(plan, batch_id, results)
-        m.update(wall_s=time.perf_counter() - t0, job_s=t_job, read="spark" if direct is None else "direct",
-                 job="new" if args is None else "planned")
-        if direct is not None and m["input_rows"]:  # Spark's scan did not run: its progress gets gpuwm's count
-            from .direct import report_input_rows
 
-            if plan.multi:
-                report_input_rows(self._stream(), ck, m.get("input_rows_by_input", {}),
-                                  dict(zip(self.inputs, self._input_dirs)))
-            else:
-                report_input_rows(self._stream(), ck, m["input_rows"])
-        new_filter = ck.read_filter(filter_name)
+    def _report_input_rows(self, m: dict) -> None:
+        """Spark's progress told the input rows of batch metrics ``m``, which
+        the tasks read themselves (per input, with several)."""
+        from .direct import report_input_rows
+
+        if self.plan.multi:
+            report_input_rows(self._stream(), self.checkpoint, m.get("input_rows_by_input", {}),
+                              dict(zip(self.inputs, self._input_dirs)))
+        else:
+            report_input_rows(self._stream(), self.checkpoint, m["input_rows"])
+
+    def _filter_after(self, m: dict, filter_name: str, now: str, end: bool) -> tuple[bytes, Any, datetime]:
+        """The watermark filter after the batch, restored from the state its
+        tasks wrote (``filter_name``): that state, the filter, and the batch's
+        processing time (``now``) as a datetime; its metrics (the splits, idle,
+        held back, rows held) added to batch metrics ``m``, with ``now`` and
+        ``end`` (the batch ends the input)."""
+        plan = self.plan
+        new_filter = self.checkpoint.read_filter(filter_name)
         filt = driver_filter(plan.watermark, plan.input_schema, new_filter)
         t_now = datetime.fromisoformat(now)
         m.update(end_of_input=end, processing_time=now, splits=len(filt.split_watermarks),
                  idle_splits=filt.idle_splits(t_now), held_back_splits=filt.held_back(t_now),
                  held_rows=filt.held_rows if plan.aligned else 0)
-        # the console sink's rows: exchange pieces, gone once the batch is committed
-        m.update(time_kind="timestamp" if is_timestamp(plan) else "int", output=plan.sink.path,
-                 totals=add_totals((prev_commit or {}).get("metrics", {}).get("totals"), m))
-        outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
+        return new_filter, filt, t_now
+
+    def _commit(self, batch_id: int, versions: dict[str, str], files: list[str], filter_name: str,
+                new_filter: bytes, m: dict) -> None:
+        """Commit the batch: a foreachBatch sink first handed its rows
+        (:meth:`_hand_over`, ``foreach_batch_s``), then, still this query's
+        checkpoint, the commit written — the state versions that won, the
+        objects they name, the filter's state, the metrics ``m`` — and the
+        rows staged for the sink deleted (``commit_s``)."""
+        import time
+
+        plan, ck = self.plan, self.checkpoint
         if plan.sink.kind == "foreachBatch":  # the user's sink takes the batch before it is committed
             t_fb = time.perf_counter()
             self._hand_over(batch_id)
@@ -393,12 +369,27 @@ class Driver:
             plan.sink.location.delete_dir(f"batch_id={batch_id}")
         self._last_filter = (filter_name, new_filter)  # an attempt-unique name: the same name, the same bytes
         m["commit_s"] = time.perf_counter() - t_commit
+
+    def _ask_drain(self, batch_id: int, filt: Any, t_now: datetime, m: dict) -> None:
+        """Ask for the drain batch after committed batch ``batch_id``, if one
+        is due (:meth:`_next_drain`; ``filt``: the filter after it, ``t_now``
+        its processing time); metric ``drain`` says which: ``ended`` (the
+        input's end), ``next batch`` (Spark's next trigger is sure to come
+        with data, :func:`next_batch_certain`: no drain file), ``asked``, or
+        None (none due)."""
         due, ending = self._next_drain(batch_id, filt, t_now)
         # (no drain file when the next batch is sure to come with data: it drains as the drain would,
         # without the drain source's log and listing work in Spark's next trigger, ~35 ms)
         certain = due is not None and not ending and not self._holds_back and next_batch_certain(self._stream())
         self.drains.ask(batch_id, due=due, end=ending, write=not certain)
         m["drain"] = None if due is None else "ended" if ending else "next batch" if certain else "asked"
+
+    def _report(self, batch_id: int, m: dict, outs: list[pa.Table], end: bool) -> None:
+        """Report committed batch ``batch_id``: its metrics ``m`` to
+        ``history``, its watermark to Spark (:func:`tell_spark_watermark`),
+        the console sink's rows ``outs`` printed, with ``verbose`` a line of
+        its counts (``end``: it ended the input), and ``on_batch`` called."""
+        plan = self.plan
         self.history.append(m)
         if m["time_kind"] == "timestamp":
             tell_spark_watermark(self._stream(), m["watermark"])

@@ -14,24 +14,24 @@ The builder knows no operator kind: each stage is a spec from the stage
 registry (:func:`gpuwm.operator.stage_from_json`; :meth:`Pipeline.add`,
 :meth:`Pipeline.stage`), checked against what it joins
 (:class:`~gpuwm.operator.StageContext`) and the stages before it, before
-the query starts. Each micro-batch runs through ``foreachBatch`` as one
-Spark job (:mod:`gpuwm.spark.driver.loop` on the driver, :mod:`gpuwm.spark.executor.tasks`
-in the tasks).
+the query starts. :meth:`Pipeline.start` hands the plan to the driver,
+which launches the query (:mod:`gpuwm.spark.driver.launch`). Each micro-batch
+runs through ``foreachBatch`` as one Spark job (:mod:`gpuwm.spark.driver.loop`
+on the driver, :mod:`gpuwm.spark.executor.tasks` in the tasks).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
 from ...errors import ConfigError, SchemaError
-from ...inputs import INPUT, InputsSpec, input_schemas, inputs_schema, union_column
+from ...inputs import InputsSpec, input_schemas, inputs_schema
 from ...operator import OperatorSpec, StageContext
 from ...watermark import EXPR_COLUMN, WatermarkSpec
+from ..driver.launch import launch, sink_schema, union_inputs
 from ..driver.loop import driver_filter
 from ..executor.plan import Plan, Sink, check_stages, graph_text
 from ..storage.checkpoint import Checkpoint, Location, spark_fs_options
@@ -115,7 +115,7 @@ class Pipeline:
                 if not getattr(d, "isStreaming", False):
                     raise ConfigError(f"input {input_name!r} is not a streaming DataFrame (spark.readStream...)")
             self.inputs = dict(df)
-            df = _union_inputs(self.inputs)
+            df = union_inputs(self.inputs)
         elif not getattr(df, "isStreaming", False):
             raise ConfigError("Pipeline needs a streaming DataFrame (spark.readStream...), or named ones "
                               "({name: df, ...}) for a join")
@@ -527,11 +527,7 @@ class Pipeline:
 
     def output_schema(self) -> pa.Schema:
         """The columns the sink writes: the last stage's, through :meth:`output`."""
-        from ...project import evaluate
-
-        plan = self._plan()
-        out = plan.schemas[-1].empty_table()
-        return evaluate(json.loads(plan.sink.project), out).schema if plan.sink.project else out.schema
+        return sink_schema(self._plan())
 
     def _need_watermark(self, what: str, takes_inputs: bool, input: str | None = None) -> None:
         """A stage ``what`` (one that takes the named inputs, or not; reading
@@ -574,15 +570,6 @@ class Pipeline:
             wm = replace(wm, allowed_lateness=lateness)
         return Plan(self.checkpoint, self.backend, 1 if self.vnodes is None else self.vnodes, wm,
                     tuple(self._stages), self._sink_or_raise(), self._input_arrow_schema(), late=self._late)
-
-    def _foreach_batch(self, plan: Plan) -> tuple | None:
-        """A foreachBatch sink's function and the Spark schema of the DataFrames it gets."""
-        if plan.sink.kind != "foreachBatch" or self._foreach is None:
-            return None
-        from ..driver.loop import spark_schema
-
-        fn, schema = self._foreach
-        return fn, schema if schema is not None else spark_schema(self.output_schema())
 
     def _sink_or_raise(self) -> Sink:
         from dataclasses import replace
@@ -644,7 +631,7 @@ class Pipeline:
         """Start the query; returns Spark's ``StreamingQuery`` (over a Kafka
         source, one that starts the query once more from its checkpoint
         where Spark 4.1.1's Kafka source fails after replaying a committed
-        batch: :func:`restarting`). ``trigger`` is
+        batch: :func:`~gpuwm.spark.driver.launch.restarting`). ``trigger`` is
         passed to ``DataStreamWriter.trigger`` (``{"processingTime": "5
         seconds"}``, ...), except ``{"availableNow": True}`` and ``{"once":
         True}``: gpuwm runs those as ``processingTime="0 seconds"`` and stops
@@ -660,118 +647,9 @@ class Pipeline:
         under ``idle_timeout``, and at the end of a bounded input (a bounded
         Nexmark source, ``availableNow``) when the profile's
         ``end_of_input`` is ``all``."""
-        from ..driver.kafka import source_options
-
-        if not source_options(self.df):
-            return self._start(trigger, query_name)
-        return restarting(lambda: self._start(trigger, query_name), self.checkpoint)
-
-    def _start(self, trigger: Mapping[str, Any] | None, query_name: str | None):
-        from ..driver import drain
-        from ..driver.direct import direct_reason
-        from ..driver.loop import Driver, prepare_checkpoint
-
-        plan = self._plan()
-        trigger, finish = drain.trigger_for(dict(trigger) if trigger else None)
-        why, dirs, kafka = ("read='spark'", [], None) if self.read == "spark" else \
-            direct_reason(self.df, self.inputs, self.checkpoint)
-        if why is not None and self.read == "direct":
-            raise ConfigError(f"read='direct' cannot read this input itself: {why}")
-        from ..driver.kafka import probe, source_options
-
-        for options in source_options(self.df):  # brokers and topics answer, or one line before anything is written
-            probe(options)
-        for what, sink in (("Parquet sink", plan.sink), ("late-row sink", plan.late)):
-            if sink is not None and sink.path:
-                sink.location.probe(what)
-        from ...backend import SAID_BY, get_backend
-
-        if os.environ.get(SAID_BY) == str(os.getpid()) and plan.backend in (None, "auto"):
-            get_backend(plan.backend)  # local mode: whether the workers find a GPU, said once, by the driver
-        owner = prepare_checkpoint(self.checkpoint, plan)
-        from ..driver.direct import files_steps
-
-        driver = Driver(plan, self.spark, self.df, inputs=tuple(self.inputs or ()), read=self.read,
-                        direct=why is None, input_dirs=dirs, kafka=kafka, owner=owner, history=self.history,
-                        on_batch=self.on_batch, verbose=self.verbose, name=self.name,
-                        foreach_batch=self._foreach_batch(plan),
-                        input_steps=[files_steps(d) for d in self.inputs.values()] if self.inputs and why is None
-                        else None)
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        df = spark_watermark(drain.with_drains(self.df, self.checkpoint), plan)
-        writer = df.writeStream.foreachBatch(driver.run_batch).option("checkpointLocation", self.checkpoint.loc.uri)
-        if trigger:
-            writer = writer.trigger(**trigger)
-        if query_name or self.name:
-            writer = writer.queryName(query_name or self.name)
-        driver.drains.resume(self.checkpoint.last_spark_commit())  # a drain asked for before a stop
-        try:
-            q = writer.start()
-        except BaseException:
-            owner.release()
-            raise
-        owner.watch(q, then=getattr((self._foreach or (None,))[0], "close", None))  # a sink's producer, say
-        driver.query = q
-        driver.drains.alive = lambda: q.isActive
-        if finish:
-            drain.Finisher(q, driver.ask_end)
-        return q
-
-
-def restarting(start: Callable[[], Any], ck: Checkpoint):
-    """The ``StreamingQuery`` that ``start()`` returns, started once more
-    (by ``start()``, from its checkpoint) if it fails as Spark 4.1.1's Kafka
-    source does after replaying the batch in flight at a crash once that
-    batch is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3: it
-    throws from its progress metrics); the next start reads on from the
-    committed offsets. The same object goes on as the new run (Spark's
-    query id is the checkpoint's; its ``runId`` is new): ``awaitTermination``,
-    ``processAllAvailable`` and ``exception`` wait on, or report, the
-    restarted run. One restart at most; any other failure is the query's."""
-    from pyspark.errors import StreamingQueryException
-    from pyspark.sql.streaming.query import StreamingQuery
-
-    from ..driver.kafka import replay_failure
-
-    class Restarting(StreamingQuery):
-        restarted = False
-
-        def _again(self) -> bool:
-            """Started once more: the run failed of SPARK-57438 (and had not been restarted)."""
-            if self.restarted or self._jsq.isActive():
-                return False
-            e = StreamingQuery.exception(self)
-            if e is None or not replay_failure(e, ck):
-                return False
-            import logging
-
-            logging.getLogger("gpuwm").warning(
-                "gpuwm: Spark 4.1.1's Kafka source failed in progress reporting after replaying the batch in "
-                "flight, which is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3): restarting the query "
-                "from its checkpoint")
-            self._jsq, self.restarted = start()._jsq, True
-            return True
-
-        def _waiting(self, wait: Callable[[], Any]) -> Any:
-            """``wait()`` on the run, and again on the one a SPARK-57438 failure restarted."""
-            while True:
-                try:
-                    return wait()
-                except StreamingQueryException:
-                    if not self._again():
-                        raise
-
-        def awaitTermination(self, timeout: float | None = None):
-            return self._waiting(lambda: StreamingQuery.awaitTermination(self, timeout))
-
-        def processAllAvailable(self) -> None:
-            return self._waiting(lambda: StreamingQuery.processAllAvailable(self))
-
-        def exception(self):
-            self._again()
-            return StreamingQuery.exception(self)
-
-    return Restarting(start()._jsq)
+        return launch(self._plan(), self.df, spark=self.spark, inputs=self.inputs, read=self.read, trigger=trigger,
+                      query_name=query_name or self.name, name=self.name, history=self.history,
+                      on_batch=self.on_batch, verbose=self.verbose, foreach=self._foreach)
 
 
 def _filter_lateness(stages: Sequence[OperatorSpec], profile: Any) -> Any:
@@ -801,40 +679,6 @@ def _graph_lateness(name: str, readers: Sequence[OperatorSpec], profile: Any) ->
         raise ConfigError(f"input {name!r} feeds stages that count rows behind the watermark differently "
                           f"({sorted(map(str, got))}); read it with stages of one kind")
     return got.pop() if got else None
-
-
-def spark_watermark(df, plan: Plan):
-    """``df`` with Spark's ``withWatermark`` on its event-time column (a
-    timestamp; the first input's, of several) and gpuwm's delay (whole ms):
-    no Spark operator uses it, but Spark then keeps a watermark for the
-    query and reports it in its progress, and the driver makes it gpuwm's
-    (:func:`gpuwm.spark.driver.loop.tell_spark_watermark`)."""
-    from datetime import timedelta
-
-    from pyspark.sql.types import TimestampType
-
-    from ...timecol import parse_interval
-
-    wm = plan.watermark.inputs[0][1] if plan.multi else plan.watermark
-    col = union_column(0, wm.column) if plan.multi else wm.column
-    if col not in df.columns or not isinstance(df.schema[col].dataType, TimestampType):
-        return df
-    delay = parse_interval(wm.delay)
-    ms = delay // timedelta(milliseconds=1) if isinstance(delay, timedelta) and delay > timedelta(0) else 0
-    return df.withWatermark(col, f"{ms} milliseconds")
-
-
-def _union_inputs(inputs: Mapping[str, Any]):
-    """Several streaming DataFrames as one stream of :func:`~gpuwm.inputs.union_schema`
-    rows: each row tagged with its input's index, its columns renamed apart."""
-    from pyspark.sql import functions as F
-
-    out = None
-    for i, d in enumerate(inputs.values()):
-        cols = [F.lit(i).cast("tinyint").alias(INPUT)] + [F.col(f"`{c}`").alias(union_column(i, c)) for c in d.columns]
-        d = d.select(*cols)
-        out = d if out is None else out.unionByName(d, allowMissingColumns=True)
-    return out
 
 
 def _arrow_schema(spark_schema) -> pa.Schema:
