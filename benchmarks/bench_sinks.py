@@ -101,7 +101,7 @@ def main() -> int:
             if sink == "parquet":
                 p.write_parquet(f"{work}/out")
             elif sink.startswith("kafka"):  # each row as key (auction) and value (its columns as JSON)
-                from gpuwm.spark.front.translate import KafkaAppend
+                from gpuwm.spark.io.driver_sinks import KafkaAppend
 
                 topic = f"t{len(rows)}"
                 create_topic(broker.bootstrap, topic, 4)
@@ -111,7 +111,7 @@ def main() -> int:
                 p.output([[["key", {"cast": [{"col": "auction"}, "string"]}],
                            ["value", {"to_json": [[c, {"col": c}] for c in cols]}]]])
             elif sink.startswith("delta"):  # gpuwm's format("delta"), with each writer
-                from gpuwm.spark.front.translate import DeltaAppend
+                from gpuwm.spark.io.driver_sinks import DeltaAppend
 
                 DeltaAppend.writer = "spark" if "Spark" in sink else "delta-rs"
                 p.foreach_batch(DeltaAppend({"path": f"{work}/delta"}, f"{work}/ck"))

@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpuwm.project import evaluate, from_json, spark_json
+from gpuwm.project import evaluate
+from gpuwm.sparkjson import from_json, spark_json
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
@@ -122,7 +123,7 @@ def test_the_slow_way_gets_every_message_with_a_newline_or_a_non_finite_word():
     32- and 64-bit offsets (a match across two messages may name one more)."""
     import pyarrow.compute as pc
 
-    from gpuwm.project import _holding
+    from gpuwm.sparkjson import _holding
 
     rng = np.random.default_rng(1)
     alpha = list("abIfnNa{}\n\r ")
@@ -216,7 +217,7 @@ def test_doubles_are_written_with_the_digits_of_java_s_double_to_string():
     import struct
     import subprocess
 
-    from gpuwm.project import _java_double
+    from gpuwm.javatext import _java_double
 
     jvms = _jvms()
     new = [v for v in jvms if v >= 19]
@@ -256,7 +257,7 @@ def test_doubles_are_written_with_the_digits_of_java_s_double_to_string():
 def _as_steps(df) -> list:
     """The expressions of ``df``'s last select as gpuwm's projection step,
     translated from Spark's analyzed plan as ``accelerate`` translates them."""
-    from gpuwm.spark.driver.kafka import translate
+    from gpuwm.spark.catalyst.expressions import project_expr
     from gpuwm.spark.jvm.objects import scala_iter
 
     plan = df._jdf.queryExecution().analyzed()
@@ -264,7 +265,7 @@ def _as_steps(df) -> list:
     out = []
     for ne in scala_iter(plan.projectList()):
         e = ne.child() if ne.getClass().getSimpleName() == "Alias" else ne
-        out.append([str(ne.name()), translate(e, ids)])
+        out.append([str(ne.name()), project_expr(e, ids)])
     return [out]
 
 
@@ -305,7 +306,7 @@ def test_decimal_arithmetic_equals_sparks(spark):
     a double), the expression is not gpuwm's: refused by name."""
     from decimal import Decimal
 
-    from gpuwm.spark.driver.kafka import Untranslatable
+    from gpuwm.spark.catalyst.expressions import Untranslatable
 
     rng = np.random.default_rng(4)
     t = _arith_table(rng, 2_000, extremes=True).select(["a", "i", "x"])

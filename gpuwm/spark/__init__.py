@@ -2,7 +2,7 @@
 
 The public names, each imported from its room on first use:
 ``accelerate`` / ``explain`` (a PySpark or Spark SQL streaming query run by
-gpuwm, :mod:`gpuwm.spark.front.translate`), ``Pipeline`` (the builder,
+gpuwm, :mod:`gpuwm.spark.front.accelerate`), ``Pipeline`` (the builder,
 :mod:`gpuwm.spark.front.pipeline`), ``local_session`` (a local SparkSession
 set up for gpuwm), ``read_nexmark`` (the embedded source) and
 ``register_sources`` (:mod:`gpuwm.spark.front.session`).
@@ -10,11 +10,12 @@ set up for gpuwm), ``read_nexmark`` (the embedded source) and
 The rooms, each importing only those below it (``tests/test_layers.py``
 holds the arrows)::
 
-    front/     what a user calls: the builder, plan translation, the JSON spec, the CLI, the session
-    driver/    the driver's side of a running query: the per-batch loop, drains, direct-read planning
+    front/     what a user calls: accelerate, plan translation (a rule per node), the builder, the spec, the CLI
+    driver/    the driver's side of a running query: its launch, the per-batch loop, drains, direct-read planning
     executor/  what Spark's tasks run: the batch's plan, the task functions, the exchange, the task's GPU
     io/        what a task reads and writes: files, Kafka, Nexmark, the projection evaluator, the sinks
     storage/   the checkpoint (the storage seam) and versioned operator state
+    catalyst/  reading Spark's plans and expressions (front, driver and io share it)
     jvm/       the JVM side: jars, the JVM's start, py4j objects, the Python worker's patch
 
 ``app.py`` is spark-submit's entry point. Each room's README says what it
@@ -28,7 +29,7 @@ import sys
 __all__ = ["Pipeline", "accelerate", "explain", "local_session", "read_nexmark", "register_sources"]
 
 #: public name -> the module that defines it (no public name is a submodule's name)
-_LAZY = {"accelerate": ".front.translate", "explain": ".front.translate", "Pipeline": ".front.pipeline",
+_LAZY = {"accelerate": ".front.accelerate", "explain": ".front.accelerate", "Pipeline": ".front.pipeline",
          "local_session": ".front.session", "read_nexmark": ".front.session",
          "register_sources": ".front.session"}
 

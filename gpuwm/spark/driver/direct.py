@@ -44,6 +44,9 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..catalyst.expressions import Untranslatable, projection_steps
+from ..catalyst.plans import TRANSPARENT, peel
+from ..catalyst.schema import arrow_schema, same_columns
 from ..io.sources import file_of
 from ..jvm.objects import scala_iter, scan_rdds
 from ..storage.checkpoint import Checkpoint, Location
@@ -60,13 +63,11 @@ def parquet_source(df) -> str | None:
     """Why ``df`` (a streaming DataFrame) cannot be read directly, or None
     when it can: a Parquet source, or selects over one whose expressions
     gpuwm's tasks evaluate (:func:`parquet_projection`)."""
-    from .kafka import under_selects
-
     try:
         got = parquet_projection(df)
         if isinstance(got, str):
             return got
-        plan = under_selects(df._jdf.queryExecution().analyzed())[0]
+        plan = peel(df._jdf.queryExecution().analyzed())[0]
         if plan.getClass().getSimpleName() != "StreamingRelation":
             return "the pipeline's input is not the source itself (filters or columns added)"
         ds = plan.dataSource()
@@ -90,9 +91,7 @@ def parquet_projection(df) -> tuple[list, pa.Schema] | str | None:
     evaluate on each file's rows, with the source's schema — ``None`` when
     ``df`` is the source itself, a reason (str) when they cannot (an
     expression they do not evaluate, columns other than Spark's)."""
-    from .kafka import under_selects
-
-    plan, projects = under_selects(df._jdf.queryExecution().analyzed())
+    plan, projects = peel(df._jdf.queryExecution().analyzed())
     if not projects or plan.getClass().getSimpleName() != "StreamingRelation":
         return None
     return _projection(df, plan, projects)
@@ -104,11 +103,8 @@ def nexmark_projection(df) -> tuple[list, pa.Schema] | str | None:
     gpuwm.spark.front.translate) as the steps its tasks evaluate on each
     split's generated events — None for the stream itself, a reason when
     they cannot."""
-    plan, projects = df._jdf.queryExecution().analyzed(), []
-    while plan.getClass().getSimpleName() in ("SubqueryAlias", "View", "Project", "Filter"):  # (nexmark_source's walk)
-        if plan.getClass().getSimpleName() in ("Project", "Filter"):  # (a view's own filter too, under its name)
-            projects.append(plan)
-        plan = plan.child()
+    # (nexmark_source's walk; a view's own filter too, under its name)
+    plan, projects = peel(df._jdf.queryExecution().analyzed(), through=TRANSPARENT)
     if not projects or plan.getClass().getSimpleName() != "StreamingRelationV2":
         return None
     return _projection(df, plan, projects)
@@ -118,11 +114,9 @@ def _projection(df, plan, projects: list) -> tuple[list, pa.Schema] | str:
     """The selects and filters ``projects`` (top first) over the source
     relation ``plan`` under ``df``: the steps a task evaluates on the
     source's rows and the source's schema, or why not."""
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_json_string
 
     from ...project import evaluate
-    from .kafka import Untranslatable, projection_steps, same_columns
 
     try:
         steps, why = projection_steps(projects, list(scala_iter(plan.output())))
@@ -130,8 +124,8 @@ def _projection(df, plan, projects: list) -> tuple[list, pa.Schema] | str:
         return f"the task cannot evaluate `{e}` of the select on the source"
     if why is not None:
         return why
-    source = to_arrow_schema(_parse_datatype_json_string(str(plan.schema().json())))
-    got, want = evaluate(steps, source.empty_table()).schema, to_arrow_schema(df.schema)
+    source = arrow_schema(_parse_datatype_json_string(str(plan.schema().json())))
+    got, want = evaluate(steps, source.empty_table()).schema, arrow_schema(df.schema)
     if not same_columns(got, want):
         return f"the task's columns ({got}) would not be the query's ({want})"
     return steps, source
@@ -191,10 +185,9 @@ def direct_reason(df, inputs: dict | None, checkpoint: Checkpoint) -> tuple[str 
 def source_path(df) -> str | None:
     """The directory a file-stream DataFrame reads (its ``path`` option;
     below selects of its columns too), or None."""
-    from .kafka import under_selects
 
     try:
-        ds = under_selects(df._jdf.queryExecution().analyzed())[0].dataSource()
+        ds = peel(df._jdf.queryExecution().analyzed())[0].dataSource()
         opts = ds.options()
         got = opts.get("path")
         return str(got.get()) if got.isDefined() else None

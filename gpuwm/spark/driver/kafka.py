@@ -15,7 +15,7 @@ and ``confluent-kafka`` for what that does not take), one task per Kafka partiti
 Arrow and then the query's ``select`` (:mod:`gpuwm.project`).
 
 Used when the pipeline's DataFrame is the Kafka source followed only by
-projections the task can evaluate (:func:`translate`) and every ``kafka.*``
+projections the task can evaluate (:func:`gpuwm.spark.catalyst.expressions.project_expr`) and every ``kafka.*``
 consumer setting has a librdkafka twin (:data:`_SAME`, :data:`_RENAMED`) or
 does not change what is read (:data:`_IGNORED`); otherwise Spark's reader
 reads the batches and ``--dry-run`` says why.
@@ -24,12 +24,13 @@ reads the batches and ``--dry-run`` says why.
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Any
 
 from ...errors import ConfigError, GpuwmError
-from ...project import JSON_TYPES, LITERAL_TYPES, decimal_type
+from ..catalyst.expressions import Untranslatable, projection_steps
+from ..catalyst.plans import peel
+from ..catalyst.schema import arrow_schema, same_columns
 from ..jvm.objects import java_map, scala_iter, scan_rdds
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
@@ -144,7 +145,7 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
     ``(None, why gpuwm's tasks cannot read it)``; ``(None, None)``: not a
     Kafka source at all."""
     try:
-        node, projects = under_selects(df._jdf.queryExecution().analyzed())
+        node, projects = peel(df._jdf.queryExecution().analyzed())
         name = node.getClass().getSimpleName()
         if name not in ("StreamingRelationV2", "StreamingRelation"):
             return None, None
@@ -169,41 +170,6 @@ def kafka_source(df) -> tuple[dict | None, str | None]:
         return None, f"the task cannot evaluate `{e}` of the select on the Kafka source"
     except Exception as e:  # not classic PySpark, or a plan shape we do not know
         return None, f"the Kafka source's plan cannot be inspected ({type(e).__name__})"
-
-
-def under_selects(plan) -> tuple[Any, list]:
-    """The node under the selects and filters at the top of ``plan``, and those (top first)."""
-    projects = []
-    while plan.getClass().getSimpleName() in ("Project", "Filter"):
-        projects.append(plan)
-        plan = plan.child()
-    return plan, projects
-
-
-def projection_steps(projects: list, out: list) -> tuple[list, str | None]:
-    """The selects and filters ``projects`` (top first) over a source with
-    output attributes ``out``, as :mod:`gpuwm.project` steps
-    (bottom first; a filter's ``{"where": ...}``), and why not (None: they
-    are); raises :class:`Untranslatable` for an expression gpuwm's tasks do
-    not evaluate. Steps that only filter end with the source's columns."""
-    ids = {int(a.exprId().id()): str(a.name()) for a in out}
-    steps = []
-    for p in reversed(projects):
-        if p.getClass().getSimpleName() == "Filter":
-            steps.append({"where": translate(p.condition(), ids)})
-            continue
-        step, names = [], {}
-        for ne in scala_iter(p.projectList()):
-            step.append([str(ne.name()), translate(ne.child() if ne.getClass().getSimpleName() == "Alias" else ne,
-                                                   ids)])
-            names[int(ne.exprId().id())] = str(ne.name())
-        if len(set(n for n, _ in step)) != len(step):
-            return [], f"a select gives two columns one name ({[n for n, _ in step]})"
-        steps.append(step)
-        ids = names
-    if steps and all(isinstance(s, dict) for s in steps):
-        steps.append([[str(a.name()), {"col": str(a.name())}] for a in out])
-    return steps, None
 
 
 def source_options(df) -> list[dict[str, str]]:
@@ -354,261 +320,14 @@ class KafkaProbeError(GpuwmError):
 
 def _same_schema(steps: list, headers: bool, spark_schema) -> str | None:
     """Why the projection's columns would differ from the DataFrame's, or None."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     from ...project import evaluate
     from ..io.sources import kafka_schema
 
-    want = to_arrow_schema(spark_schema)
+    want = arrow_schema(spark_schema)
     got = evaluate(steps, kafka_schema(headers).empty_table()).schema
     if not same_columns(got, want):
         return f"the task's columns ({got}) would not be the query's ({want})"
     return None
-
-
-def same_columns(got, want) -> bool:
-    """Whether Arrow schema ``got`` has ``want``'s names in order, each of a
-    type that writes as Spark's (timestamps of one unit, any string)."""
-    return got.names == want.names and all(_same_type(a.type, b.type) for a, b in zip(got, want))
-
-
-def _same_type(a, b) -> bool:
-    """Same values as Spark writes them: nested types field by field (a
-    list's item name and nullability aside)."""
-    import pyarrow as pa
-
-    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
-        return a.unit == b.unit
-    if pa.types.is_string(a) or pa.types.is_large_string(a):
-        return pa.types.is_string(b) or pa.types.is_large_string(b)
-    if pa.types.is_list(a) and pa.types.is_list(b):
-        return _same_type(a.value_type, b.value_type)
-    if pa.types.is_struct(a) and pa.types.is_struct(b):
-        return [f.name for f in a] == [f.name for f in b] and all(_same_type(x.type, y.type) for x, y in zip(a, b))
-    return a.equals(b)
-
-
-class Untranslatable(Exception):
-    """An expression :mod:`gpuwm.project` does not evaluate."""
-
-
-_TS = {"MillisToTimestamp": "millis", "SecondsToTimestamp": "seconds", "MicrosToTimestamp": "micros"}
-
-
-_CMP = {"EqualTo": "=", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">", "GreaterThanOrEqual": ">="}
-
-
-_PATTERN = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
-
-
-def strftime_format(pattern: str) -> str | None:
-    """Spark's ``date_format`` pattern as strftime's, for the patterns whose
-    text the two write alike (``yyyy-MM-dd``, ``HH:mm``; years 1000 to
-    9999); None for any other.
-
-    >>> strftime_format("yyyy-MM-dd HH:mm"), strftime_format("yyyy-MM-dd'T'HH"), strftime_format("MMM")
-    ('%Y-%m-%d %H:%M', None, None)
-    """
-    out = ""
-    for token in re.findall(r"(y+|M+|d+|H+|m+|s+|.)", pattern):
-        if token in _PATTERN:
-            out += _PATTERN[token]
-        elif token in " -:/.":
-            out += token
-        else:
-            return None
-    return out
-
-
-_ARITH = {"Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%"}
-_NUMERIC = ("bigint", "int", "smallint", "tinyint", "double", "float")
-
-
-#: the digits of each integer type's largest value: a decimal(p,s) with p - s of them holds every value
-_INT_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
-
-
-def _widening_decimal(src: str, to: str) -> bool:
-    """A cast from ``src`` (an integer or a decimal) to decimal type ``to``
-    that keeps every value exactly (Spark's casts before decimal arithmetic)."""
-    dec, got = decimal_type(to), decimal_type(src)
-    if dec is None:
-        return False
-    if got is not None:
-        return dec[1] >= got[1] and dec[0] - dec[1] >= got[0] - got[1]
-    return src in _INT_DIGITS and dec[0] - dec[1] >= _INT_DIGITS[src]
-
-
-def _exact_decimal(kind: str, e) -> tuple[int, int] | None:
-    """The type of decimal ``e`` (an Add, a Subtract or a Multiply of two
-    decimals) that holds its exact result (Arrow's type for it), where it
-    fits 38 digits; None otherwise (Spark then rounds: not gpuwm's)."""
-    a, b = (decimal_type(str(x.dataType().simpleString())) for x in (e.left(), e.right()))
-    if a is None or b is None or kind not in ("Add", "Subtract", "Multiply"):
-        return None
-    if kind == "Multiply":
-        p, s = a[0] + b[0] + 1, a[1] + b[1]
-    else:
-        s = max(a[1], b[1])
-        p = max(a[0] - a[1], b[0] - b[1]) + s + 1
-    return (p, s) if p <= 38 else None
-
-
-def translate(e, ids: dict[int, str]) -> dict:
-    """A Catalyst expression as a :mod:`gpuwm.project` expression."""
-    kind = e.getClass().getSimpleName()
-    if kind == "AttributeReference":
-        got = ids.get(int(e.exprId().id()))
-        if got is None:
-            raise Untranslatable(str(e.sql()))
-        return {"col": got}
-    if kind == "AggregateExpression":  # an aggregation's result, where ``ids`` names its column (by resultId)
-        got = ids.get(int(e.resultId().id()))
-        if got is None:
-            raise Untranslatable(str(e.sql()))
-        return {"col": got}
-    if kind == "GetStructField":
-        return {"field": [translate(e.child(), ids), str(e.extractFieldName())]}
-    if kind in _TS:
-        return {"ts": [translate(e.child(), ids), _TS[kind]]}
-    if kind == "Cast" and e.child().getClass().getSimpleName() == "Literal" and e.child().value() is not None \
-            and str(e.child().dataType().simpleString()).startswith("decimal") \
-            and str(e.dataType().simpleString()) == "double":  # SQL's 450.5 compared with a double
-        return {"lit": [float(str(e.child().value().toString())), "double"]}  # correctly rounded, as Java's
-    if kind == "Cast" and e.child().getClass().getSimpleName() == "Literal" and e.child().value() is None \
-            and str(e.dataType().simpleString()) in LITERAL_TYPES:  # a typed NULL (`x IN (1, NULL)`)
-        return {"lit": [None, str(e.dataType().simpleString())]}
-    if kind == "Cast" and e.child().getClass().getSimpleName() == "Literal" and e.child().value() is not None \
-            and str(e.child().dataType().simpleString()) in _INT_DIGITS and decimal_type(str(e.dataType().simpleString())):
-        p, s = decimal_type(str(e.dataType().simpleString()))  # SQL's 450 compared with a decimal: where it fits
-        if abs(int(str(e.child().value()))) >= 10 ** (p - s):
-            raise Untranslatable(str(e.sql()))
-        return {"lit": [str(e.child().value()), str(e.dataType().simpleString())]}
-    if kind == "Cast":
-        src, to = str(e.child().dataType().simpleString()), str(e.dataType().simpleString())
-        ints = ("bigint", "int", "smallint", "tinyint")
-        ok = (src == "binary" and to == "string") or (src == "string" and to == "binary") \
-            or _widening_decimal(src, to) \
-            or (src in ints and to in ("timestamp", "bigint", "double")) \
-            or (src in ints and to == "int" and str(e.evalMode()) == "ANSI") or (src == "timestamp" and to == "bigint") \
-            or (to == "string" and (src in ints or src == "string" or src == "timestamp" and _utc(e)))
-        if not ok:
-            raise Untranslatable(str(e.sql()))
-        return {"cast": [translate(e.child(), ids), to]}
-    if kind == "Literal":
-        typ = str(e.dataType().simpleString())
-        v = e.value()
-        if decimal_type(typ):  # its text (Spark's Decimal.toString: plain digits)
-            return {"lit": [None if v is None else str(v.toString()), typ]}
-        if typ not in LITERAL_TYPES:
-            raise Untranslatable(str(e.sql()))
-        return {"lit": [None if v is None else str(v.toString()) if typ == "string" else v, typ]}
-    if kind in _CMP:
-        if any(str(x.dataType().simpleString()) not in LITERAL_TYPES and not decimal_type(
-                str(x.dataType().simpleString())) for x in (e.left(), e.right())):
-            raise Untranslatable(str(e.sql()))
-        return {"cmp": [_CMP[kind], translate(e.left(), ids), translate(e.right(), ids)]}
-    if kind in ("And", "Or"):
-        return {kind.lower(): [translate(e.left(), ids), translate(e.right(), ids)]}
-    if kind in _ARITH and decimal_type(str(e.dataType().simpleString())):
-        if str(e.evalMode()) == "TRY" or _exact_decimal(kind, e) != decimal_type(str(e.dataType().simpleString())):
-            raise Untranslatable(str(e.sql()))
-        return {"arith": [_ARITH[kind], translate(e.left(), ids), translate(e.right(), ids), False]}
-    if kind in _ARITH:  # both sides of the result's type (the analyzer's casts); TRY mode (try_add ...) is not
-        typ = str(e.dataType().simpleString())
-        if typ not in _NUMERIC or str(e.evalMode()) == "TRY" or any(
-                str(x.dataType().simpleString()) != typ for x in (e.left(), e.right())):
-            raise Untranslatable(str(e.sql()))
-        return {"arith": [_ARITH[kind], translate(e.left(), ids), translate(e.right(), ids),
-                          str(e.evalMode()) == "ANSI"]}
-    if kind == "UnaryMinus" and decimal_type(str(e.dataType().simpleString())):  # (exact: never overflows)
-        return {"neg": [translate(e.child(), ids), False]}
-    if kind == "UnaryMinus" and str(e.dataType().simpleString()) in _NUMERIC:
-        return {"neg": [translate(e.child(), ids), bool(e.failOnError())]}
-    if kind == "In":  # x IN (a, b, ...): x = a OR x = b ... (Kleene's OR gives SQL's nulls: none match, a null in)
-        items = list(scala_iter(e.list()))
-        if not items or any(str(x.dataType().simpleString()) not in LITERAL_TYPES for x in [e.value(), *items]):
-            raise Untranslatable(str(e.sql()))
-        value = translate(e.value(), ids)
-        out = None
-        for item in items:
-            eq = {"cmp": ["=", value, translate(item, ids)]}
-            out = eq if out is None else {"or": [out, eq]}
-        return out
-    if kind in ("Not", "IsNull", "IsNotNull"):
-        return {{"Not": "not", "IsNull": "is_null", "IsNotNull": "is_not_null"}[kind]: translate(e.child(), ids)}
-    if kind == "CaseWhen" and e.branches().size() == 1 and (
-            not e.elseValue().isDefined() or e.elseValue().get().getClass().getSimpleName() == "Literal"
-            and e.elseValue().get().value() is None):  # CASE WHEN p THEN x END (an aggregate's FILTER)
-        branch = e.branches().head()
-        return {"when": [translate(branch._1(), ids), translate(branch._2(), ids)]}
-    if kind == "DateFormatClass" and _utc(e) and e.right().getClass().getSimpleName() == "Literal" \
-            and str(e.left().dataType().simpleString()) == "timestamp" and e.right().value() is not None:
-        fmt = strftime_format(str(e.right().value().toString()))
-        if fmt is None:
-            raise Untranslatable(f"{e.sql()} (patterns of yyyy, MM, dd, HH, mm, ss and ' -:/.')")
-        return {"date_format": [translate(e.left(), ids), fmt]}
-    if kind == "StructsToJson" and e.child().getClass().getSimpleName() == "CreateNamedStruct" \
-            and not e.options().size() and _utc(e):
-        names = [str(n.eval(None).toString()) for n in scala_iter(e.child().nameExprs())]
-        values = list(scala_iter(e.child().valExprs()))
-        types = [str(v.dataType().simpleString()) for v in values]
-        if all(_json_writable(t) for t in types):
-            fields = [[n, translate(v, ids)] for n, v in zip(names, values)]
-            if "double" not in [x for t in types for x in _json_scalars(t)]:
-                return {"to_json": fields}
-            # its doubles' digits are those of the JVM Spark runs on (before Java 19 not always the shortest)
-            return {"to_json": {"fields": fields, "java": _java_version()}}
-        raise Untranslatable(f"{e.sql()} (fields of integer, double, boolean, string, timestamp and struct types)")
-    if kind == "CreateNamedStruct":
-        names = [str(n.eval(None).toString()) for n in scala_iter(e.nameExprs())]
-        return {"struct": [[n, translate(v, ids)] for n, v in zip(names, scala_iter(e.valExprs()))]}
-    if kind == "CreateArray" and e.children().size() and not bool(e.useStringTypeWhenEmpty()):
-        return {"array": [translate(v, ids) for v in scala_iter(e.children())]}
-    if kind == "JsonToStructs":
-        fields = [[str(f.name()), str(f.dataType().simpleString())] for f in e.schema().fields()] \
-            if str(e.schema().typeName()) == "struct" else None
-        if fields is None or any(t not in JSON_TYPES for _, t in fields) or e.options().size():
-            raise Untranslatable(f"{e.sql()} (fields of types {sorted(JSON_TYPES)}, no options)")
-        return {"from_json": [translate(e.child(), ids), fields]}
-    raise Untranslatable(str(e.sql()))
-
-
-def _utc(e) -> bool:
-    """A time-zone-aware expression evaluated in UTC (the session's time zone)."""
-    tz = e.timeZoneId()
-    return tz.isDefined() and str(tz.get()) in ("UTC", "Etc/UTC", "GMT", "Z", "+00:00")
-
-
-_JSON_SCALARS = ("bigint", "int", "smallint", "tinyint", "double", "boolean", "string", "timestamp")
-
-
-def _java_version() -> int:
-    """The feature version of the JVM Spark runs on (17 when none is up):
-    ``Double.toString``, which Spark's ``to_json`` writes doubles with,
-    writes the shortest digits from Java 19 on, before not always
-    (JDK-4511638): gpuwm writes either's."""
-    from pyspark import SparkContext
-
-    jvm = SparkContext._jvm
-    if jvm is None:
-        return 17
-    return int(str(jvm.java.lang.System.getProperty("java.specification.version")).split(".")[-1])
-
-
-def _json_scalars(typ: str) -> list[str]:
-    """The scalar types in Spark's ``simpleString`` of a type: itself, or a struct's fields' types."""
-    if typ.startswith("struct<") and typ.endswith(">"):
-        import re
-
-        return re.findall(r"[^<,:]+:([a-z]+)", typ[7:-1])
-    return [typ]
-
-
-def _json_writable(typ: str) -> bool:
-    """A type :func:`gpuwm.project.to_json` writes as Spark does:
-    integers, doubles, booleans, strings, timestamps, structs of them."""
-    return all(t in _JSON_SCALARS for t in _json_scalars(typ))
 
 
 def read_path(source: dict) -> str:

@@ -310,7 +310,7 @@ def _sql_problems(bad, keys, spec: dict) -> None:
     delay)``); Spark's parser and analyzer check the query itself."""
     from ...errors import near_miss
     from ...profiles import PROFILES
-    from .translate import FALLBACKS
+    from .accelerate import FALLBACKS
 
     if not (isinstance(spec["sql"], str) and spec["sql"].strip()):
         bad("$.sql", f"a Spark SQL query over the sources' names, got {spec['sql']!r}")
@@ -502,7 +502,7 @@ def accelerated(spark, spec: dict, verbose: bool = True):
     (``withWatermark``) and named as a temp view, the query given to
     ``spark.sql`` and to :func:`~gpuwm.spark.front.translate` with the spec's
     settings; returns its :class:`~gpuwm.spark.front.translate.Accelerated`."""
-    from .translate import accelerate
+    from .accelerate import accelerate
 
     for name, src in spec["sources"].items():
         df = _read_source(spark, _without_watermark(src), spec["checkpoint"])
@@ -517,7 +517,7 @@ def accelerated(spark, spec: dict, verbose: bool = True):
 
 def _sink_tuple(spec: dict, columns) -> tuple:
     """The spec's sink as :meth:`Accelerated.pipeline` takes it, for rows of ``columns``."""
-    from .translate import sink_tuple
+    from ..io.driver_sinks import sink_tuple
 
     (kind, arg), = spec["sink"].items()
     if kind == "console":

@@ -122,10 +122,10 @@ def nexmark_source(df) -> dict | None:
     over it, gpuwm.spark.driver.direct.nexmark_projection, its tasks
     evaluate), else None: then gpuwm's tasks can generate each batch
     themselves from the offsets the query's own log gives."""
+    from ..catalyst.plans import TRANSPARENT, peel
+
     try:
-        plan = df._jdf.queryExecution().analyzed()
-        while plan.getClass().getSimpleName() in ("SubqueryAlias", "View", "Project", "Filter"):
-            plan = plan.child()
+        plan = peel(df._jdf.queryExecution().analyzed(), through=TRANSPARENT)[0]
         if plan.getClass().getSimpleName() != "StreamingRelationV2" or str(plan.sourceName()) != "nexmark":
             return None
         opts = {str(k): str(v) for k, v in plan.extraOptions().asCaseSensitiveMap().items()}
