@@ -14,7 +14,7 @@ import pytest
 
 from gpuwm.spark import accelerate, local_session
 
-from .test_accelerate import _norm, _query
+from .oracle import _norm, _query
 from .test_spark import _random_batches, _write_batches
 
 
@@ -62,7 +62,7 @@ def test_delta_sink_equals_spark_s_and_a_replayed_batch_lands_once(spark, tmp_pa
     want = _rows(spark, f"{tmp_path}/native")
     assert len(want) > 5
 
-    from gpuwm.spark.front.translate import DeltaAppend
+    from gpuwm.spark.io.driver_sinks import DeltaAppend
     from gpuwm.spark.storage.checkpoint import Checkpoint
 
     monkeypatch.setattr(DeltaAppend, "writer", writer)

@@ -58,7 +58,7 @@ def test_kafka_sink_writes_spark_s_messages_exactly_once_across_crashes(spark, b
 
     from gpuwm.spark.storage.checkpoint import Checkpoint
 
-    from .test_accelerate import _source
+    from .oracle import _source
 
     _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(41), 5, 30, step=6, behind=14, keys=4))
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
@@ -73,9 +73,9 @@ def test_kafka_sink_writes_spark_s_messages_exactly_once_across_crashes(spark, b
     topic = "out"
     create_topic(broker.bootstrap, topic, 2)
 
-    import gpuwm.spark.front.translate as translate
+    import gpuwm.spark.io.driver_sinks as driver_sinks
 
-    real_gpuwm, real_bytes, crashed = Checkpoint.write_commit, translate._bytes, []
+    real_gpuwm, real_bytes, crashed = Checkpoint.write_commit, driver_sinks._bytes, []
 
     def after_kafka(self, batch_id, *a, **k):  # a batch with rows written to Kafka; gpuwm's commit lost
         if len(crashed) == 1 and batch_id > crashed[0]:
@@ -95,7 +95,7 @@ def test_kafka_sink_writes_spark_s_messages_exactly_once_across_crashes(spark, b
         return half()
 
     monkeypatch.setattr(Checkpoint, "write_commit", after_kafka)
-    monkeypatch.setattr(translate, "_bytes", inside_kafka)
+    monkeypatch.setattr(driver_sinks, "_bytes", inside_kafka)
 
     def run():
         capsys.readouterr()
@@ -110,7 +110,7 @@ def test_kafka_sink_writes_spark_s_messages_exactly_once_across_crashes(spark, b
 
     with pytest.raises(Exception, match="the sink failed on batch .*killed inside the transaction"):
         run()
-    monkeypatch.setattr(translate, "_bytes", real_bytes)
+    monkeypatch.setattr(driver_sinks, "_bytes", real_bytes)
     crashed[0] = 0
     with pytest.raises(Exception, match="killed between Kafka's commit and gpuwm's"):
         run()
@@ -131,7 +131,7 @@ def test_kafka_sink_columns_as_spark_s_sink_writes_them(spark, broker, tmp_path,
 
     _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(42), 7, 20, step=6, behind=14, keys=3))
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    from .test_accelerate import _source
+    from .oracle import _source
 
     agg = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds").groupBy(
         F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
@@ -175,7 +175,7 @@ def test_kafka_messages_take_spark_s_sink_columns_and_refuse_a_null_topic():
     (Spark's sink too), nothing produced."""
     import pyarrow as pa
 
-    from gpuwm.spark.front.translate import _messages
+    from gpuwm.spark.io.driver_sinks import _messages
 
     t = pa.table({"topic": ["a", "b", "a"], "partition": pa.array([1, None, 1], pa.int32()),
                   "key": ["k1", None, "k3"], "value": ["x", "y", None],
@@ -195,7 +195,7 @@ def test_gpuwm_run_with_a_kafka_sink_sigkilled_writes_every_row_once(spark, brok
     ``"sink": {"kafka": {...}}``: ``gpuwm run`` SIGKILLed twice mid-run and
     run to its end on its checkpoint. A ``read_committed`` consumer sees
     the messages of Spark's own query over the same files, each once."""
-    from .test_accelerate import _source
+    from .oracle import _source
     from .test_spark import SCHEMA_TKP, sigkill_spec
 
     _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(43), 6, 40, step=6, behind=14, keys=4))
@@ -243,7 +243,7 @@ def test_a_topic_that_does_not_exist_stops_the_query_in_one_line_and_a_rerun_com
 
     from gpuwm.spark.storage.checkpoint import Checkpoint, Location
 
-    from .test_accelerate import _source
+    from .oracle import _source
 
     _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(44), 5, 20, step=6, behind=14, keys=3))
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")

@@ -165,7 +165,7 @@ def test_spark_profile_window_join_equals_spark_native(spark, tmp_path, how):
     as their window closes — the last ones in Spark's final no-data batch."""
     from pyspark.sql import functions as F
 
-    from .test_accelerate import _batches, _native
+    from .oracle import _batches, _native
 
     auctions, bids = _streams(seed=23)
     _write(f"{tmp_path}/a", auctions)

@@ -1,0 +1,3 @@
+# dropDuplicates without the event time over a window's rows
+# fail: DEDUP_FOREVER
+df = s.groupBy(F.window("ts", "5 seconds"), "k").count().dropDuplicates(["k"])

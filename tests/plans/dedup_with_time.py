@@ -1,0 +1,8 @@
+# dropDuplicates with the event time among its keys
+# expect:
+#   gpuwm runs (profile spark, vnodes 1):
+#     watermark  ts, delay 0:00:10
+#     dedup      dropDuplicates(['k', 'ts'])
+#     output     ts, k, price
+#   Spark runs: the source, parquet FileSource[<in>/s] (its input read by gpuwm's tasks)
+df = s.dropDuplicates(["k", "ts"])

@@ -1,0 +1,11 @@
+-- an interval join in SQL, bids within 20 seconds of their auction
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 0:00:04 (left)
+--       of rows  where (A.id IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     watermark  date_time__right, delay 0:00:04 (right)
+--       of rows  where (B.auction IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     join       inner on [['id', 'auction']], date_time__right between date_time + 0:00:00 and date_time + 0:00:20
+--     output     id, price, date_time
+--   Spark runs: the source, Filter over parquet FileSource[<in>/auction] and Project over parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+SELECT A.id, B.price, B.date_time FROM auction A JOIN bid B ON A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.date_time + INTERVAL 20 SECONDS

@@ -1,0 +1,11 @@
+-- a join on equal event times
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 0:00:04 (left)
+--       of rows  where (A.id IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     watermark  date_time__right, delay 0:00:04 (right)
+--       of rows  where (B.auction IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     join       inner on [['id', 'auction'], ['date_time', 'date_time__right']] (equal event times)
+--     output     id, price
+--   Spark runs: the source, Filter over parquet FileSource[<in>/auction] and Project over parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+SELECT A.id, B.price FROM auction A JOIN bid B ON A.id = B.auction AND A.date_time = B.date_time

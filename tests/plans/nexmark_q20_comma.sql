@@ -1,0 +1,12 @@
+-- Nexmark q20 in its FROM a, b WHERE form
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 0:00:04 (left)
+--       of rows  where (B.auction IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     watermark  date_time__right, delay 0:00:04 (right)
+--       of rows  where (A.category IS NOT NULL) AND (A.category = 10L) AND (A.id IS NOT NULL) AND (A.expires IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     join       inner on [['auction', 'id']], date_time__right <= date_time + 0:00:00; no bound cleans date_time__right's side: its rows are kept in state (as Spark keeps them), where date_time <= expires
+--     filter     (A.category = CAST(10 AS BIGINT))
+--     output     auction, bidder, price, date_time, item_name, a_date_time, expires
+--   Spark runs: the source, Filter over parquet FileSource[<in>/bid] and Project over parquet FileSource[<in>/auction] (its input read by gpuwm's tasks)
+SELECT auction, bidder, price, B.date_time, item_name, A.date_time AS a_date_time, expires FROM bid B, auction A WHERE B.auction = A.id AND B.date_time BETWEEN A.date_time AND A.expires AND A.category = 10

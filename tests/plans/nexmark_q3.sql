@@ -1,0 +1,13 @@
+-- Nexmark q3 as published: persons joined to their auctions, no time bound
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 36525 days, 0:00:00 (left)
+--       of rows  where (A.category IS NOT NULL) AND (A.category = 10L) AND (A.seller IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     watermark  date_time__right, delay 36525 days, 0:00:00 (right)
+--       of rows  where (((P.state = 'OR') OR (P.state = 'ID')) OR (P.state = 'CA')) AND (P.id IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     join       inner on [['seller', 'id__right']], no time bound: every row kept in state (as Spark keeps it)
+--     late rows  none: the query reads neither event time, so Spark's join finds no watermark column and drops no row
+--     filter     ((A.category = CAST(10 AS BIGINT)) AND (((P.state = 'OR') OR (P.state = 'ID')) OR (P.state = 'CA')))
+--     output     name, city, state, id
+--   Spark runs: the source, Filter over parquet FileSource[<in>/auction] and Project over parquet FileSource[<in>/person] (its input read by gpuwm's tasks)
+SELECT P.name, P.city, P.state, A.id FROM auction AS A INNER JOIN person AS P ON A.seller = P.id WHERE A.category = 10 AND (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')

@@ -1,0 +1,13 @@
+-- Nexmark q4 with a window: each auction's final price per category, averaged
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 0:00:04 (left)
+--       of rows  where (A.id IS NOT NULL) AND (A.expires IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     watermark  date_time__right, delay 0:00:04 (right)
+--       of rows  where (B.auction IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     join       inner on [['id', 'auction']], date_time__right >= date_time + 0:00:00; no bound cleans date_time's side: its rows are kept in state (as Spark keeps them), where expires >= date_time__right
+--     aggregate  window(date_time, 0:00:10) by ['id', 'category']: final = max(price)
+--     aggregate  by the window of the aggregation below, ['category']: avgp = avg(final)
+--     output     starttime, category, avgp
+--   Spark runs: the source, Filter over parquet FileSource[<in>/auction] and Project over parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+WITH Q AS (SELECT window(A.date_time, '10 seconds') AS w, A.id, A.category, max(B.price) AS final FROM auction A, bid B WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires GROUP BY window(A.date_time, '10 seconds'), A.id, A.category) SELECT Q.w.start AS starttime, Q.category, avg(Q.final) AS avgp FROM Q GROUP BY Q.w, Q.category

@@ -1,0 +1,11 @@
+-- Nexmark q5: the hottest auctions, the hop counts joined to their maximum (a WITH read twice)
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 0:00:04 (in0)
+--     aggregate  window(date_time, 0:00:10, 0:00:02) by ['auction']: num = count(*)
+--     aggregate  by the window of the aggregation below, []: maxn = max(num)
+--     join       inner on [['window_time', 'window_time__right']] (equal event times), where __gpuwm_agg0 >= __gpuwm_agg0_s2
+--     graph      left0 <- in0; right1 <- left0; right2 <- right1; right3 <- right2; join <- left0, right3
+--     output     auction, num, endtime
+--   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+WITH CountBids AS (SELECT window(date_time, '10 seconds', '2 seconds') AS w, auction, count(*) AS num FROM bid GROUP BY window(date_time, '10 seconds', '2 seconds'), auction) SELECT AuctionBids.auction, AuctionBids.num, AuctionBids.w.end AS endtime FROM CountBids AuctionBids JOIN (SELECT w AS mw, max(num) AS maxn FROM CountBids GROUP BY w) MaxBids ON AuctionBids.w = MaxBids.mw AND AuctionBids.num >= MaxBids.maxn

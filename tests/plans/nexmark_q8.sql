@@ -1,0 +1,14 @@
+-- Nexmark q8: new users who opened an auction in the same window (groups with no aggregate)
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 0:00:04 (in0)
+--       of rows  where (P.id IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     watermark  date_time, delay 0:00:04 (in1)
+--       of rows  where (A.seller IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     aggregate  window(date_time, 0:00:10) by ['id', 'name']: no aggregate: the groups alone
+--     aggregate  window(date_time, 0:00:10) by ['seller']: no aggregate: the groups alone
+--     join       inner on [['id', 'seller'], ['window_time', 'window_time__right']] (equal event times)
+--     graph      left0 <- in0; right0 <- in1; right1 <- right0; join <- left0, right1
+--     output     id, name, starttime
+--   Spark runs: the source, Filter over parquet FileSource[<in>/person] and Filter over parquet FileSource[<in>/auction] (its input read by gpuwm's tasks)
+SELECT P.id, P.name, P.pw.start AS starttime FROM (SELECT id, name, window(date_time, '10 seconds') AS pw FROM person GROUP BY id, name, window(date_time, '10 seconds')) P JOIN (SELECT seller, window(date_time, '10 seconds') AS aw FROM auction GROUP BY seller, window(date_time, '10 seconds')) A ON P.id = A.seller AND P.pw = A.aw

@@ -1,0 +1,12 @@
+-- Nexmark q9: each auction's winning bid, closed by the auction's expires
+-- expect:
+--   gpuwm runs (profile spark, vnodes 1):
+--     watermark  date_time, delay 0:00:04 (left)
+--       of rows  where (A.id IS NOT NULL) AND (A.expires IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     watermark  date_time__right, delay 0:00:04 (right)
+--       of rows  where (B.auction IS NOT NULL) (Spark's optimizer filters them below the watermark)
+--     join       inner on [['id', 'auction']], date_time__right >= date_time + 0:00:00; no bound cleans date_time's side: its rows are kept in state (as Spark keeps them), where expires >= date_time__right
+--     top-n      row_number() <= 1 per partition (closed when the watermark passes expires, which bounds the joined rows' time), ['id'] ORDER BY B.price DESC NULLS LAST, B.date_time ASC NULLS FIRST: emitted when the partition closes
+--     output     id, seller, expires, auction, bidder, price, bid_time, rownum
+--   Spark runs: the source, Filter over parquet FileSource[<in>/auction] and Project over parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+SELECT * FROM (SELECT A.id, A.seller, A.expires, B.auction, B.bidder, B.price, B.date_time AS bid_time, ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time) AS rownum FROM auction A, bid B WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires) WHERE rownum <= 1

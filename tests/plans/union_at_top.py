@@ -1,0 +1,3 @@
+# a union of two streams
+# fail: NODE_KIND
+df = s.union(s)
