@@ -6,7 +6,9 @@ header of comments (``--`` or ``#``) saying what gpuwm makes of it:
 
 - ``fail: CODE`` — refused, with that code (:data:`gpuwm.spark.front.translation.CODES`);
 - ``expect:`` — translated: the lines of ``explain`` that follow (each
-  ``--   `` / ``#   ``), the paths of the views' folders as ``<in>``;
+  ``--   `` / ``#   ``), then the stages as gpuwm's builder has them
+  (``gpuwm run --dry-run``'s ``stage`` lines) and the sink's projection
+  steps; the paths of the views' folders as ``<in>``;
 - ``mode: update`` / ``complete`` — the output mode the query is
   planned in (append by default).
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -129,10 +132,14 @@ def _planned(path: Path, spark, frames: dict, root: str, tmp: str) -> tuple[str,
         if r is not None:
             return "fail", [r.code]
         text = acc.explain(f"{tmp}/ck")
+        built = acc.pipeline(f"{tmp}/ck", mode=head.get("mode", "append"))
+        # the stages lowered to gpuwm's builder, and the sink's projection: what the query runs
+        lowered = [line for line in built.explain().splitlines() if line.startswith(("stage ", "watermark", "  "))]
+        lowered.append(f"sink steps   {json.dumps(built._output)}")
     finally:
         RULES.clear()
         RULES.update(saved)
-    return "expect", [line.replace(root, "<in>") for line in text.splitlines()]
+    return "expect", [line.replace(root, "<in>") for line in text.splitlines() + lowered]
 
 
 def _record(path: Path, kind: str, got: list[str]) -> None:

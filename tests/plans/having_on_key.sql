@@ -7,4 +7,7 @@
 --     filter     (bid.auction > CAST(1000 AS BIGINT))
 --     output     window, auction, n
 --   Spark runs: the source, Filter over parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--   watermark    date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--   stage 0      window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": ["auction"], "aggs": [["__gpuwm_agg0", "*", "count"]], "emit": "on-window-close", "window_time": false}  [segment 0: 1 task(s), keys ['auction']]
+--   sink steps   [[["window", {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}], ["auction", {"col": "auction"}], ["n", {"col": "__gpuwm_agg0"}]], {"where": {"cmp": [">", {"col": "auction"}, {"cast": [{"lit": [1000, "int"]}, "bigint"]}]}}]
 SELECT window(date_time, '10 seconds') AS window, auction, count(*) AS n FROM bid GROUP BY window(date_time, '10 seconds'), auction HAVING auction > 1000

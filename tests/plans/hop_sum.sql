@@ -5,4 +5,7 @@
 --     aggregate  window(date_time, 0:00:10, 0:00:05) by ['bidder']: total = sum(price)
 --     output     window, bidder, total
 --   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--   watermark    date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--   stage 0      window {"window": "Hop('date_time', size=datetime.timedelta(seconds=10), slide=datetime.timedelta(seconds=5))", "by": ["bidder"], "aggs": [["__gpuwm_agg0", "price", "sum"]], "emit": "on-window-close", "window_time": false}  [segment 0: 1 task(s), keys ['bidder']]
+--   sink steps   [[["window", {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}], ["bidder", {"col": "bidder"}], ["total", {"col": "__gpuwm_agg0"}]]]
 SELECT window(date_time, '10 seconds', '5 seconds') AS window, bidder, sum(price) AS total FROM bid GROUP BY window(date_time, '10 seconds', '5 seconds'), bidder

@@ -7,4 +7,9 @@
 --     join       left on [['id', 'auction']], date_time__right between date_time + 0:00:00 and date_time + 0:00:10
 --     output     id, price
 --   Spark runs: the source, parquet FileSource[<in>/auction] and Project over parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--     watermark  date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0)
+--     watermark  date_time__right - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0)
+--   watermark    the minimum over the inputs'
+--   stage 0      join {"left": "left", "right": "right", "on": [["id", "auction"]], "left_time": "date_time", "right_time": "date_time__right", "lower": "datetime.timedelta(0)", "upper": "datetime.timedelta(seconds=10)", "how": "left"}  [segment 0: 1 task(s), keys ['id=auction']]
+--   sink steps   [[["id", {"col": "id"}], ["item_name", {"col": "item_name"}], ["initial_bid", {"col": "initial_bid"}], ["reserve", {"col": "reserve"}], ["date_time", {"col": "date_time"}], ["expires", {"col": "expires"}], ["seller", {"col": "seller"}], ["category", {"col": "category"}], ["auction", {"col": "auction"}], ["bidder", {"col": "bidder"}], ["price", {"col": "price"}], ["date_time__right", {"col": "date_time__right"}]], [["id", {"col": "id"}], ["price", {"col": "price"}]]]
 SELECT A.id, B.price FROM auction A LEFT OUTER JOIN bid B ON A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.date_time + INTERVAL 10 SECONDS

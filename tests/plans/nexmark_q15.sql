@@ -5,4 +5,7 @@
 --     aggregate  window(date_time, 1 day, 0:00:00) by []: total_bids = count(*), total_bidders = count(DISTINCT bidder), total_auctions = count(DISTINCT auction)
 --     output     day, total_bids, total_bidders, total_auctions
 --   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--   watermark    date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 1 day, 0:00:00)
+--   stage 0      window {"window": "Tumble('date_time', datetime.timedelta(days=1))", "by": [], "aggs": [["__gpuwm_agg0", "*", "count"], ["__gpuwm_agg1", "bidder", "count_distinct"], ["__gpuwm_agg2", "auction", "count_distinct"]], "emit": "on-window-close", "window_time": false}  [segment 0: 1 task(s), keys []]
+--   sink steps   [[["day", {"date_format": [{"field": [{"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}, "start"]}, "%Y-%m-%d"]}], ["total_bids", {"col": "__gpuwm_agg0"}], ["total_bidders", {"col": "__gpuwm_agg1"}], ["total_auctions", {"col": "__gpuwm_agg2"}]]]
 SELECT date_format(window.start, 'yyyy-MM-dd') AS day, count(*) AS total_bids, count(DISTINCT bidder) AS total_bidders, count(DISTINCT auction) AS total_auctions FROM bid GROUP BY window(date_time, '1 day')

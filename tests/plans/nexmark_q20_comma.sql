@@ -9,4 +9,9 @@
 --     filter     (A.category = CAST(10 AS BIGINT))
 --     output     auction, bidder, price, date_time, item_name, a_date_time, expires
 --   Spark runs: the source, Filter over parquet FileSource[<in>/bid] and Project over parquet FileSource[<in>/auction] (its input read by gpuwm's tasks)
+--     watermark  date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0)
+--     watermark  date_time__right - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0)
+--   watermark    the minimum over the inputs'
+--   stage 0      join {"left": "left", "right": "right", "on": [["auction", "id"]], "left_time": "date_time", "right_time": "date_time__right", "lower": null, "upper": "datetime.timedelta(0)", "how": "inner", "where": [["date_time", "<=", "expires"]]}  [segment 0: 1 task(s), keys ['auction=id']]
+--   sink steps   [[["auction", {"col": "auction"}], ["bidder", {"col": "bidder"}], ["price", {"col": "price"}], ["date_time", {"col": "date_time"}], ["id", {"col": "id"}], ["item_name", {"col": "item_name"}], ["initial_bid", {"col": "initial_bid"}], ["reserve", {"col": "reserve"}], ["date_time__right", {"col": "date_time__right"}], ["expires", {"col": "expires"}], ["seller", {"col": "seller"}], ["category", {"col": "category"}]], {"where": {"cmp": ["=", {"col": "category"}, {"cast": [{"lit": [10, "int"]}, "bigint"]}]}}, [["auction", {"col": "auction"}], ["bidder", {"col": "bidder"}], ["price", {"col": "price"}], ["date_time", {"col": "date_time"}], ["item_name", {"col": "item_name"}], ["a_date_time", {"col": "date_time__right"}], ["expires", {"col": "expires"}]]]
 SELECT auction, bidder, price, B.date_time, item_name, A.date_time AS a_date_time, expires FROM bid B, auction A WHERE B.auction = A.id AND B.date_time BETWEEN A.date_time AND A.expires AND A.category = 10

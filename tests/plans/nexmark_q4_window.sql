@@ -10,4 +10,12 @@
 --     aggregate  by the window of the aggregation below, ['category']: avgp = avg(final)
 --     output     starttime, category, avgp
 --   Spark runs: the source, Filter over parquet FileSource[<in>/auction] and Project over parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--     watermark  date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0)
+--     watermark  date_time__right - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0)
+--   watermark    the minimum over the inputs'
+--   stage 0      join {"left": "left", "right": "right", "on": [["id", "auction"]], "left_time": "date_time", "right_time": "date_time__right", "lower": "datetime.timedelta(0)", "upper": null, "how": "inner", "where": [["expires", ">=", "date_time__right"]]}  [segment 0: 1 task(s), keys ['id=auction']]
+--   stage 1      window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": ["id", "category"], "aggs": [["__gpuwm_agg0_s1", "price", "max"]], "emit": "on-window-close", "window_time": true}  [segment 0: 1 task(s), keys ['id', 'category']]
+--   stage 2      select {"columns": [["__gpuwm_ws2", "window_start"], ["__gpuwm_we2", "window_end"], ["id", "id"], ["category", "category"], ["__gpuwm_agg0_s1", "__gpuwm_agg0_s1"], ["window_time", "window_time"]]}  [segment 0: 1 task(s), keys []]
+--   stage 3      window {"window": "Tumble('window_time', datetime.timedelta(seconds=10))", "by": ["__gpuwm_ws2", "__gpuwm_we2", "category"], "aggs": [["__gpuwm_agg0_s3", "__gpuwm_agg0_s1", "mean"]], "emit": "on-window-close", "window_time": false}  [segment 0: 1 task(s), keys ['__gpuwm_ws2', '__gpuwm_we2', 'category']]
+--   sink steps   [[["starttime", {"field": [{"struct": [["start", {"col": "__gpuwm_ws2"}], ["end", {"col": "__gpuwm_we2"}]]}, "start"]}], ["category", {"col": "category"}], ["avgp", {"col": "__gpuwm_agg0_s3"}]]]
 WITH Q AS (SELECT window(A.date_time, '10 seconds') AS w, A.id, A.category, max(B.price) AS final FROM auction A, bid B WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires GROUP BY window(A.date_time, '10 seconds'), A.id, A.category) SELECT Q.w.start AS starttime, Q.category, avg(Q.final) AS avgp FROM Q GROUP BY Q.w, Q.category

@@ -7,4 +7,10 @@
 --     graph      right0 <- in0; right1 <- right0; join <- in0, right1
 --     output     auction, price, bidder, date_time
 --   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--     watermark  date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--   watermark    the minimum over the inputs'
+--   stage 0      right0 <- in0: window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": [], "aggs": [["__gpuwm_agg0", "price", "max"]], "emit": "on-window-close", "window_time": true}  [segment 0: 1 task(s), keys []]
+--   stage 1      right1 <- right0: project {"steps": "[[[\"__gpuwm_c1_0\", {\"field\": [{\"struct\": [[\"start\", {\"col\": \"window_start\"}], [\"end\", {\"col\": \"window_end\"}]]}, \"start\"]}], [\"__gpuwm_c1_1\", {\"field\": [{\"struct\": [[\"start\", {\"col\": \"window_start\"}], [\"end\", {\"col\": \"window_end\"}]]}, \"end\"]}]]]"}  [segment 0: 1 task(s), keys []]
+--   stage 2      join <- in0, right1: join {"left": "in0", "right": "right1", "on": [["price", "__gpuwm_agg0"]], "left_time": "date_time", "right_time": "window_time", "lower": null, "upper": null, "how": "inner", "where": [["date_time", ">=", "__gpuwm_c1_0"], ["date_time", "<", "__gpuwm_c1_1"]]}  [segment 0: 1 task(s), keys ['price=__gpuwm_agg0']]
+--   sink steps   [[["auction", {"col": "auction"}], ["bidder", {"col": "bidder"}], ["price", {"col": "price"}], ["date_time", {"col": "date_time"}], ["maxprice", {"col": "__gpuwm_agg0"}], ["wstart", {"col": "__gpuwm_c1_0"}], ["wend", {"col": "__gpuwm_c1_1"}]], [["auction", {"col": "auction"}], ["price", {"col": "price"}], ["bidder", {"col": "bidder"}], ["date_time", {"col": "date_time"}]]]
 SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B JOIN (SELECT max(price) AS maxprice, window.start AS wstart, window.end AS wend FROM bid GROUP BY window(date_time, '10 seconds')) B1 ON B.price = B1.maxprice AND B.date_time >= B1.wstart AND B.date_time < B1.wend

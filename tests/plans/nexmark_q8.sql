@@ -11,4 +11,12 @@
 --     graph      left0 <- in0; right0 <- in1; right1 <- right0; join <- left0, right1
 --     output     id, name, starttime
 --   Spark runs: the source, Filter over parquet FileSource[<in>/person] and Filter over parquet FileSource[<in>/auction] (its input read by gpuwm's tasks)
+--     watermark  date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--     watermark  date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--   watermark    the minimum over the inputs'
+--   stage 0      left0 <- in0: window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": ["id", "name"], "aggs": [["__gpuwm_rows", "*", "count"]], "emit": "on-window-close", "window_time": true}  [segment 0: 1 task(s), keys ['id', 'name']]
+--   stage 1      right0 <- in1: window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": ["seller"], "aggs": [["__gpuwm_rows", "*", "count"]], "emit": "on-window-close", "window_time": true}  [segment 0: 1 task(s), keys ['seller']]
+--   stage 2      right1 <- right0: select {"columns": [["window_start__right", "window_start"], ["window_end__right", "window_end"], ["seller", "seller"], ["__gpuwm_rows__right", "__gpuwm_rows"], ["window_time__right", "window_time"]]}  [segment 0: 1 task(s), keys []]
+--   stage 3      join <- left0, right1: join {"left": "left0", "right": "right1", "on": [["id", "seller"]], "left_time": "window_time", "right_time": "window_time__right", "lower": "datetime.timedelta(0)", "upper": "datetime.timedelta(0)", "how": "inner", "time_key": true}  [segment 0: 1 task(s), keys ['id=seller']]
+--   sink steps   [[["id", {"col": "id"}], ["name", {"col": "name"}], ["pw", {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}], ["seller", {"col": "seller"}], ["aw", {"struct": [["start", {"col": "window_start__right"}], ["end", {"col": "window_end__right"}]]}]], [["id", {"col": "id"}], ["name", {"col": "name"}], ["starttime", {"field": [{"col": "pw"}, "start"]}]]]
 SELECT P.id, P.name, P.pw.start AS starttime FROM (SELECT id, name, window(date_time, '10 seconds') AS pw FROM person GROUP BY id, name, window(date_time, '10 seconds')) P JOIN (SELECT seller, window(date_time, '10 seconds') AS aw FROM auction GROUP BY seller, window(date_time, '10 seconds')) A ON P.id = A.seller AND P.pw = A.aw

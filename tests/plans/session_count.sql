@@ -5,4 +5,7 @@
 --     aggregate  session_window(date_time, 5 seconds) by ['bidder']: bids = count(*)
 --     output     session, bidder, bids
 --   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--   watermark    date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:05)
+--   stage 0      window {"window": "Session('date_time', gap=datetime.timedelta(seconds=5))", "by": ["bidder"], "aggs": [["__gpuwm_agg0", "*", "count"]], "emit": "on-window-close", "window_time": false}  [segment 0: 1 task(s), keys ['bidder']]
+--   sink steps   [[["session", {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}], ["bidder", {"col": "bidder"}], ["bids", {"col": "__gpuwm_agg0"}]]]
 SELECT session_window(date_time, '5 seconds') AS session, bidder, count(*) AS bids FROM bid GROUP BY session_window(date_time, '5 seconds'), bidder

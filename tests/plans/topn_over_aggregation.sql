@@ -6,4 +6,8 @@
 --     top-n      dense_rank() <= 2 per the aggregation's window ORDER BY __auto_generated_subquery_name.n DESC NULLS LAST: emitted when the window closes
 --     output     window, auction, n, rn
 --   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--   watermark    date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--   stage 0      window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": ["auction"], "aggs": [["__gpuwm_agg0", "*", "count"]], "emit": "on-window-close", "window_time": true}  [segment 0: 1 task(s), keys ['auction']]
+--   stage 1      topn {"window": "Tumble('window_time', datetime.timedelta(seconds=10))", "by": [], "order": [["__gpuwm_agg0", true, false]], "n": 2, "fn": "dense_rank", "output": "__gpuwm_rank"}  [segment 0: 1 task(s), keys []]
+--   sink steps   [[["window", {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}], ["auction", {"col": "auction"}], ["n", {"col": "__gpuwm_agg0"}], ["rn", {"col": "__gpuwm_rank"}]], [["window", {"col": "window"}], ["auction", {"col": "auction"}], ["n", {"col": "n"}], ["rn", {"col": "rn"}]], [["window", {"col": "window"}], ["auction", {"col": "auction"}], ["n", {"col": "n"}], ["rn", {"col": "rn"}]], [["window", {"col": "window"}], ["auction", {"col": "auction"}], ["n", {"col": "n"}], ["rn", {"col": "rn"}]]]
 SELECT * FROM (SELECT *, dense_rank() OVER (PARTITION BY window ORDER BY n DESC) AS rn FROM (SELECT window(date_time, '10 seconds') AS window, auction, count(*) AS n FROM bid GROUP BY window(date_time, '10 seconds'), auction)) WHERE rn <= 2

@@ -5,4 +5,7 @@
 --     aggregate  window(date_time, 0:00:10) by ['auction']: bids = count(*), max_price = max(price)
 --     output     window, auction, bids, max_price
 --   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--   watermark    date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--   stage 0      window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": ["auction"], "aggs": [["__gpuwm_agg0", "*", "count"], ["__gpuwm_agg1", "price", "max"]], "emit": "on-window-close", "window_time": false}  [segment 0: 1 task(s), keys ['auction']]
+--   sink steps   [[["window", {"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}], ["auction", {"col": "auction"}], ["bids", {"col": "__gpuwm_agg0"}], ["max_price", {"col": "__gpuwm_agg1"}]]]
 SELECT window(date_time, '10 seconds') AS window, auction, count(*) AS bids, max(price) AS max_price FROM bid GROUP BY window(date_time, '10 seconds'), auction

@@ -5,4 +5,7 @@
 --     aggregate  window(date_time, 0:00:10) by ['auction']: m2 = (max(bid.price) * CAST(2 AS BIGINT))
 --     output     ws, hm, a1, m2
 --   Spark runs: the source, parquet FileSource[<in>/bid] (its input read by gpuwm's tasks)
+--   watermark    date_time - 0:00:04 (profile spark: emit on-batch, combine max, lag 1, end of input watermark; split None, idle_timeout None, allowed_lateness 0:00:10)
+--   stage 0      window {"window": "Tumble('date_time', datetime.timedelta(seconds=10))", "by": ["auction"], "aggs": [["__gpuwm_agg0", "price", "max"]], "emit": "on-window-close", "window_time": false}  [segment 0: 1 task(s), keys ['auction']]
+--   sink steps   [[["ws", {"field": [{"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}, "start"]}], ["hm", {"date_format": [{"field": [{"struct": [["start", {"col": "window_start"}], ["end", {"col": "window_end"}]]}, "end"]}, "%H:%M"]}], ["a1", {"arith": ["+", {"col": "auction"}, {"cast": [{"lit": [1, "int"]}, "bigint"]}, true]}], ["m2", {"arith": ["*", {"col": "__gpuwm_agg0"}, {"cast": [{"lit": [2, "int"]}, "bigint"]}, true]}]]]
 SELECT window.start AS ws, date_format(window.end, 'HH:mm') AS hm, auction + 1 AS a1, max(price) * 2 AS m2 FROM bid GROUP BY window(date_time, '10 seconds'), auction

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ...catalyst.plans import TRANSPARENT, expr_id, node_kind
+from ...catalyst.plans import TRANSPARENT, expr_id, node_kind, peel
 from ...jvm.objects import scala_iter
 from ..registry import rule_for
 from ..translation import Refused, Translation
@@ -127,6 +127,4 @@ def consumed(t: Translation) -> Translation:
 def watermarked(node) -> bool:
     """``node``, a filter or a select, is over ``withWatermark`` through
     filters and selects alone (else over another operator's rows)."""
-    while node_kind(node) in ("Project", "Filter") + TRANSPARENT:
-        node = node.child()
-    return node_kind(node) == "EventTimeWatermark"
+    return node_kind(peel(node, through=TRANSPARENT)[0]) == "EventTimeWatermark"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Sequence
 
-from ...catalyst.plans import TRANSPARENT, conjuncts_of, expr_id, node_kind, quoted
+from ...catalyst.plans import TRANSPARENT, conjuncts_of, expr_id, node_kind, peel, quoted
 from ...executor.plan import graph_text
 from ...jvm.objects import scala_iter
 from ..registry import register
@@ -121,9 +121,7 @@ def comma_join(filter_node) -> tuple[Any, list, list] | None:
     that are its condition — a comparison or equality of a column of each
     side —, the rest: a filter of the joined rows.) None for another
     shape."""
-    node = filter_node.child()
-    while node_kind(node) in TRANSPARENT:
-        node = node.child()
+    node = peel(filter_node.child(), kinds=(), through=TRANSPARENT)[0]
     if node_kind(node) != "Join" or node.condition().isDefined() or node_kind(node.joinType()).rstrip("$") != "Inner":
         return None
     sides = [{expr_id(a) for a in scala_iter(c.output())} for c in (node.left(), node.right())]

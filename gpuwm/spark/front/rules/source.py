@@ -7,7 +7,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...catalyst.plans import TRANSPARENT, canonical, conjuncts_of, expr_id, no_ids, node_kind, of_rows, unary_chain
+from ...catalyst.plans import (
+    TRANSPARENT,
+    canonical,
+    conjuncts_of,
+    expr_id,
+    no_ids,
+    node_kind,
+    of_rows,
+    peel,
+    unary_chain,
+)
 from ...jvm.objects import scala_iter
 from ..translation import Refused, Translation, interval
 
@@ -154,11 +164,7 @@ def under_watermark(ctx, node) -> Translation:
     column), and anything not deterministic. (Over another operator's rows,
     filters and selects are a project stage, :func:`project_stage`; after the
     last operator, the sink's projection.)"""
-    chain, at = [], node
-    while node_kind(at) in ("Project", "Filter") + TRANSPARENT:
-        if node_kind(at) not in TRANSPARENT:
-            chain.append(at)
-        at = at.child()
+    at, chain = peel(node, through=TRANSPARENT)
     if node_kind(at) != "EventTimeWatermark":  # (a stateful operator's rows: _input makes a project stage of them)
         raise Refused("NO_WATERMARK", node_kind(node), f"no withWatermark below it, but a {node_kind(at)}")
     ts = at.eventTime()
