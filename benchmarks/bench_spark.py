@@ -14,7 +14,7 @@ queries read the same files, each with ``trigger(availableNow=True)``:
   twice: ``read="auto"`` (the task reads the batch's files itself, see
   ``gpuwm/spark/driver/direct.py``) and ``read="spark"`` (rows from Spark's reader);
 * gpuwm, ``accelerate(df)`` — native's own DataFrame handed to
-  :func:`gpuwm.spark.front.translate` (translated from Spark's plan once, at
+  :func:`gpuwm.spark.front.accelerate.accelerate` (translated from Spark's plan once, at
   start; the time that takes is printed), which should run at the speed of
   the hand-built pipeline with the direct read: it is timed between two runs
   of that pipeline (the machine warms up from query to query);

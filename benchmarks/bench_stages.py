@@ -14,7 +14,7 @@ Run:  .venv/bin/python benchmarks/bench_stages.py [--events 3000000] [--batch 50
   (Spark has no streaming over-window: its analyzer rejects it, checked).
 
 For ``q5_hot`` and ``dedup``, Spark's own query (the native one) also runs
-through ``gpuwm.spark.front.translate`` (engine ``gpuwm, accelerate(df)``): the
+through ``gpuwm.spark.front.accelerate`` (engine ``gpuwm, accelerate(df)``): the
 plan translated once at start, then the same pipeline as the hand-built one.
 
 Watermark 4 s on ``date_time``, profile ``spark``, 4 splits. Events/s =

@@ -1,4 +1,4 @@
-"""``gpuwm.spark.front.translate``: a streaming query written with PySpark's API
+"""``gpuwm.spark.front.accelerate``: a streaming query written with PySpark's API
 (or Spark SQL over a streaming temp view) run by gpuwm, against the same
 query run by Spark on the same micro-batch files, batch for batch; and each
 shape gpuwm does not translate falling back to Spark with its reason."""

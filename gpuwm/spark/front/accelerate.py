@@ -1,5 +1,21 @@
-"""``accelerate`` and ``explain``: a translated query as gpuwm runs it, or
-Spark's query as written."""
+"""Your Spark query, accelerated: ``accelerate(df)`` takes a streaming
+DataFrame written with PySpark's API (or ``spark.sql`` over streaming temp
+views), translates its plan (:func:`gpuwm.spark.front.translate.translate`)
+and answers with an :class:`Accelerated`, whose ``writeStream``
+(:mod:`gpuwm.spark.front.writer`) runs it — gpuwm's
+:class:`~gpuwm.spark.Pipeline` of the translated stages, its output
+columns checked to be Spark's, in append mode, update (one window or one
+dedup alone) or complete (one window alone)::
+
+    q = (accelerate(df).writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+
+What gpuwm does not translate runs in Spark as written
+(:class:`SparkRun`), by ``spark.gpuwm.fallback``: ``spark`` (the default)
+with one warning line naming the refusal's code, the operator and why;
+``error`` failing in one line. Never a different answer. :func:`explain`
+prints the split before anything runs.
+"""
 
 from __future__ import annotations
 

@@ -519,7 +519,7 @@ class Pipeline:
     def output(self, steps: Sequence[Sequence[Any]]) -> "Pipeline":
         """Write the last stage's rows as other columns: ``steps`` of
         :mod:`gpuwm.project` (``[[[name, expr], ...], ...]``), each
-        over the one before (what :func:`gpuwm.spark.front.translate` gives, to
+        over the one before (what :func:`gpuwm.spark.front.translate.translate` gives, to
         write Spark's columns: a ``window`` struct, the query's names);
         :meth:`output_schema` shows the result."""
         self._output = json.loads(json.dumps(steps))

@@ -112,7 +112,7 @@ parses its own options); for one stage, its kind at the top level
 Or the operators as Spark SQL: ``"sql"`` over ``"sources"``, each a
 ``source`` object as above named as the query's table, with Spark's
 ``withWatermark(column, delay)`` as its ``"watermark"``; Spark parses and
-analyzes the query, :func:`gpuwm.spark.front.translate` translates its plan
+analyzes the query, :func:`gpuwm.spark.front.translate.translate` translates its plan
 (what it cannot run, Spark runs as written with one warning line, or with
 ``"fallback": "error"`` it is refused in one line; ``--dry-run`` prints the
 split); ``"profile"`` defaults to ``spark``; ``"state_ttl"`` (e.g. ``"1
@@ -500,8 +500,8 @@ def _without_watermark(src: dict) -> dict:
 def accelerated(spark, spec: dict, verbose: bool = True):
     """A ``sql`` spec's query: each source read, watermarked
     (``withWatermark``) and named as a temp view, the query given to
-    ``spark.sql`` and to :func:`~gpuwm.spark.front.translate` with the spec's
-    settings; returns its :class:`~gpuwm.spark.front.translate.Accelerated`."""
+    ``spark.sql`` and to :func:`~gpuwm.spark.front.accelerate.accelerate` with the spec's
+    settings; returns its :class:`~gpuwm.spark.front.accelerate.Accelerated`."""
     from .accelerate import accelerate
 
     for name, src in spec["sources"].items():
@@ -529,7 +529,7 @@ def _sink_tuple(spec: dict, columns) -> tuple:
 def build(spark, spec: dict, verbose: bool = True):
     """The :class:`~gpuwm.spark.Pipeline` a spec describes (not started);
     for a ``sql`` spec that gpuwm does not translate (and ``fallback``
-    ``spark``), the :class:`~gpuwm.spark.front.translate.SparkRun` of Spark's
+    ``spark``), the :class:`~gpuwm.spark.front.accelerate.SparkRun` of Spark's
     own query."""
     from .pipeline import Pipeline
 

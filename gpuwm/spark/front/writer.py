@@ -1,4 +1,9 @@
-"""The ``DataStreamWriter`` of an accelerated query."""
+"""The ``DataStreamWriter`` of an accelerated query
+(:class:`AcceleratedWriter`): every call of PySpark's writer, recorded as
+written; gpuwm runs what its sinks write (Parquet, console,
+``foreachBatch``, Delta, Kafka, ``toTable`` of a Delta table, the sink
+chosen by :func:`gpuwm.spark.io.driver_sinks.sink_tuple`), and Spark runs
+anything else, given every call as the user wrote it."""
 
 from __future__ import annotations
 
