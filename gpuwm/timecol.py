@@ -44,7 +44,7 @@ def parse_interval(value: Any) -> Any:
     if not m or m.group(2).lower() not in _WORDS:
         raise ConfigError(
             f"cannot parse interval {value!r}: expected '<integer> <unit>' with unit in "
-            "ms, seconds, minutes, hours, days (e.g. '10 seconds')"
+            "us, ms, seconds, minutes, hours, days (e.g. '10 seconds')"
         )
     return timedelta(**{_WORDS[m.group(2).lower()]: int(m.group(1))})
 

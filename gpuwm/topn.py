@@ -133,10 +133,12 @@ class TopNSpec(OperatorSpec):
     def from_json(cls, options: dict, ctx: StageContext) -> "TopNSpec":
         """``{"topn": {"window": size, "by": [...], "order": ["-price"], "n": 3,
         "fn": "rank", "output": "rn"}}``: a tumbling window of the input's
-        event time (after a window stage, omit it: the stage's windows)."""
+        event time (after a window stage, omit it: the stage's windows);
+        ``"on"``: the event-time column a ``window`` or ``ttl`` is of, where
+        not the input's (a join's rows' other side's time)."""
         from .window import Tumble
 
-        o = json_options("topn", options, {"window", "by", "order", "n", "fn", "output", "until", "ttl"},
+        o = json_options("topn", options, {"window", "by", "order", "n", "fn", "output", "until", "ttl", "on"},
                          ("order", "n"),
                          '{"topn": {"window": "10 seconds", "by": ["k"], "order": ["-price"], "n": 3}}')
         if ctx.event_time is None:
@@ -146,7 +148,7 @@ class TopNSpec(OperatorSpec):
             if size is not None or o.get("until") is not None:
                 raise ConfigError("a topn stage takes 'window', 'until' or 'ttl', one of them")
             return cls(None, o.get("by", ()), o["order"], o["n"], o.get("fn", "row_number"), o.get("output"),
-                       ttl=(ctx.event_time, o["ttl"]))
+                       ttl=(o.get("on") or ctx.event_time, o["ttl"]))
         if o.get("until") is not None:
             if size is not None:
                 raise ConfigError("a topn stage takes 'window' or 'until', not both")
@@ -160,7 +162,8 @@ class TopNSpec(OperatorSpec):
                                   "rows; give its window otherwise ('window': '10 seconds')")
             return cls.after_window(window, ctx.event_time, o.get("by", ()), o["order"], o["n"],
                                     o.get("fn", "row_number"), o.get("output"))
-        return cls(Tumble(ctx.event_time, size), o.get("by", ()), o["order"], o["n"], o.get("fn", "row_number"),
+        return cls(Tumble(o.get("on") or ctx.event_time, size), o.get("by", ()), o["order"], o["n"],
+                   o.get("fn", "row_number"),
                    o.get("output"))
 
     @classmethod

@@ -390,6 +390,7 @@ def test_generated_windowed_queries_translate_to_their_own_parameters(spark, tmp
 
     from gpuwm.session import Session
     from gpuwm.spark.front.translate import translate
+    from gpuwm.spark.front.translation import stage_window
     from gpuwm.window import Hop, Tumble
 
     src = _source(spark, str(tmp_path))
@@ -415,9 +416,10 @@ def test_generated_windowed_queries_translate_to_their_own_parameters(spark, tmp
         cols = [(fns[fn]("*") if col == "*" else fns[fn](col)).alias(f"a{i}") for i, (fn, col) in enumerate(aggs)]
         df = src.withWatermark("ts", f"{delay} seconds").groupBy(made, *keys).agg(*cols)
         t = translate(df)
-        (stage, win, got_keys, got_aggs), = t.stages
-        assert (stage, win, got_keys, t.column, t.delay) == ("window", want, keys, "ts", timedelta(seconds=delay))
-        assert list(got_aggs.values()) == [(col, "mean" if fn == "avg" else fn) for fn, col in aggs]
+        (stage,), = t.stages
+        assert (stage_window(stage), stage["window"]["by"], t.column, t.delay) == (want, keys, "ts",
+                                                                                  timedelta(seconds=delay))
+        assert list(stage["window"]["aggs"].values()) == [[col, "mean" if fn == "avg" else fn] for fn, col in aggs]
         assert [n for n, _ in t.output[-1]] == df.columns
 
     check()

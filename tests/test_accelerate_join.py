@@ -58,9 +58,11 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
                           (-3_000_000, 60_000_000)),
                          ("b_aid = a_id AND a_ts > b_ts - interval 20 seconds AND a_ts < b_ts", (1, 19_999_999))):
-        (_, _, _, on, between, how, _, where, lag), = translate(a.join(b, F.expr(cond))).stages
-        assert (on, between[:2], how, where, lag) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner", [], None)
-        assert [d // timedelta(microseconds=1) for d in between[2:]] == list(bounds)
+        (stage,), = translate(a.join(b, F.expr(cond))).stages
+        j = stage["join"]
+        assert (j["on"], j["between"][:2], j["how"]) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner")
+        assert not {"where", "window", "output_behind"} & set(j)
+        assert [d // timedelta(microseconds=1) for d in j["between"][2:]] == list(bounds)
 
 
 def test_joins_in_the_same_window_or_on_equal_event_times_equal_spark_running_them(spark, tmp_path):
@@ -743,3 +745,42 @@ def test_a_window_over_a_joins_rows_as_a_join_side_equals_spark_batch_for_batch(
     history: list = []
     _equals_spark(spark, q, accelerate(q, vnodes=2, fallback="error", on_batch=history.append), tmp_path, batches=1)
     assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
+
+
+def test_a_graph_query_as_its_spec_runs_as_accelerate_runs_it(spark, tmp_path):
+    """``explain(df, spec=True)`` of Nexmark q7 and q5 (graphs of stages:
+    the bids' maximum per window joined back to the bids; the hop counts
+    joined to their per-window maximum) is a JSON spec — its input, its
+    stages as the records ``gpuwm run`` reads, the sink's projection — and
+    ``gpuwm run`` of it writes what ``accelerate(df)`` writes, batch for
+    batch; a query Spark runs has no spec, said in one line."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.front.spec import run
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(75), 8, 30, step=6, behind=8, keys=4))
+    bids = _source(spark, src).withWatermark("ts", "10 seconds")
+    m = bids.groupBy(F.window("ts", "5 seconds")).agg(F.max("price").alias("maxprice")).select(
+        F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice")
+    bids.createOrReplaceTempView("bid_spec")
+    q5 = spark.sql("WITH CountBids AS (SELECT window(ts, '10 seconds', '5 seconds') AS w, k, count(*) AS num "
+                   "FROM bid_spec GROUP BY window(ts, '10 seconds', '5 seconds'), k) "
+                   "SELECT C.k, C.num, C.w.end AS endtime FROM CountBids C JOIN (SELECT w AS mw, max(num) AS maxn "
+                   "FROM CountBids GROUP BY w) M ON C.w = M.mw AND C.num >= M.maxn")
+    queries = {"q7": bids.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend")), "q5": q5}
+    for name, df in queries.items():
+        spec = json.loads(explain(df, spec=True))
+        assert [next(iter(st)) for st in spec["stages"]][-1] == "join" and "inputs" in spec, spec
+        spec.update(checkpoint=f"{tmp_path}/{name}/ck-spec", sink={"parquet": f"{tmp_path}/{name}/spec"},
+                    trigger={"availableNow": True})
+        spec["inputs"]["in0"]["source"]["options"] = {"maxFilesPerTrigger": "1"}
+        run(spark, spec, verbose=False)
+        accelerate(df, fallback="error").writeStream.option("checkpointLocation", f"{tmp_path}/{name}/ck").trigger(
+            availableNow=True).start(f"{tmp_path}/{name}/acc").awaitTermination()
+        want = _batches(f"{tmp_path}/{name}/acc")
+        assert len(want) > 2 and _batches(f"{tmp_path}/{name}/spec") == want, name
+    with pytest.raises(gpuwm.ConfigError, match=r"Spark runs the whole query \(\[AGG_FUNCTION\] Aggregate"):
+        explain(bids.groupBy(F.window("ts", "5 seconds")).agg(F.collect_list("price")), spec=True)

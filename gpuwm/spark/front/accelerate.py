@@ -28,7 +28,7 @@ from ..catalyst.plans import node_kind
 from ..catalyst.schema import arrow_schema, same_columns, schema_text
 from ..jvm.objects import scala_iter
 from .translate import translate
-from .translation import Refused, Translation, refusal
+from .translation import Refused, Translation, kind_of, options_of, refusal
 from .writer import AcceleratedWriter
 
 FALLBACKS = ("spark", "error")
@@ -103,21 +103,11 @@ class Accelerated:
                 # a graph's stage: its name, and what it reads (a join names its own)
                 graphed = t.graph is not None and k < len(t.graph)  # (a stage after a graph reads the one before)
                 named = {"name": t.graph[k][0]} if graphed else {}
-                wired = {**named, "input": t.graph[k][1][0]} if graphed and st[0] != "join" else named
-                if st[0] == "window":  # update / complete: each batch's changed / all (window, key) rows, as Spark's
-                    p.window(st[1], by=st[2], aggs=st[3], emit={"update": "on-update", "complete": "complete"}.get(
-                        mode, "on-window-close"), **wired)
-                elif st[0] == "join":
-                    p.join(st[1], st[2], on=st[3], between=st[4], how=st[5], window=st[6], where=st[7],
-                           output_behind=st[8], **named)
-                elif st[0] == "topn":
-                    p.stage(st[1], **wired)
-                elif st[0] == "select":
-                    p.add("select", columns=st[1], **wired)
-                elif st[0] == "project":
-                    p.add("project", steps=st[1], **wired)
-                else:
-                    p.add("dedup", key=st[1], **({"forever": True} if st[2:] else {}), **wired)
+                kind, options = kind_of(st), dict(options_of(st))
+                wired = {**named, "input": t.graph[k][1][0]} if graphed and kind != "join" else named
+                if kind == "window":  # update / complete: each batch's changed / all (window, key) rows, as Spark's
+                    options["emit"] = {"update": "on-update", "complete": "complete"}.get(mode, "on-window-close")
+                p.add(kind, **wired, **options)
         except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make
             raise Refused("STAGES", "query", str(e)) from None
         if sink[0] == "parquet":
@@ -189,23 +179,23 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
     Update over a session window is refused in one line, as Spark's
     checker refuses it."""
     from ...aggregates import DISTINCT
-    from ...session import Session
 
     if mode == "append":
         return
-    kinds = [st[0] for st in stages]
+    kinds = [kind_of(st) for st in stages]
+    windows = [options_of(st) for st in stages if kind_of(st) == "window"]
     if mode == "complete":
         if kinds == ["window"]:
             return
         raise Refused("OUTPUT_MODE", "writeStream", f"output mode 'complete' with {' then '.join(kinds)}: gpuwm runs complete "
                                      "for one window")
     if mode == "update":
-        if any(st[0] == "window" and any(fn in DISTINCT for _, fn in st[3].values()) for st in stages):
+        if any(fn in DISTINCT for w in windows for _, fn in w["aggs"].values()):
             raise ConfigError("output mode 'update' with a DISTINCT aggregate: Spark refuses DISTINCT on a stream, "
                               "and gpuwm emits it when its window closes; use append (or complete)")
-        if kinds == ["window"] and not isinstance(stages[0][1], Session) or kinds == ["dedup"]:
+        if kinds == ["window"] and "session" not in windows[0] or kinds == ["dedup"]:
             return
-        if "window" in kinds and any(st[0] == "window" and isinstance(st[1], Session) for st in stages):
+        if any("session" in w for w in windows):
             raise ConfigError("output mode 'update' over a session window: Spark refuses it too "
                               "(STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION); use append")
         raise Refused("OUTPUT_MODE", "writeStream", f"output mode 'update' with {' then '.join(kinds)}: gpuwm runs one window "
@@ -282,14 +272,28 @@ def accelerate(df, **settings: Any) -> Accelerated:
     return Accelerated(df, **settings)
 
 
-def explain(df, **settings: Any) -> str:
+def explain(df, spec: bool = False, **settings: Any) -> str:
     """Print (and return) which operators of ``df`` gpuwm runs and which
-    Spark does, with the reason for each it does not."""
+    Spark does, with the reason for each it does not. ``spec=True``: the
+    query as a JSON spec instead (its inputs, its stages as ``gpuwm run``
+    reads them, the sink's projection; checkpoint ``ck/query``, sink
+    ``{"parquet": "out/query"}`` to edit), which ``gpuwm run`` runs as
+    ``accelerate(df)`` runs the query (:func:`gpuwm.spark.front.tospec.query_spec`;
+    a query gpuwm does not run, or one whose sources have no spec form, is
+    a :class:`~gpuwm.errors.ConfigError`)."""
     settings.setdefault("fallback", "spark")
     import contextlib
     import io
 
     with contextlib.redirect_stderr(io.StringIO()):  # the fallback's warning: the text says it
-        text = Accelerated(df, **settings).explain()
+        acc = Accelerated(df, **settings)
+    if spec:
+        import json
+
+        from .tospec import query_spec
+
+        text = json.dumps(query_spec(acc), indent=1)
+    else:
+        text = acc.explain()
     print(text)
     return text

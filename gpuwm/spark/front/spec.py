@@ -109,6 +109,9 @@ parses its own options); for one stage, its kind at the top level
                   "aggs": {"max_n": ["n", "max"], "total": ["n", "sum"], "groups": ["*", "count"]}}}
     ]
 
+``"output"``: the sink's projection of the last stage's rows (:mod:`gpuwm.project`
+steps), as ``explain(df, spec=True)`` writes a query's.
+
 Or the operators as Spark SQL: ``"sql"`` over ``"sources"``, each a
 ``source`` object as above named as the query's table, with Spark's
 ``withWatermark(column, delay)`` as its ``"watermark"``; Spark parses and
@@ -156,10 +159,10 @@ from ...operator import stage_class, stage_kinds
 
 _SINKS = ("parquet", "console", "delta", "kafka")
 _TOP = {"source", "checkpoint", "watermark", "stages", "sink", "trigger", "vnodes", "backend", "read", "late",
-        "inputs", "conf", "sql", "sources", "profile", "fallback", "state_ttl"}
+        "inputs", "conf", "sql", "sources", "profile", "fallback", "state_ttl", "output"}
 #: keys only a ``sql`` spec takes, and those it does not (its query says what they would)
 _SQL_ONLY = ("sql", "sources", "profile", "fallback", "state_ttl")
-_NOT_WITH_SQL = ("source", "watermark", "inputs", "stages", "late")
+_NOT_WITH_SQL = ("source", "watermark", "inputs", "stages", "late", "output")
 
 
 def load_spec(path: str) -> dict:
@@ -561,6 +564,8 @@ def _single(df, spec: dict, verbose: bool):
 def _stages_and_sinks(p, spec: dict):
     for i, stage in enumerate(stages_of(spec)):
         add_stage(p, i, stage)
+    if "output" in spec:  # the sink's projection (explain(df, spec=True) writes the query's as it)
+        p.output(spec["output"])
     sink = _sink_tuple(spec, ())  # (a kafka sink is a "sql" spec's: its SELECT names the columns)
     if sink[0] == "parquet":
         p.write_parquet(sink[1])

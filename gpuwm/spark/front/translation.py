@@ -134,7 +134,7 @@ class Translation:
     source: Any
     column: str
     delay: timedelta
-    stages: list[tuple] = field(default_factory=list)  # ("window", window, keys, aggs) | ("dedup", keys)
+    stages: list[dict] = field(default_factory=list)  # stage records, as a spec's: {"window": {...}}, ...
     output: list = field(default_factory=list)
     shown: list[str] = field(default_factory=list)  # the operators, for explain
     output_ids: dict[int, str] = field(default_factory=dict)  # Spark's expression id -> output column
@@ -169,37 +169,84 @@ def interval(iv) -> timedelta:
     return timedelta(days=get_field(iv, "days"), microseconds=get_field(iv, "microseconds"))
 
 
+#: a stage record's keys besides its kind's: its name in a graph, and the stream it reads
+WIRING = ("name", "input")
+
+
+def kind_of(st: dict) -> str:
+    """A stage record's kind (``{"window": {...}}``: ``window``): its one key besides :data:`WIRING`."""
+    return next(k for k in st if k not in WIRING)
+
+
+def options_of(st: dict) -> dict:
+    """A stage record's options: what its kind's ``from_json`` takes."""
+    return st[kind_of(st)]
+
+
+def window_record(win: Any, by: Any, aggs: dict) -> dict:
+    """The record of a window stage: gpuwm window ``win`` (a Tumble, Hop or
+    Session) of its column, keys ``by``, ``aggs`` (column -> (what, fn))."""
+    from ...session import Session
+    from ...window import Tumble
+
+    form = {"session": win.gap} if isinstance(win, Session) else {"tumble": win.size} if isinstance(win, Tumble) \
+        else {"hop": win.size, "slide": win.slide}
+    return {"window": {**form, "on": win.column, "by": list(by), "aggs": {k: list(v) for k, v in aggs.items()}}}
+
+
+def stage_window(st: dict) -> Any:
+    """The gpuwm window (Tumble, Hop, Session) of a window stage's record."""
+    from ...session import Session
+    from ...window import Hop, Tumble
+
+    o = options_of(st)
+    return Tumble(o["on"], o["tumble"]) if "tumble" in o else Hop(o["on"], size=o["hop"], slide=o["slide"]) \
+        if "hop" in o else Session(o["on"], o["session"])
+
+
 def last_at(t: Translation) -> int:
     """The index of ``t``'s last stage that is not a project (which passes
     that stage's rows on, with columns added and rows filtered), or -1."""
-    return next((k for k in range(len(t.stages) - 1, -1, -1) if t.stages[k][0] != "project"), -1)
+    return next((k for k in range(len(t.stages) - 1, -1, -1) if kind_of(t.stages[k]) != "project"), -1)
 
 
-def last_stage(t: Translation) -> tuple | None:
+def last_stage(t: Translation) -> dict | None:
     """``t``'s last stage that is not a project (:func:`last_at`), or None."""
     at = last_at(t)
     return t.stages[at] if at >= 0 else None
 
 
+def last_kind(t: Translation) -> str | None:
+    """The kind of ``t``'s last stage that is not a project, or None."""
+    last = last_stage(t)
+    return None if last is None else kind_of(last)
+
+
 def added_columns(t: Translation) -> list[str]:
     """The columns the project stages after ``t``'s last other stage add."""
-    return [c for st in t.stages[last_at(t) + 1:] for step in st[1] if isinstance(step, list) for c, _ in step]
+    return [c for st in t.stages[last_at(t) + 1:] for step in options_of(st)["steps"] if isinstance(step, list)
+            for c, _ in step]
 
 
 def aggregated(t: Translation) -> bool:
     """Whether ``t``'s rows are a window aggregation's (its last stage, but
     for projects over them)."""
-    return (last_stage(t) or ("",))[0] == "window"
+    return last_kind(t) == "window"
+
+
+def ends_in_join(t: Translation) -> dict | None:
+    """The options of ``t``'s last stage where it is a join, else None."""
+    return options_of(t.stages[-1]) if t.stages and kind_of(t.stages[-1]) == "join" else None
 
 
 def unbounded_join(t: Translation) -> bool:
     """Whether ``t``'s last stage is an inner join without a time bound."""
-    return bool(t.stages) and t.stages[-1][0] == "join" and t.stages[-1][4] is not None \
-        and t.stages[-1][4][2] is None and t.stages[-1][4][3] is None
+    j = ends_in_join(t)
+    return j is not None and j.get("between") is not None and j["between"][2] is None and j["between"][3] is None
 
 
 def rows_of(t: Translation) -> str:
     """What ``t``'s rows are, for a refusal: its last stage's (a project's
     passes them on), or a join's."""
-    last = last_stage(t)
-    return f"a {last[0]}'s rows" if last is not None else "a join's rows"
+    last = last_kind(t)
+    return f"a {last}'s rows" if last is not None else "a join's rows"

@@ -7,7 +7,17 @@ from ...catalyst.expressions import Untranslatable, project_expr
 from ...catalyst.plans import as_column, descendants, expr_id, no_ids, node_kind
 from ...jvm.objects import scala_iter
 from ..registry import register
-from ..translation import WINDOW_STRUCT, Refused, Translation, added_columns, bounds_struct, last_stage
+from ..translation import (
+    WINDOW_STRUCT,
+    Refused,
+    Translation,
+    added_columns,
+    bounds_struct,
+    last_stage,
+    options_of,
+    stage_window,
+    window_record,
+)
 from .project import project_step, struct_columns, with_window
 from .windowing import NO_WINDOW, read_window, time_read_by, windowing
 
@@ -81,7 +91,7 @@ def translate_aggregate(ctx, agg) -> Translation:
     step, ids, shown_aggs, columns, window_out, computed = _outputs(
         t, agg, win_id, named, WINDOW_STRUCT, lambda e: _one_aggregate(t, e, aggs, stage, win))
     _groups_only(aggs, shown_aggs, stage)
-    t.stages.append(("window", win, keys, aggs))
+    t.stages.append(window_record(win, keys, aggs))
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.computed = computed
     t.window_of = (win, "window_start", "window_end")
@@ -201,7 +211,8 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     from ....session import Session
     from ....window import Tumble
 
-    _, below, bkeys, baggs = last_stage(t)  # (projects over its rows: filters, and columns they add)
+    last = last_stage(t)  # (projects over its rows: filters, and columns they add)
+    below, bkeys, baggs = stage_window(last), options_of(last)["by"], options_of(last)["aggs"]
     added = added_columns(t)
     if isinstance(below, Session) or t.window_of is None:
         raise Refused("BY_SESSION_WINDOW", "Aggregate", "grouped by a session window's column: gpuwm groups by a tumbling or hopping "
@@ -211,14 +222,14 @@ def _by_window(t: Translation, agg, named: dict[int, str]) -> Translation:
     n = len(t.stages)
     start, end = f"__gpuwm_ws{n}", f"__gpuwm_we{n}"
     kept = [*bkeys, *baggs, WINDOW_TIME, *added]
-    t.stages.append(("select", [[start, "window_start"], [end, "window_end"], *[[c, c] for c in kept]]))
+    t.stages.append({"select": {"columns": [[start, "window_start"], [end, "window_end"], *[[c, c] for c in kept]]}})
     keys = [start, end, *(t.columns[i] for i in named)]
     aggs: dict[str, tuple[str, str]] = {}
     struct = bounds_struct(start, end)
     step, ids, shown_aggs, columns, window_out, t.computed = _outputs(
         t, agg, t.window_id, named, struct, lambda e: _one_aggregate(t, e, aggs, n + 1, None))
     _groups_only(aggs, shown_aggs, n + 1)
-    t.stages.append(("window", Tumble(WINDOW_TIME, below.slide), keys, aggs))
+    t.stages.append(window_record(Tumble(WINDOW_TIME, below.slide), keys, aggs))
     t.output, t.output_ids, t.columns, t.window_id, t.time = [step], ids, columns, window_out, None
     t.window_of = (t.window_of[0], start, end)
     t.shown.append(f"aggregate  by the window of the aggregation below, {list(named.values())}: "

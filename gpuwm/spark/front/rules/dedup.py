@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...catalyst.plans import expr_id, node_kind
 from ...jvm.objects import scala_iter
 from ..registry import register
-from ..translation import Refused, Translation, unbounded_join
+from ..translation import Refused, Translation, kind_of, unbounded_join
 
 
 @register("Deduplicate", "DeduplicateWithinWatermark")
@@ -28,11 +28,11 @@ def translate_dedup(ctx, node) -> Translation:
     keys = [t.columns[expr_id(a)] for a in scala_iter(node.keys())]
     forever = node_kind(node) == "Deduplicate" and (t.time is None or t.time[1] not in keys)
     if forever and (t.time is None or t.stages):
-        over = f"a {t.stages[-1][0]}'s rows" if t.stages else "rows with no event time"
+        over = f"a {kind_of(t.stages[-1])}'s rows" if t.stages else "rows with no event time"
         raise Refused("DEDUP_FOREVER", "Deduplicate", f"dropDuplicates without the event-time column among its keys over {over}: "
                                      "gpuwm keeps every key forever over a watermarked source only")
     out = [a for a in scala_iter(node.output()) if expr_id(a) in t.columns]
-    t.stages.append(("dedup", keys, True) if forever else ("dedup", keys))
+    t.stages.append({"dedup": {"key": keys, **({"forever": True} if forever else {})}})
     t.output = [[[str(a.name()), {"col": t.columns[expr_id(a)]}] for a in out]]
     t.output_ids = {expr_id(a): str(a.name()) for a in out}
     call = "dropDuplicates" if node_kind(node) == "Deduplicate" else "dropDuplicatesWithinWatermark"

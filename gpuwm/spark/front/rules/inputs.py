@@ -8,7 +8,7 @@ import re
 from ...catalyst.plans import TRANSPARENT, expr_id, node_kind, peel
 from ...jvm.objects import scala_iter
 from ..registry import rule_for
-from ..translation import Refused, Translation
+from ..translation import Refused, Translation, kind_of, options_of
 from .join import comma_join, translate_join
 from .project import project_stage
 from .source import under_watermark
@@ -109,8 +109,8 @@ def consumed(t: Translation) -> Translation:
     which no operator reads, and its checkpoints from before this match)."""
     if t.lag is not None:
         lag = t.lag()
-        k = max(i for i, st in enumerate(t.stages) if st[0] == "join")
-        t.stages[k] = t.stages[k][:8] + (lag,)
+        k = max(i for i, st in enumerate(t.stages) if kind_of(st) == "join")
+        t.stages[k] = {"join": {**options_of(t.stages[k]), "output_behind": lag}}
         at = max(i for i, line in enumerate(t.shown) if line.startswith("join "))
         t.shown[at] += f"; output watermark: the input's{f' less {lag}' if lag else ''}, as Spark's"
         t.lag = None
@@ -118,7 +118,7 @@ def consumed(t: Translation) -> Translation:
         names = {n: x for n, x in t.output[0]}
         n = len(t.stages)
         step = [[f"__gpuwm_c{n}_{k}", names[t.output_ids[i]]] for k, i in enumerate(t.computed)]
-        t.stages.append(("project", [step]))
+        t.stages.append({"project": {"steps": [step]}})
         t.columns.update({i: c for i, (c, _) in zip(t.computed, step)})
         t.computed = []
     return t

@@ -9,7 +9,16 @@ from ...catalyst.plans import TRANSPARENT, conjuncts_of, expr_id, node_kind, pee
 from ...executor.plan import graph_text
 from ...jvm.objects import scala_iter
 from ..registry import register
-from ..translation import NO_LATE_ROWS, WINDOW_STRUCT, Refused, Translation, aggregated, bounds_struct, last_stage
+from ..translation import (
+    NO_LATE_ROWS,
+    WINDOW_STRUCT,
+    Refused,
+    Translation,
+    aggregated,
+    bounds_struct,
+    kind_of,
+    last_kind,
+)
 from .join_condition import JoinCondition, comparisons, read_condition
 from .join_graph import join_graph, joined_side, unused_name
 from .windowing import read_window, windowing
@@ -185,13 +194,16 @@ def translate_join(ctx, node, extra: Sequence[Any] = ()) -> Translation:
     step, ids, columns, windows = _output_step(node, how, c, sides, wcols)
     left, right = sides["left"], sides["right"]
     unbounded = between is not None and between[2] is None and between[3] is None
-    stage = ("join", "left", "right", c.on, between, how, window, c.where, None)  # (its output lag: consumed)
+    opts = {"left": "left", "right": "right", "on": c.on, "how": how}  # (its output lag: consumed)
+    opts.update({k: v for k, v in (("between", between), ("window", window), ("where", list(c.where) or None))
+                 if v is not None})
+    stage = {"join": opts}
     if graph is None:
         return Translation(None, left.column, left.delay, [stage], [step], left.shown + right.shown + [shown], ids,
                            columns, time=None if unbounded else time, inputs=inputs,
                            other_times=[] if time is None or unbounded else [right.time])
     *body, (_, (_, feeds)) = graph
-    stages = [st for st, _ in body] + [("join", *feeds) + stage[3:]]
+    stages = [st for st, _ in body] + [{"join": {**opts, "left": feeds[0], "right": feeds[1]}}]
     wiring = [w for _, w in body] + [("join", feeds)]
     shown_graph = "graph      " + graph_text(wiring)
     return Translation(None, left.column, left.delay, stages, [step],  # (a shared stage's line once)
@@ -215,12 +227,12 @@ def _sides(ctx, node) -> tuple[dict[str, Translation], dict[str, tuple], dict[st
             joined_side(name, t)
         if t.time is None and not t.stages:
             raise Refused("NO_EVENT_TIME", "Join", f"its {name} side has no event time")
-        last = last_stage(t)  # (projects over a stage's rows pass its rows on)
-        if last is not None and last[0] not in ("window", "dedup", "join"):
-            raise Refused("JOIN_SIDE", "Join", f"its {name} side is a {last[0]}'s rows: gpuwm joins a watermarked "
+        last = last_kind(t)  # (projects over a stage's rows pass its rows on)
+        if last is not None and last not in ("window", "dedup", "join"):
+            raise Refused("JOIN_SIDE", "Join", f"its {name} side is a {last}'s rows: gpuwm joins a watermarked "
                                   "source, a window aggregation's rows, a dedup's or a join's")
-        below = [st[0] for st in t.stages if st[0] not in ("dedup", "project")]
-        if last is not None and last[0] == "dedup" and below:
+        below = [kind_of(st) for st in t.stages if kind_of(st) not in ("dedup", "project")]
+        if last == "dedup" and below:
             raise Refused("JOIN_SIDE", "Join", f"its {name} side is a dedup of a {below[-1]}'s rows: gpuwm joins a dedup of "
                                   "a watermarked source")
         if t.stages and win is not None:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from ..translation import Refused, Translation, added_columns, aggregated, last_stage, unbounded_join
+from ..translation import (
+    Refused,
+    Translation,
+    added_columns,
+    aggregated,
+    kind_of,
+    last_stage,
+    options_of,
+    unbounded_join,
+)
 
 
 def unused_name(name: str, taken: set[str], side: str) -> str:
@@ -47,7 +56,7 @@ def join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translati
 
     def columns(t: Translation) -> list[str]:  # the stream's columns: a window's or a join's output, or the source's
         if aggregated(t):  # (with the columns projects over its rows add)
-            _, _, keys, aggs = last_stage(t)
+            keys, aggs = options_of(last_stage(t))["by"], options_of(last_stage(t))["aggs"]
             return ["window_start", "window_end", *keys, *aggs, WINDOW_TIME, *added_columns(t)]
         if t.graph is not None:  # a graph's join
             return list(t.joined) + added_columns(t)
@@ -60,7 +69,7 @@ def join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translati
             ren = {n: source(i) for n, i in t.inputs.items()}  # its names -> this graph's
             for st, (own, ins) in zip(t.stages, t.graph):
                 ins = tuple(ren[i] for i in ins)
-                st = ("join", *ins) + tuple(st[3:]) if st[0] == "join" else st
+                st = _joining(st, ins) if kind_of(st) == "join" else st
                 key = (ins, repr(st))
                 if key not in made:
                     made[key] = f"{name}_{own}"
@@ -84,7 +93,7 @@ def join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translati
                 key = (ins, repr(t.stages[:k + 1]))
                 if key not in made:
                     made[key] = f"{name}{k}"
-                    graph.append((("join", *ins) + tuple(st[3:]), (made[key], ins)) if k == 0 else
+                    graph.append((_joining(st, ins), (made[key], ins)) if k == 0 else
                                  (st, (made[key], (feed,))))
                 feed = made[key]
             if aggregated(t):  # (its rows' event time: the window's; the join's times are gone)
@@ -110,7 +119,7 @@ def join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translati
     new = {c: unused_name(c, taken, n) if c in cols[other] else c for c in cols[n]}
     if any(new[c] != c for c in cols[n]):
         k = 0 if n == "left" else 1
-        graph.append((("select", [[new[c], c] for c in cols[n]]), (f"{n}{len(t.stages)}", (feeds[k],))))
+        graph.append(({"select": {"columns": [[new[c], c] for c in cols[n]]}}, (f"{n}{len(t.stages)}", (feeds[k],))))
         feeds[k] = graph[-1][1][0]
         t.columns = {i: new[c] for i, c in t.columns.items()}
         t.time = (t.time[0], new[t.time[1]])
@@ -122,6 +131,11 @@ def join_graph(sides: dict[str, Translation]) -> tuple[list, dict[str, Translati
     return graph, inputs, wcols, joined
 
 
+def _joining(st: dict, ins: tuple[str, ...]) -> dict:
+    """A join stage's record reading the streams ``ins`` (its left, its right)."""
+    return {"join": {**options_of(st), "left": ins[0], "right": ins[1]}}
+
+
 def joined_side(name: str, t: Translation) -> None:
     """A join's side that is a join's rows: an interval join (or one on
     equal event times) of two watermarked sources — or a graph's join of
@@ -131,11 +145,11 @@ def joined_side(name: str, t: Translation) -> None:
     one event-time column on each side: the query selects one); refused,
     in one line, otherwise."""
     at = 0 if t.graph is None else len(t.graph) - 1  # the join's stage (a graph's: its last)
-    if t.stages[-1][0] not in ("join", "window") or len(t.stages) > at + 2:
-        raise Refused("JOIN_SIDE", "Join", f"its {name} side is a {t.stages[-1][0]}'s rows over a join: gpuwm joins a join's "
+    if kind_of(t.stages[-1]) not in ("join", "window") or len(t.stages) > at + 2:
+        raise Refused("JOIN_SIDE", "Join", f"its {name} side is a {kind_of(t.stages[-1])}'s rows over a join: gpuwm joins a join's "
                               "own rows, or a window aggregation's over them")
-    if t.stages[at][6] is not None:
+    if options_of(t.stages[at]).get("window") is not None:
         raise Refused("JOIN_SIDE", "Join", f"its {name} side is a join in the same window, whose rows carry a window, not an "
                               "event time")
-    if t.stages[-1][0] == "join" and (unbounded_join(t) or t.time is None):
+    if kind_of(t.stages[-1]) == "join" and (unbounded_join(t) or t.time is None):
         raise Refused("JOIN_SIDE", "Join", f"its {name} side is a join with no time bound, whose rows carry no watermark")

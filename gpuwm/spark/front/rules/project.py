@@ -75,7 +75,7 @@ def project_step(t: Translation, kind: str, what: str, build) -> Any:
         step = build(project_expr)
     except Untranslatable as err:
         raise Refused("EXPRESSION", kind, f"{what}gpuwm does not evaluate `{no_ids(str(err))}` over {rows_of(t)}") from None
-    t.stages.append(("project", [step]))
+    t.stages.append({"project": {"steps": [step]}})
     return step
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from ...catalyst.plans import TRANSPARENT, expr_id, node_kind
 from ...jvm.objects import scala_iter
 from ..registry import register, rule_for
-from ..translation import Refused, Translation, aggregated, last_stage
+from ..translation import Refused, Translation, aggregated, ends_in_join, last_stage, options_of, stage_window
 from .windowing import read_window, time_read_by, windowing
 
 _RANKS = {"RowNumber": "row_number", "Rank": "rank", "DenseRank": "dense_rank"}
@@ -35,9 +35,6 @@ def translate_topn(ctx, node) -> Translation:
     analyzer makes these plans; its streaming checker refuses them
     (``NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING``)."""
     from ....aggregates import WINDOW_TIME
-    from ....session import Session
-    from ....topn import TopNSpec
-    from ....window import Tumble
 
     exprs = list(scala_iter(node.windowExpressions()))
     if len(exprs) != 1:
@@ -69,7 +66,7 @@ def translate_topn(ctx, node) -> Translation:
         if not any(expr_id(p) == t.window_id for p in part):
             raise Refused("RANK_STATE", "Window", "a rank over an aggregation's rows not partitioned by its window: its state "
                                     "would never be cleaned (add the window to PARTITION BY)")
-        if isinstance(win_stage[1], Session):
+        if "session" in options_of(win_stage):
             raise Refused("RANK_WINDOW", "Window", "a rank over session windows: gpuwm's top-N partitions by tumbling and hopping "
                                     "windows")
         cols = t.columns
@@ -101,7 +98,8 @@ def translate_topn(ctx, node) -> Translation:
         order.append((cols[expr_id(c)], "desc" if desc else "asc", "nulls_first" if nulls_first else "nulls_last"))
         shown_order.append(str(so.sql()))
     if win_stage is not None and until is None:
-        spec = TopNSpec.after_window(win_stage[1], ts, by, order, n, fn, _RANK_COLUMN)
+        # (TopNSpec.after_window: each window's window_time alone in a tumbling window of the stage's slide)
+        closed = {"window": stage_window(win_stage).slide, "on": ts}
         step = t.output[-1]
         for a in scala_iter(node.child().output()):  # columns a project stage added (or renamed) on the way
             if expr_id(a) not in t.output_ids and expr_id(a) in cols:
@@ -110,13 +108,13 @@ def translate_topn(ctx, node) -> Translation:
         shown_win = "the aggregation's window"
     else:
         if until is not None:
-            spec = TopNSpec(None, by, order, n, fn, _RANK_COLUMN, until)
+            closed = {"until": until}
             shown_win = f"partition (closed when the watermark passes {until}, which bounds the joined rows' time)"
             win_attr = (None, None)
         elif win_attr[0] is None:
-            spec = TopNSpec(None, by, order, n, fn, _RANK_COLUMN, ttl=(ts, ctx.state_ttl))
+            closed = {"ttl": ctx.state_ttl, "on": ts}
         else:
-            spec = TopNSpec(Tumble(ts, win_attr[1]), by, order, n, fn, _RANK_COLUMN)
+            closed = {"window": win_attr[1], "on": ts}
         step = []  # the columns below the ranking, by their names there
         for a in scala_iter(node.child().output()):
             name = str(a.name())
@@ -135,11 +133,12 @@ def translate_topn(ctx, node) -> Translation:
     t.output_ids[rank_id] = str(ne.name())
     if len({name for name, _ in step}) != len(step):
         raise Refused("DUPLICATE_NAMES", "Window", f"two output columns share a name ({[name for name, _ in step]})")
-    t.stages.append(("topn", spec))
+    t.stages.append({"topn": {**closed, "by": by, "order": [list(o) for o in order], "n": n, "fn": fn,
+                              "output": _RANK_COLUMN}})
     t.shown.append(f"top-n      {fn}() <= {n} per {shown_win}"
                    + (f", {[str(p.name()) for p in part if expr_id(p) in cols]}" if by else "")
                    + f" ORDER BY {', '.join(shown_order)}: emitted when the "
-                   + ("partition" if until is not None or spec.ttl is not None else "window") + " closes")
+                   + ("partition" if until is not None or "ttl" in closed else "window") + " closes")
     return t
 
 
@@ -183,11 +182,12 @@ def _until(t: Translation) -> str | None:
     above the join's output watermark, the one the top-N drains with — so
     once it reaches the column's value no row with it comes. None
     otherwise."""
-    if not t.stages or t.stages[-1][0] != "join" or t.stages[-1][4] is None:
+    j = ends_in_join(t)
+    if j is None or j.get("between") is None:
         return None
     left, right = t.inputs["left"].time[1], t.inputs["right"].time[1]
-    _, _, lower, upper = t.stages[-1][4]
-    for a, op, b in t.stages[-1][7]:
+    _, _, lower, upper = j["between"]
+    for a, op, b in j.get("where", ()):
         if b == right and op in (">=", ">") and lower is not None:
             return a
         if a == left and op in ("<=", "<") and upper is not None:
