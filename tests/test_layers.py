@@ -256,3 +256,20 @@ def test_ruff_finds_nothing():
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], capture_output=True, text=True,
                          cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_spark_layer_keeps_its_modules_and_functions_short():
+    """No module of ``gpuwm/spark/`` (nor ``gpuwm/project.py``) over 800
+    lines, no function there over 120, no test file over 1,500: a module
+    that outgrows them holds more than one idea (the front's issue, #71)."""
+    long = []
+    for p in [*sorted((ROOT / "gpuwm" / "spark").rglob("*.py")), ROOT / "gpuwm" / "project.py"]:
+        text = p.read_text()
+        if len(text.splitlines()) > 800:
+            long.append(f"{p.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 120:
+                long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}")
+    long += [f"{p.relative_to(ROOT)}: {n} lines" for p in sorted((ROOT / "tests").glob("*.py"))
+             if (n := len(p.read_text().splitlines())) > 1500]
+    assert long == []
