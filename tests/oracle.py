@@ -10,8 +10,9 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from .test_spark import SCHEMA_TKP, T0
+from .test_spark import SCHEMA_TKP, T0, TEST_CONF
 
 
 def _norm(v):
@@ -186,3 +187,18 @@ def _sql_spec(tmp_path, src: str, sql: str, name: str, **more) -> dict:
             "trigger": {"availableNow": True}, **more}
     (tmp_path / f"{name}.json").write_text(json.dumps(spec))
     return load_spec(str(tmp_path / f"{name}.json"))
+
+
+def module_session(app: str):
+    """A test module's Spark session, as a fixture (``spark =
+    module_session("gpuwm-...")``): local mode, two cores, the tests'
+    conf, stopped after the module's tests."""
+    from gpuwm.spark import local_session
+
+    @pytest.fixture(scope="module")
+    def spark():
+        s = local_session(app=app, cores=2, conf=TEST_CONF)
+        yield s
+        s.stop()
+
+    return spark

@@ -17,17 +17,12 @@ import pytest
 
 import gpuwm
 from gpuwm.errors import ConfigError
-from gpuwm.spark import accelerate, explain, local_session
+from gpuwm.spark import accelerate, explain
 
-from .oracle import _batches, _native, _norm, _query, _source, _sql_spec
-from .test_spark import TEST_CONF, _random_batches, _session_batches, _write_batches
+from .oracle import _batches, _native, _norm, _query, _source, _sql_spec, module_session
+from .test_spark import _random_batches, _session_batches, _write_batches
 
-
-@pytest.fixture(scope="module")
-def spark():
-    s = local_session(app="gpuwm-accelerate", cores=2, conf=TEST_CONF)
-    yield s
-    s.stop()
+spark = module_session("gpuwm-accelerate")
 
 
 @pytest.mark.parametrize("shape", ["tumble", "hop", "session", "select", "chain", "dedup-window", "dropdup",

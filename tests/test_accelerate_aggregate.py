@@ -14,17 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpuwm.errors import ConfigError
-from gpuwm.spark import accelerate, explain, local_session
+from gpuwm.spark import accelerate, explain
 
-from .oracle import _auctions_and_bids, _batches, _equals_spark, _native, _norm, _source
-from .test_spark import SCHEMA_TKP, T0, TEST_CONF, _random_batches, _write_batches
+from .oracle import _auctions_and_bids, _batches, _equals_spark, _native, _norm, _source, module_session
+from .test_spark import SCHEMA_TKP, T0, _random_batches, _write_batches
 
-
-@pytest.fixture(scope="module")
-def spark():
-    s = local_session(app="gpuwm-accelerate-aggregate", cores=2, conf=TEST_CONF)
-    yield s
-    s.stop()
+spark = module_session("gpuwm-accelerate-aggregate")
 
 
 def test_filter_aggregates_of_nexmark_q17_equal_spark_batch_for_batch(spark, tmp_path):

@@ -11,17 +11,12 @@ import numpy as np
 import pytest
 
 import gpuwm
-from gpuwm.spark import accelerate, explain, local_session
+from gpuwm.spark import accelerate, explain
 
-from .oracle import _auctions_and_bids, _batches, _equals_spark, _native, _source
-from .test_spark import SCHEMA_TKP, TEST_CONF, _random_batches, _write_batches
+from .oracle import _auctions_and_bids, _batches, _equals_spark, _native, _source, module_session
+from .test_spark import SCHEMA_TKP, _random_batches, _write_batches
 
-
-@pytest.fixture(scope="module")
-def spark():
-    s = local_session(app="gpuwm-accelerate-join", cores=2, conf=TEST_CONF)
-    yield s
-    s.stop()
+spark = module_session("gpuwm-accelerate-join")
 
 
 def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):

@@ -9,17 +9,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from gpuwm.spark import accelerate, local_session
+from gpuwm.spark import accelerate
 
-from .oracle import _batches, _native
-from .test_spark import TEST_CONF
+from .oracle import _batches, _native, module_session
 
-
-@pytest.fixture(scope="module")
-def spark():
-    s = local_session(app="gpuwm-accelerate-nexmark", cores=2, conf=TEST_CONF)
-    yield s
-    s.stop()
+spark = module_session("gpuwm-accelerate-nexmark")
 
 
 #: Nexmark's queries from their public definitions (Nexmark's SQL, as Flink, RisingWave and Arroyo run it),

@@ -9,17 +9,12 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from gpuwm.spark import accelerate, local_session
+from gpuwm.spark import accelerate
 
-from .oracle import _batches, _late_free_auctions_and_bids, _norm, _source, _sql_spec
-from .test_spark import SCHEMA_TKP, T0, TEST_CONF, _random_batches, _write_batches
+from .oracle import _batches, _late_free_auctions_and_bids, _norm, _source, _sql_spec, module_session
+from .test_spark import SCHEMA_TKP, T0, _random_batches, _write_batches
 
-
-@pytest.fixture(scope="module")
-def spark():
-    s = local_session(app="gpuwm-accelerate-topn", cores=2, conf=TEST_CONF)
-    yield s
-    s.stop()
+spark = module_session("gpuwm-accelerate-topn")
 
 
 def _topn_queries(spark, s, view: str) -> dict:

@@ -8,17 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuwm.spark import accelerate, explain, local_session
+from gpuwm.spark import accelerate, explain
 
-from .oracle import _equals_spark, _source
-from .test_spark import TEST_CONF, _random_batches, _write_batches
+from .oracle import _equals_spark, _source, module_session
+from .test_spark import _random_batches, _write_batches
 
-
-@pytest.fixture(scope="module")
-def spark():
-    s = local_session(app="gpuwm-rules", cores=2, conf=TEST_CONF)
-    yield s
-    s.stop()
+spark = module_session("gpuwm-rules")
 
 
 @pytest.fixture
