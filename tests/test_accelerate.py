@@ -411,7 +411,7 @@ def test_generated_windowed_queries_translate_to_their_own_parameters(spark, tmp
         cols = [(fns[fn]("*") if col == "*" else fns[fn](col)).alias(f"a{i}") for i, (fn, col) in enumerate(aggs)]
         df = src.withWatermark("ts", f"{delay} seconds").groupBy(made, *keys).agg(*cols)
         t = translate(df)
-        (stage,), = t.stages
+        stage, = t.stages
         assert (stage_window(stage), stage["window"]["by"], t.column, t.delay) == (want, keys, "ts",
                                                                                   timedelta(seconds=delay))
         assert list(stage["window"]["aggs"].values()) == [[col, "mean" if fn == "avg" else fn] for fn, col in aggs]

@@ -53,7 +53,7 @@ def test_a_stream_stream_join_equals_spark_running_it(spark, tmp_path):
     for cond, bounds in (("a_id = b_aid AND b_ts BETWEEN a_ts - interval 3 seconds AND a_ts + interval '1' minute",
                           (-3_000_000, 60_000_000)),
                          ("b_aid = a_id AND a_ts > b_ts - interval 20 seconds AND a_ts < b_ts", (1, 19_999_999))):
-        (stage,), = translate(a.join(b, F.expr(cond))).stages
+        stage, = translate(a.join(b, F.expr(cond))).stages
         j = stage["join"]
         assert (j["on"], j["between"][:2], j["how"]) == ([["a_id", "b_aid"]], ["b_ts", "a_ts"], "inner")
         assert not {"where", "window", "output_behind"} & set(j)
