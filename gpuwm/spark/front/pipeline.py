@@ -31,6 +31,7 @@ from ...errors import ConfigError, SchemaError
 from ...inputs import InputsSpec, input_schemas, inputs_schema
 from ...operator import OperatorSpec, StageContext
 from ...watermark import EXPR_COLUMN, WatermarkSpec
+from ..catalyst.schema import arrow_schema
 from ..driver.launch import launch, sink_schema, union_inputs
 from ..driver.loop import driver_filter
 from ..executor.plan import Plan, Sink, check_stages, graph_text
@@ -201,7 +202,7 @@ class Pipeline:
         # the delay (and lateness, drift) in the column's unit: a duration on an integer column, or an int on a
         # timestamp, is refused here, not in the first micro-batch
         if self.inputs is not None:
-            driver_filter(wm, _arrow_schema(schema))
+            driver_filter(wm, arrow_schema(schema))
             self._wms[input] = wm
         else:
             driver_filter(wm, self._input_arrow_schema())
@@ -469,9 +470,9 @@ class Pipeline:
         """The input's Arrow schema; several inputs' as one (:func:`gpuwm.join.inputs_schema`)."""
         if self._arrow_schema is None:
             if self.inputs is not None:
-                self._arrow_schema = inputs_schema({n: _arrow_schema(d.schema) for n, d in self.inputs.items()})
+                self._arrow_schema = inputs_schema({n: arrow_schema(d.schema) for n, d in self.inputs.items()})
             else:
-                self._arrow_schema = _arrow_schema(self.df.schema)
+                self._arrow_schema = arrow_schema(self.df.schema)
         return self._arrow_schema
 
     def write_parquet(self, path: str) -> "Pipeline":
@@ -679,12 +680,6 @@ def _graph_lateness(name: str, readers: Sequence[OperatorSpec], profile: Any) ->
         raise ConfigError(f"input {name!r} feeds stages that count rows behind the watermark differently "
                           f"({sorted(map(str, got))}); read it with stages of one kind")
     return got.pop() if got else None
-
-
-def _arrow_schema(spark_schema) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(spark_schema)
 
 
 def watermark_spec(column: str, delay: Any, *, split: str | None = None, profile: str = "risingwave",

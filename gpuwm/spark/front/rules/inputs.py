@@ -7,7 +7,7 @@ import re
 
 from ...catalyst.plans import TRANSPARENT, expr_id, node_kind, peel
 from ...jvm.objects import scala_iter
-from ..registry import rule_for
+from ..registry import BELOW, rule_for
 from ..translation import Refused, Translation, kind_of, options_of
 from .join import comma_join, translate_join
 from .project import project_stage
@@ -96,8 +96,7 @@ def input_of(ctx, node) -> Translation:
             return under_watermark(ctx, node)
         if kind in ("StreamingRelation", "StreamingRelationV2", "StreamingExecutionRelation"):
             raise Refused("NO_WATERMARK", "query", "no withWatermark: gpuwm's operators drain by the watermark")
-        raise Refused("NODE_BELOW", kind, "an operator below the aggregation (a join, a union ...): gpuwm translates "
-                            "windowed aggregations and dedups over one watermarked source, chained")
+        raise Refused("NODE_BELOW", kind, BELOW)
 
 
 def consumed(t: Translation) -> Translation:
