@@ -1,4 +1,5 @@
-"""The front's rule registry (``gpuwm.spark.front.registry``): a rule for
+"""The front's rule registry (``gpuwm.spark.front.registry``) and its
+reader's memo (``Context.input``): a rule for
 a Catalyst node kind registered from outside gpuwm's package — as a
 plugin would, without editing the registry's module — is what
 ``accelerate`` runs for that node, and its query equals Spark's own."""
@@ -56,3 +57,57 @@ def test_without_the_rule_the_node_is_refused(spark, tmp_path):
         .groupBy(F.window("ts", "5 seconds"), "k").count()
     assert accelerate(df).refused.code == "NODE_BELOW"
     assert explain(df).startswith("Spark runs the whole query: [NODE_BELOW] Repartition: ")
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The nodes the front's reader (``rules.inputs.input_of``) is run on,
+    in order: what :meth:`Context.input` did not find in its memo."""
+    import gpuwm.spark.front.translate as tr
+
+    got, real = [], tr.input_of
+
+    def counting(ctx, node):
+        got.append(str(node.getClass().getSimpleName()))
+        return real(ctx, node)
+
+    monkeypatch.setattr(tr, "input_of", counting)
+    return got
+
+
+def test_a_subtree_read_twice_is_translated_once(spark, tmp_path, reads):
+    """``Context.input`` is memoized by Spark's canonical plan: the two
+    sides of a self-join of an aggregation are one subtree (Spark's copy of
+    it has new ids), translated once, one aggregate stage in the graph."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.front.translate import translate
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(73), 1, 5, step=6, behind=0, keys=2))
+    g = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds") \
+        .groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"))
+    df = g.alias("l").join(g.alias("r"), F.expr("l.window = r.window AND l.k = r.k"))
+    t = translate(df)
+    assert reads == ["SubqueryAlias", "EventTimeWatermark"]  # the left side, and its aggregation's input
+    assert [name for st, (name, _) in zip(t.stages, t.graph) if "window" in st] == ["left0"]
+    assert t.graph[-1] == ("join", ("left0", "right1"))  # (right1: the left's rows, renamed apart)
+
+
+def test_sides_the_optimizer_filters_apart_are_two_inputs(spark, tmp_path, reads):
+    """The memo's key holds the filters Spark's optimizer puts below each
+    watermark: a self-join whose left side alone is filtered reads the
+    source twice, as two inputs, each with its own filters."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.front.translate import translate
+
+    _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(74), 1, 5, step=6, behind=0, keys=2))
+    w = _source(spark, f"{tmp_path}/in").withWatermark("ts", "10 seconds")
+    cond = F.expr("a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL 5 SECONDS")
+    same = translate(w.alias("a").join(w.alias("b"), cond))
+    assert reads == ["SubqueryAlias"] and same.inputs["left"].origin == same.inputs["right"].origin
+    reads.clear()
+    apart = translate(w.alias("a").join(w.alias("b"), cond).where("a.price > 10"))
+    assert reads == ["SubqueryAlias", "SubqueryAlias"]
+    assert apart.inputs["left"].origin != apart.inputs["right"].origin
+    assert "a.price > 10" in apart.inputs["left"].pushed and "price" not in apart.inputs["right"].pushed

@@ -59,7 +59,7 @@ def unary_chain(node) -> list:
 
 
 def descendants(e) -> list:
-    """``e`` and every expression under it."""
+    """``e`` and every expression under it (a plan node: every node under it)."""
     out, todo = [], [e]
     while todo:
         x = todo.pop()

@@ -1,5 +1,6 @@
-"""Schemas between Spark and Arrow: the query's columns as Arrow's, and
-whether two Arrow schemas write the same columns as Spark does."""
+"""Schemas between Spark and Arrow: the query's columns as Arrow's (and
+back), a plan's schema, and whether two Arrow schemas write the same
+columns as Spark does."""
 
 from __future__ import annotations
 
@@ -9,6 +10,28 @@ def arrow_schema(spark_schema):
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(spark_schema)
+
+
+def spark_schema(schema):
+    """An Arrow schema as a Spark ``StructType`` (PySpark's own conversion)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def plan_schema(plan):
+    """The Arrow schema of a JVM plan's rows (its ``schema()``)."""
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    return arrow_schema(_parse_datatype_json_string(str(plan.schema().json())))
+
+
+def columns_apart(got, want, whose: str = "the task's", of: str = "the query's") -> str | None:
+    """Why Arrow schema ``got`` would not write ``want``'s columns
+    (:func:`same_columns`), in one line, or None."""
+    if same_columns(got, want):
+        return None
+    return f"{whose} columns ({schema_text(got)}) would not be {of} ({schema_text(want)})"
 
 
 def schema_text(schema) -> str:

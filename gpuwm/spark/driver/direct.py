@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from ..catalyst.expressions import Untranslatable, projection_steps
 from ..catalyst.plans import TRANSPARENT, peel
-from ..catalyst.schema import arrow_schema, same_columns
+from ..catalyst.schema import arrow_schema, columns_apart, plan_schema
 from ..io.sources import file_of
 from ..jvm.objects import scala_iter, scan_rdds
 from ..storage.checkpoint import Checkpoint, Location
@@ -114,8 +114,6 @@ def _projection(df, plan, projects: list) -> tuple[list, pa.Schema] | str:
     """The selects and filters ``projects`` (top first) over the source
     relation ``plan`` under ``df``: the steps a task evaluates on the
     source's rows and the source's schema, or why not."""
-    from pyspark.sql.types import _parse_datatype_json_string
-
     from ...project import evaluate
 
     try:
@@ -124,11 +122,9 @@ def _projection(df, plan, projects: list) -> tuple[list, pa.Schema] | str:
         return f"the task cannot evaluate `{e}` of the select on the source"
     if why is not None:
         return why
-    source = arrow_schema(_parse_datatype_json_string(str(plan.schema().json())))
-    got, want = evaluate(steps, source.empty_table()).schema, arrow_schema(df.schema)
-    if not same_columns(got, want):
-        return f"the task's columns ({got}) would not be the query's ({want})"
-    return steps, source
+    source = plan_schema(plan)
+    why = columns_apart(evaluate(steps, source.empty_table()).schema, arrow_schema(df.schema))
+    return why if why is not None else (steps, source)
 
 
 def files_steps(df) -> tuple[list, pa.Schema] | None:

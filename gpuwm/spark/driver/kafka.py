@@ -30,7 +30,7 @@ from typing import Any
 from ...errors import ConfigError, GpuwmError
 from ..catalyst.expressions import Untranslatable, projection_steps
 from ..catalyst.plans import peel
-from ..catalyst.schema import arrow_schema, same_columns
+from ..catalyst.schema import arrow_schema, columns_apart
 from ..jvm.objects import java_map, scala_iter, scan_rdds
 
 # the executor consumer's settings (Java client names) gpuwm's librdkafka consumer takes as they are,
@@ -323,11 +323,7 @@ def _same_schema(steps: list, headers: bool, spark_schema) -> str | None:
     from ...project import evaluate
     from ..io.sources import kafka_schema
 
-    want = arrow_schema(spark_schema)
-    got = evaluate(steps, kafka_schema(headers).empty_table()).schema
-    if not same_columns(got, want):
-        return f"the task's columns ({got}) would not be the query's ({want})"
-    return None
+    return columns_apart(evaluate(steps, kafka_schema(headers).empty_table()).schema, arrow_schema(spark_schema))
 
 
 def read_path(source: dict) -> str:

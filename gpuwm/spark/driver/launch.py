@@ -182,7 +182,7 @@ def _foreach_batch(plan: Plan, foreach: tuple | None) -> tuple | None:
     """A foreachBatch sink's function and the Spark schema of the DataFrames it gets."""
     if plan.sink.kind != "foreachBatch" or foreach is None:
         return None
-    from .loop import spark_schema
+    from ..catalyst.schema import spark_schema
 
     fn, schema = foreach
     return fn, schema if schema is not None else spark_schema(sink_schema(plan))

@@ -33,6 +33,7 @@ from ...errors import ConfigError, SinkError, StateError
 from ...frame import bytes_to_table
 from ...inputs import input_schemas
 from ...schema import schema_to_text
+from ..catalyst.schema import spark_schema
 from ..executor import tasks
 from ..executor.exchange import FLOW_SCHEMA, merge_task
 from ..executor.plan import Plan, is_timestamp
@@ -695,8 +696,3 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def spark_schema(schema: pa.Schema):
-    """A Spark schema from an Arrow one."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)

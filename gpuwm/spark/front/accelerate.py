@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from ...errors import ConfigError, SchemaError
 from ..catalyst.plans import node_kind
-from ..catalyst.schema import arrow_schema, same_columns, schema_text
+from ..catalyst.schema import arrow_schema, columns_apart
 from ..jvm.objects import scala_iter
 from .translate import translate
 from .translation import Refused, Translation, kind_of, options_of, refusal
@@ -117,10 +117,9 @@ class Accelerated:
         else:
             p.write_console(*sink[1:])
         p.output(t.output)
-        got, want = p.output_schema(), arrow_schema(self.df.schema)
-        if not same_columns(got, want):
-            raise Refused("OUTPUT_COLUMNS", "query", f"gpuwm's output columns ({schema_text(got)}) would not be Spark's "
-                                   f"({schema_text(want)})")
+        why = columns_apart(p.output_schema(), arrow_schema(self.df.schema), "gpuwm's output", "Spark's")
+        if why is not None:
+            raise Refused("OUTPUT_COLUMNS", "query", why)
         return p
 
     def runner(self, checkpoint: str, sink: tuple = ("console",), name: str | None = None):

@@ -673,8 +673,7 @@ def explain_without_spark(spec: dict) -> str | None:
     without Spark (:class:`~gpuwm.spark.front.pipeline.Declared`): the plan, checked as it would run;
     None where Spark must read the schema (a ``sql`` spec, several inputs,
     a ``select`` or a watermark ``expr``, another format)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    from ..catalyst.schema import spark_schema
     from ..io.nexmark import GENERATORS, _kind
     from .pipeline import Declared
 
@@ -683,7 +682,7 @@ def explain_without_spark(spec: dict) -> str | None:
             or "expr" in (spec.get("watermark") or {}):
         return None
     if src.get("format") == "nexmark":
-        schema = from_arrow_schema(GENERATORS[_kind(dict(src.get("options", {})))][1])
+        schema = spark_schema(GENERATORS[_kind(dict(src.get("options", {})))][1])
     elif src.get("format") == "parquet" and isinstance(src.get("schema"), str):
         schema = declared_schema(src["schema"])
     else:

@@ -145,7 +145,7 @@ class Translation:
     inputs: dict[str, Translation] | None = None  # a join's two inputs ("left", "right"), each a watermarked source
     other_times: list[tuple[str, str]] = field(default_factory=list)  # more event-time columns (a join's right time)
     shown_time: str | None = None  # the watermark's column as the query names it, where gpuwm's name is its own
-    origin: str = ""  # Spark's withWatermark node (its node id; no expression ids) the rows come from: one input
+    origin: str = ""  # the watermarked source the rows come from (:meth:`Context.source_name`): one input
     graph: list[tuple[str, tuple[str, ...]]] | None = None  # a graph of stages: each one's name and what it reads
     derived: tuple[str, ...] = ()  # a graph's join: its sides ("left", "right") that are a stage's rows
     window_of: tuple | None = None  # a window stage's rows: (the window they are in, its start column, its end's)
@@ -158,6 +158,27 @@ class Translation:
     #                                             Spark's (``rules.join._output_lag``), set on its stage once an operator
     #                                             reads its rows (:func:`consumed`)
     windows: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # a join's rows: Spark's id of an
+
+
+def copied(t: Translation, ids: dict[int, int] | None = None) -> Translation:
+    """A copy of ``t`` a rule may change without changing ``t`` (its
+    stages, columns and lists its own; Spark's DataFrame shared), with
+    Spark's expression ids of its rows mapped by ``ids`` (a copy of the
+    subtree ``t`` translates: its output's ids, position by position)."""
+    import copy
+    from dataclasses import replace
+
+    ids = ids or {}
+
+    def keys(d: dict) -> dict:
+        return {ids.get(i, i): v for i, v in d.items()}
+
+    return replace(t, stages=copy.deepcopy(t.stages), output=copy.deepcopy(t.output), shown=list(t.shown),
+                   output_ids=keys(t.output_ids), columns=keys(t.columns), windows=keys(t.windows),
+                   window_id=ids.get(t.window_id, t.window_id), computed=[ids.get(i, i) for i in t.computed],
+                   inputs=None if t.inputs is None else {n: copied(x, ids) for n, x in t.inputs.items()},
+                   other_times=list(t.other_times), graph=None if t.graph is None else list(t.graph),
+                   joined=None if t.joined is None else list(t.joined))
 
 
 def interval(iv) -> timedelta:

@@ -189,9 +189,9 @@ class NexmarkDataSource(DataSource):
         return "nexmark"
 
     def schema(self):
-        from pyspark.sql.pandas.types import from_arrow_schema
+        from ..catalyst.schema import spark_schema
 
-        return from_arrow_schema(GENERATORS[_kind(dict(self.options))][1])
+        return spark_schema(GENERATORS[_kind(dict(self.options))][1])
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return NexmarkStreamReader(dict(self.options))

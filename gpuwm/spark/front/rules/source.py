@@ -4,7 +4,6 @@ optimizer moves below it."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ...catalyst.plans import (
@@ -207,5 +206,5 @@ def under_watermark(ctx, node) -> Translation:
     return Translation(of_rows(ctx.spark, plan), time, interval(at.delay()),
                        columns={expr_id(a): str(a.name()) for a in scala_iter(node.output())},
                        time=(time, time),
-                       origin=re.sub(r"#\d+L?", "", str(node.toString()) + pushed),  # (a self-join's copy: new ids)
+                       origin=ctx.source_name(plan, at),
                        pushed=pushed, node=_node_id(at))
