@@ -33,6 +33,12 @@ _LAZY = {"accelerate": ".front.accelerate", "explain": ".front.accelerate", "Pip
          "local_session": ".front.session", "read_nexmark": ".front.session",
          "register_sources": ".front.session"}
 
+if "pyspark.worker" not in sys.modules:  # (the driver: a Spark line gpuwm does not support said once, here)
+    from .jvm.versions import unsupported as _unsupported
+
+    if _unsupported() is not None:
+        print(f"gpuwm: warning: {_unsupported()}; accelerate() leaves every query to Spark", file=sys.stderr)
+
 if "pyspark.worker" in sys.modules:  # imported in Spark's Python worker, by a task: its per-task import cost cut
     from .jvm.pyworker import cached_zip_directories
 

@@ -9,14 +9,18 @@ def arrow_schema(spark_schema):
     """A Spark ``StructType`` as the Arrow schema of its rows (PySpark's own conversion)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema)
+    from ..jvm.versions import arrow_timezone
+
+    return to_arrow_schema(spark_schema, timezone="UTC") if arrow_timezone() else to_arrow_schema(spark_schema)
 
 
 def spark_schema(schema):
     """An Arrow schema as a Spark ``StructType`` (PySpark's own conversion)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(schema)
+    from ..jvm.versions import arrow_timezone
+
+    return from_arrow_schema(schema, prefer_timestamp_ntz=False) if arrow_timezone() else from_arrow_schema(schema)
 
 
 def plan_schema(plan):

@@ -299,6 +299,10 @@ def _main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ap = parser()
     args = ap.parse_args(argv)
+    if args.cmd == "run" or args.cmd == "demo" and args.engine != "local":  # (a Spark gpuwm does not support: one line)
+        from ..jvm.versions import line
+
+        line()
     if args.cmd == "demo":
         if args.events <= 0 or args.batch <= 0:
             ap.error("--events and --batch must be > 0")

@@ -28,6 +28,7 @@ from typing import Any
 from ...errors import ConfigError
 from ..catalyst.expressions import DuplicateNames, Untranslatable, node_step
 from ..catalyst.plans import TRANSPARENT, filter_of, node_kind, peel
+from ..jvm.versions import unsupported
 from . import rules  # noqa: F401  (gpuwm's rules, registered on import)
 from .context import Context
 from .registry import OTHER, REFUSED, rule_for
@@ -44,6 +45,9 @@ def translate(df, state_ttl: Any = None) -> Translation:
     :func:`~gpuwm.spark.front.accelerate.accelerate`)."""
     if not getattr(df, "isStreaming", False):
         raise ConfigError("accelerate() takes a streaming DataFrame (spark.readStream...)")
+    why = unsupported()
+    if why is not None:
+        raise Refused("SPARK_VERSION", "the query", why)
     try:
         plan = df._jdf.queryExecution().analyzed()
     except Exception as e:  # Spark Connect: no py4j plan

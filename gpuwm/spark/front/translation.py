@@ -27,6 +27,7 @@ NO_LATE_ROWS = timedelta(days=36_525)
 CODES: dict[str, str] = {
     # the query as a whole
     "PLAN_UNREADABLE": "the query's plan cannot be read over py4j (Spark Connect)",
+    "SPARK_VERSION": "the running Spark is not a line gpuwm supports (4.0 to 4.3)",
     "OPTIMIZER_FAILED": "Spark's optimizer fails on the query's plan",
     "GPUWM_BUG": "an exception escaped translation: gpuwm's bug (Spark runs the query)",
     "STATELESS": "no stateful operator: only projections and filters over the source",

@@ -32,13 +32,24 @@ import tempfile
 import time
 
 from ...errors import ConfigError, GpuwmError
+from . import versions
 
-KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
-RAPIDS = "com.nvidia:rapids-4-spark_2.13:26.08.1"
+
+def _for_running(pick) -> str | None:
+    """``pick()``'s coordinate for the running Spark (:mod:`.versions`), or None where it has none."""
+    try:
+        return pick()
+    except ConfigError:
+        return None
+
+
+#: Spark's Kafka connector, the RAPIDS Accelerator and Delta Lake (what a session needs to read and write
+#: ``format("delta")``) for the running Spark (:mod:`.versions`; None: that Spark has none)
+KAFKA = _for_running(versions.kafka_connector)
+RAPIDS = _for_running(versions.rapids)
+DELTA = _for_running(versions.delta)
 BROKER = "org.apache.kafka:kafka_2.13:4.1.1"
 S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
-#: Delta Lake for Spark 4.1: what a session needs to read and write ``format("delta")``
-DELTA = "io.delta:delta-spark_2.13:4.1.0"
 CENTRAL = "https://repo1.maven.org/maven2/"
 
 
@@ -179,23 +190,23 @@ def resolve(coordinate: str, timeout: float = 1800) -> list[str]:
 
 def spec_packages(sources: list[dict]) -> list[str]:
     """The ``spark.jars.packages`` a spec's sources need."""
-    return [KAFKA] if any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources) else []
+    return [versions.kafka_connector()] if any(isinstance(s, dict) and s.get("format") == "kafka" for s in sources) else []
 
 
 def rapids_jar() -> str:
     """The local path of the RAPIDS Accelerator jar (:data:`RAPIDS`), fetched when not cached."""
-    return fetch_jar(RAPIDS)
+    return fetch_jar(versions.rapids())
 
 
 def fetch(rapids: bool = True, broker: bool = True, out=print) -> dict[str, list[str]]:
     """``gpuwm jars``: fetch the Kafka connector, the test broker and the
     RAPIDS jar; a line each with its size and time."""
-    wanted = [("Kafka connector", KAFKA)] + ([("Kafka broker", BROKER)] if broker else []) \
-        + ([("RAPIDS Accelerator", RAPIDS)] if rapids else [])
+    wanted = [("Kafka connector", versions.kafka_connector())] + ([("Kafka broker", BROKER)] if broker else []) \
+        + ([("RAPIDS Accelerator", versions.rapids())] if rapids else [])
     got = {}
     for what, coord in wanted:
         t0 = time.perf_counter()
-        jars = [rapids_jar()] if coord == RAPIDS else resolve(coord)
+        jars = [rapids_jar()] if what == "RAPIDS Accelerator" else resolve(coord)
         size = sum(os.path.getsize(j) for j in jars)
         out(f"{what:<19} {coord:<50} {len(jars):3d} jar(s) {size / 2**20:8.1f} MiB  {time.perf_counter() - t0:6.1f} s")
         got[coord] = jars

@@ -1,0 +1,147 @@
+"""The Spark lines gpuwm supports and what differs between them, keyed by
+the running PySpark's version: the one module that compares Spark's
+version (``test_layers`` holds the rest of gpuwm to it).
+
+* :data:`LINES` — each supported line (4.0 to 4.3) and what it runs with:
+  the newest patch of Spark's Kafka connector Maven Central serves for it,
+  the Delta Lake release built for it, and the RAPIDS Accelerator release
+  that supports it (with the patches it names);
+* :func:`running` — the running PySpark's version, as a tuple;
+* :func:`unsupported` — the one line said where the running Spark is not
+  one of :data:`LINES`;
+* :func:`kafka_connector`, :func:`delta`, :func:`rapids` — the coordinates
+  for the running Spark, or a one-line :class:`~gpuwm.errors.ConfigError`
+  naming the lines that have one;
+* :func:`arrow_timezone` — whether PySpark's Arrow schema conversion takes
+  a ``timezone`` (4.2 on) rather than ``timestamp_utc`` (4.0, 4.1).
+
+The RAPIDS and Delta tables are those releases' own support statements
+(the plugin's 26.08 notes: Spark 4.1.1–4.1.3 and 4.2.0; Delta's POMs:
+delta-spark 4.0.x builds on Spark 4.0, 4.1.0–4.3.x on 4.1, 4.4.0 on 4.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...errors import ConfigError
+
+Version = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Line:
+    """What one Spark line (``major.minor``) runs with. ``kafka``: the
+    newest patch of ``spark-sql-kafka-0-10`` Maven Central serves for it
+    (a later patch of Spark runs with it: a connector keeps its line's
+    API). ``delta``: the ``delta-spark`` release built for it. ``rapids``:
+    the RAPIDS Accelerator release and the first and last Spark patch it
+    supports on this line. None: there is none."""
+
+    kafka: str | None
+    delta: str | None
+    rapids: tuple[str, Version, Version] | None
+
+
+#: the supported lines, oldest first
+LINES: dict[tuple[int, int], Line] = {
+    (4, 0): Line(kafka="4.0.4", delta="4.0.1", rapids=None),  # (the 26.06 plugin: Maven Central serves no 26.06)
+    (4, 1): Line(kafka="4.1.3", delta="4.1.0", rapids=("26.08.1", (4, 1, 1), (4, 1, 3))),
+    (4, 2): Line(kafka="4.2.0", delta="4.4.0", rapids=("26.08.1", (4, 2, 0), (4, 2, 0))),
+    (4, 3): Line(kafka=None, delta=None, rapids=None),
+}
+
+
+def parse(text: str) -> Version:
+    """``4.2.1`` (or ``4.2.0.dev1``, ``4.3.0rc1``) as ``(4, 2, 1)``."""
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if m is None:
+        raise ConfigError(f"not a Spark version: {text!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+@lru_cache(maxsize=1)
+def running() -> Version:
+    """The installed PySpark's version (without importing it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return parse(version("pyspark"))
+    except PackageNotFoundError:
+        raise ConfigError("PySpark is not installed: pip install 'pyspark>=4.0,<4.4'") from None
+
+
+def text(v: Version) -> str:
+    """``(4, 2, 1)`` as ``4.2.1``."""
+    return ".".join(map(str, v))
+
+
+def lines_text() -> str:
+    """The supported lines in words: ``4.0, 4.1, 4.2 and 4.3``."""
+    names = [f"{a}.{b}" for a, b in LINES]
+    return ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def unsupported(v: Version | None = None) -> str | None:
+    """Why gpuwm does not run beside Spark ``v`` (the running one), in one
+    line, or None where it does."""
+    v = running() if v is None else v
+    if v[:2] in LINES:
+        return None
+    return f"gpuwm supports Spark {lines_text()} (pyspark>=4.0,<4.4); this is Spark {text(v)}"
+
+
+def line(v: Version | None = None) -> Line:
+    """The running Spark's :class:`Line` (``v``: another version's);
+    :class:`ConfigError` outside :data:`LINES`."""
+    v = running() if v is None else v
+    why = unsupported(v)
+    if why is not None:
+        raise ConfigError(why)
+    return LINES[v[:2]]
+
+
+def _with(pick) -> list[str]:
+    """The lines that have something (``pick(line)`` not None), in words."""
+    return [f"{a}.{b}" for (a, b), ln in LINES.items() if pick(ln) is not None]
+
+
+def kafka_connector(v: Version | None = None) -> str:
+    """Spark's Kafka connector for Spark ``v`` (the running one): its own
+    patch where Maven Central serves it, else its line's newest there."""
+    v = running() if v is None else v
+    newest = line(v).kafka
+    if newest is None:
+        raise ConfigError(f"Spark {text(v)} has no Kafka connector on Maven Central "
+                          f"(spark-sql-kafka-0-10); Kafka sources need Spark {', '.join(_with(lambda ln: ln.kafka))}")
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{text(min(v, parse(newest)))}"
+
+
+def delta(v: Version | None = None) -> str:
+    """The Delta Lake package built for Spark ``v``'s line (the running one)."""
+    v = running() if v is None else v
+    got = line(v).delta
+    if got is None:
+        raise ConfigError(f"no Delta Lake release is built for Spark {v[0]}.{v[1]}; Delta needs Spark "
+                          f"{', '.join(_with(lambda ln: ln.delta))}")
+    return f"io.delta:delta-spark_2.13:{got}"
+
+
+def rapids(v: Version | None = None) -> str:
+    """The RAPIDS Accelerator jar that supports Spark ``v`` (the running one)."""
+    v = running() if v is None else v
+    got = line(v).rapids
+    if got is None or not got[1] <= v <= got[2]:
+        said = "; ".join(f"{r[0]}: Spark {text(r[1])}–{text(r[2])}" for r in (ln.rapids for ln in LINES.values()) if r)
+        raise ConfigError(f"the RAPIDS Accelerator gpuwm fetches does not support Spark {text(v)} ({said})")
+    return f"com.nvidia:rapids-4-spark_2.13:{got[0]}"
+
+
+def arrow_timezone(v: Version | None = None) -> bool:
+    """Whether PySpark's ``to_arrow_schema`` takes ``timezone`` (4.2 on;
+    ``timestamp_utc`` before) and ``from_arrow_schema`` reads a zone-less
+    timestamp as ``TIMESTAMP_NTZ`` unless told not to."""
+    return (running() if v is None else v) >= (4, 2, 0)

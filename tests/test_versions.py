@@ -1,0 +1,97 @@
+"""The Spark lines gpuwm supports (``gpuwm.spark.jvm.versions``): each
+line's Kafka connector, Delta and RAPIDS coordinates as Maven Central
+serves them, one line for a Spark outside them (and Spark runs the query
+under ``fallback="spark"``), and no other module comparing versions."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuwm.errors import ConfigError
+from gpuwm.spark.jvm import versions
+from gpuwm.spark.jvm.versions import LINES, delta, kafka_connector, parse, rapids, unsupported
+
+from .oracle import module_session
+
+spark = module_session("gpuwm-versions")
+
+
+def test_versions_parse_as_pip_and_spark_write_them():
+    assert parse("4.2.1") == (4, 2, 1) and parse("4.2.0.dev5") == (4, 2, 0) and parse("4.3.0rc1") == (4, 3, 0)
+    assert parse("4.1") == (4, 1, 0)
+    with pytest.raises(ConfigError, match="not a Spark version"):
+        parse("four")
+
+
+def test_the_connector_follows_the_running_spark():
+    """Its own patch where Maven Central serves it, else its line's newest."""
+    assert kafka_connector((4, 1, 1)) == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+    assert kafka_connector((4, 1, 4)).endswith(":4.1.3")  # (4.1.4 is on PyPI, not on Maven Central)
+    assert kafka_connector((4, 2, 1)).endswith(":4.2.0")
+    assert kafka_connector((4, 0, 5)).endswith(":4.0.4")
+    with pytest.raises(ConfigError, match=r"^Spark 4\.3\.0 has no Kafka connector on Maven Central .*4\.0, 4\.1, 4\.2$"):
+        kafka_connector((4, 3, 0))
+    assert delta((4, 0, 2)) == "io.delta:delta-spark_2.13:4.0.1" and delta((4, 2, 1)).endswith(":4.4.0")
+
+
+def test_rapids_says_which_plugin_supports_which_spark():
+    assert rapids((4, 1, 1)) == rapids((4, 2, 0)) == "com.nvidia:rapids-4-spark_2.13:26.08.1"
+    for v in ((4, 1, 4), (4, 2, 1), (4, 0, 2), (4, 3, 0)):
+        with pytest.raises(ConfigError) as e:
+            rapids(v)
+        assert str(e.value) == (f"the RAPIDS Accelerator gpuwm fetches does not support Spark {versions.text(v)} "
+                                "(26.08.1: Spark 4.1.1–4.1.3; 26.08.1: Spark 4.2.0–4.2.0)")
+
+
+def test_outside_the_lines_is_one_line():
+    assert unsupported((4, 1, 1)) is None and unsupported((4, 3, 0)) is None
+    for v in ((3, 5, 8), (5, 0, 0)):
+        assert unsupported(v) == f"gpuwm supports Spark 4.0, 4.1, 4.2 and 4.3 (pyspark>=4.0,<4.4); this is Spark " \
+                                 f"{versions.text(v)}"
+        with pytest.raises(ConfigError, match="^gpuwm supports Spark"):
+            kafka_connector(v)
+
+
+def test_every_coordinate_of_the_table_is_on_maven_central():
+    """Each line's connector, Delta and plugin as Maven Central serves
+    them (a POM each): the table names nothing that cannot be fetched."""
+    coords = {kafka_connector((*ln, 0)) for ln, line in LINES.items() if line.kafka} | \
+        {delta((*ln, 0)) for ln, line in LINES.items() if line.delta} | \
+        {rapids(line.rapids[1]) for line in LINES.values() if line.rapids}
+    coords |= {f"org.apache.spark:spark-sql-kafka-0-10_2.13:{line.kafka}" for line in LINES.values() if line.kafka}
+    for c in sorted(coords):
+        group, artifact, v = c.split(":")
+        url = f"https://repo1.maven.org/maven2/{group.replace('.', '/')}/{artifact}/{v}/{artifact}-{v}.pom"
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=30) as r:
+            assert r.status == 200, c
+
+
+def test_a_spark_outside_the_lines_runs_the_query_itself(spark, tmp_path, monkeypatch):
+    """On a Spark gpuwm does not support, ``accelerate`` refuses with
+    ``SPARK_VERSION`` (one line): Spark runs the query under the default
+    fallback, and ``fallback="error"`` raises that line."""
+    from gpuwm.spark import accelerate
+    from gpuwm.spark.front.accelerate import SparkRun
+
+    (tmp_path / "in").mkdir()
+    df = spark.readStream.schema("ts timestamp, k string").parquet(str(tmp_path / "in")) \
+        .withWatermark("ts", "10 seconds").dropDuplicates(["k", "ts"])
+    assert accelerate(df).refused is None
+    monkeypatch.setattr(versions, "running", lambda: (3, 5, 8))
+    acc = accelerate(df)
+    assert acc.refused.code == "SPARK_VERSION" and str(acc.refused.reason).endswith("this is Spark 3.5.8")
+    assert isinstance(acc.runner(str(tmp_path / "ck")), SparkRun)
+    with pytest.raises(ConfigError, match=r"^gpuwm cannot run the query \[SPARK_VERSION\]: gpuwm supports Spark 4\.0, "):
+        accelerate(df, fallback="error")
+
+
+def test_no_other_module_compares_spark_versions():
+    root = Path(__file__).resolve().parents[1] / "gpuwm"
+    spelled = re.compile(r"pyspark\.__version__|version\(\"pyspark\"\)|sparkContext\.version|spark\.version\b")
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py")
+             if p.name != "versions.py" and spelled.search(p.read_text())]
+    assert found == []
