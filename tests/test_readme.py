@@ -13,8 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-COMMANDS = ["python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/gpuwm demo",
-            "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -q"]
+COMMANDS = ["python3 -m venv .venv && .venv/bin/pip install -e . pyspark==4.1.3 && .venv/bin/gpuwm demo",
+            "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' pyspark==4.1.3 && .venv/bin/python -m pytest -q"]
 
 
 def code_blocks(page: Path, lang: str) -> list[str]:

@@ -3,7 +3,7 @@ the running PySpark's version: the one module that compares Spark's
 version (``test_layers`` holds the rest of gpuwm to it).
 
 * :data:`LINES` — each supported line (4.0 to 4.3) and what it runs with:
-  the newest patch of Spark's Kafka connector Maven Central serves for it,
+  the patches of Spark's Kafka connector Maven Central serves whole for it,
   the Delta Lake release built for it, and the RAPIDS Accelerator release
   that supports it (with the patches it names);
 * :func:`running` — the running PySpark's version, as a tuple;
@@ -33,22 +33,25 @@ Version = tuple[int, int, int]
 @dataclass(frozen=True)
 class Line:
     """What one Spark line (``major.minor``) runs with. ``kafka``: the
-    newest patch of ``spark-sql-kafka-0-10`` Maven Central serves for it
-    (a later patch of Spark runs with it: a connector keeps its line's
-    API). ``delta``: the ``delta-spark`` release built for it. ``rapids``:
-    the RAPIDS Accelerator release and the first and last Spark patch it
-    supports on this line. None: there is none."""
+    patches of ``spark-sql-kafka-0-10`` whose dependencies Maven Central
+    serves too (its ``spark-token-provider-kafka-0-10`` of the same patch:
+    4.1.3's connector is served, its token provider is not, so Ivy cannot
+    resolve it), oldest first; another patch of Spark runs with the newest
+    (a connector keeps its line's API). ``delta``: the ``delta-spark``
+    release built for it. ``rapids``: the RAPIDS Accelerator release and
+    the first and last Spark patch it supports on this line. None: there is
+    none."""
 
-    kafka: str | None
+    kafka: tuple[str, ...] | None
     delta: str | None
     rapids: tuple[str, Version, Version] | None
 
 
 #: the supported lines, oldest first
 LINES: dict[tuple[int, int], Line] = {
-    (4, 0): Line(kafka="4.0.4", delta="4.0.1", rapids=None),  # (the 26.06 plugin: Maven Central serves no 26.06)
-    (4, 1): Line(kafka="4.1.3", delta="4.1.0", rapids=("26.08.1", (4, 1, 1), (4, 1, 3))),
-    (4, 2): Line(kafka="4.2.0", delta="4.4.0", rapids=("26.08.1", (4, 2, 0), (4, 2, 0))),
+    (4, 0): Line(kafka=("4.0.0",), delta="4.0.1", rapids=None),  # (the 26.06 plugin: Maven Central serves no 26.06)
+    (4, 1): Line(kafka=("4.1.1",), delta="4.1.0", rapids=("26.08.1", (4, 1, 1), (4, 1, 3))),
+    (4, 2): Line(kafka=("4.2.0",), delta="4.4.0", rapids=("26.08.1", (4, 2, 0), (4, 2, 0))),
     (4, 3): Line(kafka=None, delta=None, rapids=None),
 }
 
@@ -111,13 +114,13 @@ def _with(pick) -> list[str]:
 
 def kafka_connector(v: Version | None = None) -> str:
     """Spark's Kafka connector for Spark ``v`` (the running one): its own
-    patch where Maven Central serves it, else its line's newest there."""
+    patch where Maven Central serves it whole, else its line's newest such."""
     v = running() if v is None else v
-    newest = line(v).kafka
-    if newest is None:
+    served = line(v).kafka
+    if served is None:
         raise ConfigError(f"Spark {text(v)} has no Kafka connector on Maven Central "
                           f"(spark-sql-kafka-0-10); Kafka sources need Spark {', '.join(_with(lambda ln: ln.kafka))}")
-    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{text(min(v, parse(newest)))}"
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{text(v) if text(v) in served else served[-1]}"
 
 
 def delta(v: Version | None = None) -> str:
