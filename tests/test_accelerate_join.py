@@ -779,3 +779,39 @@ def test_a_graph_query_as_its_spec_runs_as_accelerate_runs_it(spark, tmp_path):
         assert len(want) > 2 and _batches(f"{tmp_path}/{name}/spec") == want, name
     with pytest.raises(gpuwm.ConfigError, match=r"Spark runs the whole query \(\[AGG_FUNCTION\] Aggregate"):
         explain(bids.groupBy(F.window("ts", "5 seconds")).agg(F.collect_list("price")), spec=True)
+
+
+def test_an_inner_join_in_update_mode_runs_as_the_running_spark_runs_it(spark, tmp_path):
+    """Spark 4.2 on runs an inner stream–stream join in update mode, its
+    rows append mode's (SPARK-56384): through ``accelerate`` gpuwm writes
+    the same rows in the same micro-batches (``foreachBatch``: Spark's file
+    sink has no update mode). Spark 4.0 and 4.1 refuse the query, and so
+    does gpuwm (``OUTPUT_MODE``, saying from which Spark it runs)."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.errors import ConfigError
+    from gpuwm.spark.jvm import versions
+
+    from .test_spark_join import COND
+
+    a, b = _auctions_and_bids(spark, str(tmp_path))
+    df = a.join(b, F.expr(COND))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+
+    def each(out):
+        return lambda batch, batch_id: batch.write.mode("overwrite").parquet(f"{out}/batch_id={batch_id}")
+
+    if not versions.update_joins():
+        with pytest.raises(Exception, match="not supported in Update output mode, only in Append output mode"):
+            _native(df, f"{tmp_path}/native", f"{tmp_path}/nck", mode="update")
+        with pytest.raises(ConfigError, match=r"\[OUTPUT_MODE\].*'update' with join: .*an inner join beside Spark "
+                                              r"4\.2 on, as Spark"):
+            accelerate(df, fallback="error").writeStream.outputMode("update").foreachBatch(each(tmp_path)).start()
+        return
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck", mode="update")
+    want = _batches(f"{tmp_path}/native")
+    assert len(want) >= 3 and sum(map(len, want.values())) > 50, want
+    acc = accelerate(df, vnodes=2, fallback="error")
+    acc.writeStream.outputMode("update").foreachBatch(each(f"{tmp_path}/out")).option(
+        "checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start().awaitTermination()
+    assert _batches(f"{tmp_path}/out") == want

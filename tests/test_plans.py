@@ -10,7 +10,11 @@ header of comments (``--`` or ``#``) saying what gpuwm makes of it:
   (``gpuwm run --dry-run``'s ``stage`` lines) and the sink's projection
   steps; the paths of the views' folders as ``<in>``;
 - ``mode: update`` / ``complete`` — the output mode the query is
-  planned in (append by default).
+  planned in (append by default);
+- ``spark: 4.2-`` (or ``4.0-4.1``, ``4.3``) — the Spark lines the header
+  holds on (:func:`gpuwm.spark.jvm.versions.within`); on the others the
+  fixture is not collected (all lines by default). A query whose answer
+  changed with Spark's version has a fixture per range.
 
 A ``.py`` fixture is run with the views, ``spark``, ``F`` and ``Window``
 in scope and defines ``df``; it may define ``write(writer)`` (a
@@ -38,11 +42,12 @@ from pathlib import Path
 import pytest
 
 from gpuwm.spark import local_session
+from gpuwm.spark.jvm import versions
 
 from .test_spark import TEST_CONF
 
 PLANS = Path(__file__).parent / "plans"
-FIXTURES = sorted(p for p in PLANS.iterdir() if p.suffix in (".sql", ".py"))
+ALL = sorted(p for p in PLANS.iterdir() if p.suffix in (".sql", ".py"))
 #: the streaming views every fixture sees: Nexmark's three streams (gpuwm's generator's columns) and a small
 #: stream of (ts, k, price) — each watermarked — and ``raw``, that small stream without a watermark
 VIEWS = {
@@ -91,7 +96,7 @@ def _header(path: Path) -> tuple[dict, list[str], str]:
         text = lines[k][len(mark):]
         if text.startswith("   ") and "expect" in head and head.get("_in_expect"):
             head["expect"].append(text[3:])
-        elif text.strip().startswith(("fail:", "mode:")):
+        elif text.strip().startswith(("fail:", "mode:", "spark:")):
             key, value = text.strip().split(":", 1)
             head[key] = value.strip()
         elif text.strip() == "expect:":
@@ -99,6 +104,10 @@ def _header(path: Path) -> tuple[dict, list[str], str]:
         k += 1
     head.pop("_in_expect", None)
     return head, lines[:k], "\n".join(lines[k:])
+
+
+#: the fixtures whose header holds on the running Spark
+FIXTURES = [p for p in ALL if versions.within(_header(p)[0].get("spark", "-"))]
 
 
 def _planned(path: Path, spark, frames: dict, root: str, tmp: str) -> tuple[str, list[str]]:

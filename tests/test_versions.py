@@ -6,6 +6,8 @@ under ``fallback="spark"``), and no other module comparing versions."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -36,6 +38,25 @@ def test_the_connector_follows_the_running_spark():
     with pytest.raises(ConfigError, match=r"^Spark 4\.3\.0 has no Kafka connector on Maven Central .*4\.0, 4\.1, 4\.2$"):
         kafka_connector((4, 3, 0))
     assert delta((4, 0, 2)) == "io.delta:delta-spark_2.13:4.0.1" and delta((4, 2, 1)).endswith(":4.4.0")
+
+
+def test_the_kafka_restart_applies_where_the_connector_has_spark_57438():
+    """4.1.0-4.1.2's connector (the 4.1 line runs 4.1.1's: 4.1.3's is not
+    served whole) fails a restarted query's replay; 4.0's and 4.2's do not;
+    4.3 has no connector to fail."""
+    got = {v: versions.kafka_replay_fails(v) for v in ((4, 0, 5), (4, 1, 1), (4, 1, 3), (4, 2, 0), (4, 2, 1), (4, 3, 0))}
+    assert got == {(4, 0, 5): False, (4, 1, 1): True, (4, 1, 3): True, (4, 2, 0): False, (4, 2, 1): False,
+                   (4, 3, 0): False}
+
+
+def test_gpuwm_jars_prints_the_running_spark_s_connector():
+    """``spark-submit --packages "$(gpuwm jars --kafka-coordinate)"`` (the io README)."""
+    gpuwm = Path(sys.executable).with_name("gpuwm")
+    p = subprocess.run([str(gpuwm), "jars", "--kafka-coordinate"], capture_output=True, text=True, timeout=120)
+    if versions.line().kafka is None:
+        assert p.returncode == 1 and p.stderr.startswith("gpuwm: error: Spark ") and "no Kafka connector" in p.stderr
+    else:
+        assert p.returncode == 0 and p.stdout.strip() == kafka_connector(), p.stderr
 
 
 def test_rapids_says_which_plugin_supports_which_spark():

@@ -188,8 +188,8 @@ def source_options(df) -> list[dict[str, str]]:
 
 
 def replay_failure(e: Exception, ck) -> bool:
-    """Whether ``e``, a query's failure, is Spark 4.1.1's Kafka source
-    throwing from its progress metrics (``Some(null).get.map``) on a
+    """Whether ``e``, a query's failure, is Spark's Kafka connector
+    (4.1.0–4.1.2) throwing from its progress metrics (``Some(null).get.map``) on a
     restarted query's first micro-batch, the replay of the batch in flight
     at a crash, after that batch ran and was committed (SPARK-57438): the
     newest batch of the checkpoint ``ck``'s offset log is committed."""

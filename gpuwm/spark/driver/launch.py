@@ -10,8 +10,8 @@ builds the :class:`~gpuwm.spark.driver.loop.Driver` that runs each
 micro-batch, wires the drain source in (:mod:`gpuwm.spark.driver.drain`)
 and Spark's ``withWatermark`` (:func:`spark_watermark`), and starts
 ``writeStream.foreachBatch``; over a Kafka source the query it returns
-restarts once where Spark 4.1.1's Kafka source fails after a replay
-(:func:`restarting`, SPARK-57438). Also here: the Spark stream of several
+restarts once where Spark's Kafka connector 4.1.0–4.1.2 fails after a
+replay (:func:`restarting`, SPARK-57438). Also here: the Spark stream of several
 named inputs as one (:func:`union_inputs`) and the columns a plan's sink
 writes (:func:`sink_schema`).
 
@@ -40,8 +40,8 @@ def launch(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
     """Start the query that runs ``plan`` over the streaming DataFrame
     ``df`` (several named ``inputs``: their union, :func:`union_inputs`);
     returns Spark's ``StreamingQuery`` — over a Kafka source, one that
-    starts the query once more from its checkpoint where Spark 4.1.1's
-    Kafka source fails after replaying a committed batch
+    starts the query once more from its checkpoint where Spark's Kafka
+    connector 4.1.0–4.1.2 fails after replaying a committed batch
     (:func:`restarting`). ``read``, ``trigger``, ``on_batch``, ``verbose``
     and ``name`` as :class:`~gpuwm.spark.front.pipeline.Pipeline` takes
     them; ``query_name`` Spark's query name (None: none); ``history`` the
@@ -115,18 +115,25 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
 
 def restarting(start: Callable[[], Any], ck: Checkpoint):
     """The ``StreamingQuery`` that ``start()`` returns, started once more
-    (by ``start()``, from its checkpoint) if it fails as Spark 4.1.1's Kafka
-    source does after replaying the batch in flight at a crash once that
-    batch is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3: it
-    throws from its progress metrics); the next start reads on from the
-    committed offsets. The same object goes on as the new run (Spark's
+    (by ``start()``, from its checkpoint) if it fails as Spark's Kafka
+    connector 4.1.0–4.1.2 does after replaying the batch in flight at a
+    crash once that batch is committed (SPARK-57438, fixed in 4.1.3 and
+    4.2.0: it throws from its progress metrics); the next start reads on
+    from the committed offsets. Where the running Spark's connector has no
+    such bug (:func:`~gpuwm.spark.jvm.versions.kafka_replay_fails`),
+    ``start()``'s query as it is. The same object goes on as the new run (Spark's
     query id is the checkpoint's; its ``runId`` is new): ``awaitTermination``,
     ``processAllAvailable`` and ``exception`` wait on, or report, the
     restarted run. One restart at most; any other failure is the query's."""
     from pyspark.errors import StreamingQueryException
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from ..jvm.versions import kafka_connector, kafka_replay_fails
     from .kafka import replay_failure
+
+    if not kafka_replay_fails():
+        return start()
+    connector = kafka_connector().rsplit(":", 1)[1]
 
     class Restarting(StreamingQuery):
         restarted = False
@@ -141,8 +148,8 @@ def restarting(start: Callable[[], Any], ck: Checkpoint):
             import logging
 
             logging.getLogger("gpuwm").warning(
-                "gpuwm: Spark 4.1.1's Kafka source failed in progress reporting after replaying the batch in "
-                "flight, which is committed (SPARK-57438, fixed in spark-sql-kafka 4.1.3): restarting the query "
+                f"gpuwm: Spark's Kafka connector {connector} failed in progress reporting after replaying the "
+                "batch in flight, which is committed (SPARK-57438, fixed in 4.1.3 and 4.2.0): restarting the query "
                 "from its checkpoint")
             self._jsq, self.restarted = start()._jsq, True
             return True

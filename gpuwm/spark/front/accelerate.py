@@ -176,8 +176,11 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
     window's values each batch, none closing; no row late, a session's as
     late as in append mode).
     Update over a session window is refused in one line, as Spark's
-    checker refuses it."""
+    checker refuses it. Beside Spark 4.2 on, an inner stream–stream join
+    alone runs in update mode too, its rows append mode's, as Spark's
+    (:func:`~gpuwm.spark.jvm.versions.update_joins`)."""
     from ...aggregates import DISTINCT
+    from ..jvm.versions import update_joins
 
     if mode == "append":
         return
@@ -194,11 +197,15 @@ def _check_mode(mode: str, stages: Sequence[tuple]) -> None:
                               "and gpuwm emits it when its window closes; use append (or complete)")
         if kinds == ["window"] and "session" not in windows[0] or kinds == ["dedup"]:
             return
+        inner = kinds == ["join"] and options_of(stages[0])["how"] == "inner"
+        if inner and update_joins():  # Spark 4.2 on: the rows are append's (SPARK-56384), and so are gpuwm's
+            return
         if any("session" in w for w in windows):
             raise ConfigError("output mode 'update' over a session window: Spark refuses it too "
                               "(STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION); use append")
         raise Refused("OUTPUT_MODE", "writeStream", f"output mode 'update' with {' then '.join(kinds)}: gpuwm runs one window "
-                                     "or one dedup in update mode")
+                                     "or one dedup in update mode" + (", and an inner join beside Spark 4.2 on, as Spark"
+                                                                      if inner else ""))
     raise Refused("OUTPUT_MODE", "writeStream", f"output mode {mode!r}: gpuwm runs append, update and complete")
 
 

@@ -311,6 +311,7 @@ def _main(argv: list[str]) -> int:
         return _run_spec(args)
     if args.cmd == "jars":
         from ..jvm.jars import fetch, rapids_jar
+        from ..jvm.versions import kafka_connector
 
         if args.app_path:  # spark-submit's application file, from any directory (not imported: it imports us)
             print(Path(__file__).resolve().parents[1] / "app.py")
@@ -318,6 +319,8 @@ def _main(argv: list[str]) -> int:
             print(conf_path(args.conf_path))
         elif args.rapids_path:
             print(rapids_jar())
+        elif args.kafka_coordinate:
+            print(kafka_connector())
         else:
             fetch(rapids=not args.no_rapids)
         return 0
@@ -411,6 +414,8 @@ def parser() -> argparse.ArgumentParser:
     j.add_argument("--no-rapids", action="store_true", help="leave out the RAPIDS Accelerator jar (~1 GB)")
     j.add_argument("--rapids-path", action="store_true",
                    help="print only the RAPIDS jar's local path (fetched when not cached): spark-submit --jars")
+    j.add_argument("--kafka-coordinate", action="store_true",
+                   help="print only the Kafka connector's coordinate for the running Spark: spark-submit --packages")
     j.add_argument("--app-path", action="store_true",
                    help="print only the path of gpuwm/spark/app.py, spark-submit's application file")
     j.add_argument("--conf-path", metavar="NAME", choices=["local", "rapids"],

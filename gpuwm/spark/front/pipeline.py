@@ -631,7 +631,7 @@ class Pipeline:
     def start(self, *, trigger: Mapping[str, Any] | None = None, query_name: str | None = None):
         """Start the query; returns Spark's ``StreamingQuery`` (over a Kafka
         source, one that starts the query once more from its checkpoint
-        where Spark 4.1.1's Kafka source fails after replaying a committed
+        where Spark's Kafka connector 4.1.0–4.1.2 fails after replaying a committed
         batch: :func:`~gpuwm.spark.driver.launch.restarting`). ``trigger`` is
         passed to ``DataStreamWriter.trigger`` (``{"processingTime": "5
         seconds"}``, ...), except ``{"availableNow": True}`` and ``{"once":

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from ...errors import ConfigError
 from ..io.driver_sinks import DeltaAppend, KafkaAppend, sink_tuple
+from ..jvm.versions import real_time_trigger
 from .translation import Refused, refusal
 
 
@@ -65,12 +66,21 @@ class AcceleratedWriter:
         self._mode = outputMode
         return self._called("outputMode", outputMode)
 
-    def trigger(self, *, processingTime: str | None = None, once: bool | None = None,
-                continuous: str | None = None, availableNow: bool | None = None) -> "AcceleratedWriter":
-        given = {"processingTime": processingTime, "once": once, "continuous": continuous,
-                 "availableNow": availableNow}
+    def _triggered(self, **given: Any) -> "AcceleratedWriter":
         self._trigger = {k: v for k, v in given.items() if v is not None}
         return self._called("trigger", **self._trigger)
+
+    if real_time_trigger():  # PySpark 4.2 on: Spark's real-time mode (refused: gpuwm runs micro-batches)
+        def trigger(self, *, processingTime: str | None = None, once: bool | None = None,
+                    continuous: str | None = None, availableNow: bool | None = None,
+                    realTime: str | None = None) -> "AcceleratedWriter":
+            return self._triggered(processingTime=processingTime, once=once, continuous=continuous,
+                                   availableNow=availableNow, realTime=realTime)
+    else:  # before: no realTime (a TypeError, as PySpark's own)
+        def trigger(self, *, processingTime: str | None = None, once: bool | None = None,
+                    continuous: str | None = None, availableNow: bool | None = None) -> "AcceleratedWriter":
+            return self._triggered(processingTime=processingTime, once=once, continuous=continuous,
+                                   availableNow=availableNow)
 
     def queryName(self, queryName: str) -> "AcceleratedWriter":
         self._name = queryName
@@ -110,6 +120,9 @@ class AcceleratedWriter:
             return Refused("SINK_OPTION", "writeStream", f"option(s) {other}: gpuwm's {self._format} sink does not apply them")
         if "continuous" in self._trigger:
             return Refused("TRIGGER", "writeStream", "a continuous trigger: gpuwm runs micro-batches")
+        if "realTime" in self._trigger:
+            return Refused("TRIGGER", "writeStream", "a real-time trigger: gpuwm runs micro-batches (Spark's real-time "
+                                          "mode runs no mapInArrow)")
         if self._format == "kafka":
             types = {f.name: f.dataType.simpleString() for f in self._acc.df.schema}
             bad = [f"{c} {t}" for c, t in types.items() if t not in KafkaAppend.COLUMNS.get(c, ())]

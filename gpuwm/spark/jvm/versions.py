@@ -12,6 +12,14 @@ version (``test_layers`` holds the rest of gpuwm to it).
 * :func:`kafka_connector`, :func:`delta`, :func:`rapids` — the coordinates
   for the running Spark, or a one-line :class:`~gpuwm.errors.ConfigError`
   naming the lines that have one;
+* :func:`kafka_replay_fails` — whether the Kafka connector has
+  SPARK-57438 (a restarted query's replayed batch fails in progress);
+* :func:`real_time_trigger` — whether PySpark's ``trigger`` takes
+  ``realTime`` (4.2 on);
+* :func:`update_joins` — whether Spark runs an inner stream–stream join
+  in update mode (4.2 on);
+* :func:`within` — whether the running Spark is in a range of lines
+  (``4.0-4.1``, ``4.2-``: the tests' plan fixtures);
 * :func:`arrow_timezone` — whether PySpark's Arrow schema conversion takes
   a ``timezone`` (4.2 on) rather than ``timestamp_utc`` (4.0, 4.1).
 
@@ -40,19 +48,22 @@ class Line:
     (a connector keeps its line's API). ``delta``: the ``delta-spark``
     release built for it. ``rapids``: the RAPIDS Accelerator release and
     the first and last Spark patch it supports on this line. None: there is
-    none."""
+    none. ``pip``: what the line's PySpark asks of its neighbours beyond
+    gpuwm's own dependencies (pip requirements; 4.2 on warns that pandas
+    ≥ 3 is not supported)."""
 
     kafka: tuple[str, ...] | None
     delta: str | None
     rapids: tuple[str, Version, Version] | None
+    pip: tuple[str, ...] = ()
 
 
 #: the supported lines, oldest first
 LINES: dict[tuple[int, int], Line] = {
     (4, 0): Line(kafka=("4.0.0",), delta="4.0.1", rapids=None),  # (the 26.06 plugin: Maven Central serves no 26.06)
     (4, 1): Line(kafka=("4.1.1",), delta="4.1.0", rapids=("26.08.1", (4, 1, 1), (4, 1, 3))),
-    (4, 2): Line(kafka=("4.2.0",), delta="4.4.0", rapids=("26.08.1", (4, 2, 0), (4, 2, 0))),
-    (4, 3): Line(kafka=None, delta=None, rapids=None),
+    (4, 2): Line(kafka=("4.2.0",), delta="4.4.0", rapids=("26.08.1", (4, 2, 0), (4, 2, 0)), pip=("pandas<3",)),
+    (4, 3): Line(kafka=None, delta=None, rapids=None, pip=("pandas<3",)),
 }
 
 
@@ -141,6 +152,45 @@ def rapids(v: Version | None = None) -> str:
         said = "; ".join(f"{r[0]}: Spark {text(r[1])}–{text(r[2])}" for r in (ln.rapids for ln in LINES.values()) if r)
         raise ConfigError(f"the RAPIDS Accelerator gpuwm fetches does not support Spark {text(v)} ({said})")
     return f"com.nvidia:rapids-4-spark_2.13:{got[0]}"
+
+
+#: the Kafka connector patches whose progress metrics throw on a restarted query's first micro-batch (SPARK-57438,
+#: ``Some(latestPartitionOffsets)`` while it is still null: brought by 4.1.0's real-time mode, SPARK-54027, and
+#: fixed in 4.1.3 and 4.2.0 by ``Option(...)``; 4.0's connector never had it), first and last
+KAFKA_REPLAY_NPE: tuple[Version, Version] = ((4, 1, 0), (4, 1, 2))
+
+
+def kafka_replay_fails(v: Version | None = None) -> bool:
+    """Whether the Kafka connector gpuwm runs beside Spark ``v`` (the
+    running one; :func:`kafka_connector`) is one of
+    :data:`KAFKA_REPLAY_NPE`; False where there is none."""
+    try:
+        got = parse(kafka_connector(v).rsplit(":", 1)[1])
+    except ConfigError:
+        return False
+    return KAFKA_REPLAY_NPE[0] <= got <= KAFKA_REPLAY_NPE[1]
+
+
+def real_time_trigger(v: Version | None = None) -> bool:
+    """Whether PySpark ``v``'s (the running one's) ``DataStreamWriter.trigger``
+    takes ``realTime`` (Spark's real-time mode): 4.2 on."""
+    return (running() if v is None else v) >= (4, 2, 0)
+
+
+def update_joins(v: Version | None = None) -> bool:
+    """Whether Spark ``v`` (the running one) runs inner and left-semi
+    stream–stream joins in update mode: 4.2 on (SPARK-56384; the rows are
+    append mode's, a join having nothing to fire early). Outer joins stay
+    append-only, and complete mode refuses every stream–stream join."""
+    return (running() if v is None else v) >= (4, 2, 0)
+
+
+def within(lines: str, v: Version | None = None) -> bool:
+    """Whether Spark ``v`` (the running one) is on the lines ``lines``:
+    ``4.0-4.1`` (both ends in), ``4.2-`` (4.2 on), ``-4.1``, ``4.3``."""
+    v = running() if v is None else v
+    low, _, high = lines.partition("-") if "-" in lines else (lines, "", lines)
+    return (not low or v[:2] >= parse(low)[:2]) and (not high or v[:2] <= parse(high)[:2])
 
 
 def arrow_timezone(v: Version | None = None) -> bool:
