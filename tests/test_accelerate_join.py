@@ -806,7 +806,8 @@ def test_an_inner_join_in_update_mode_runs_as_the_running_spark_runs_it(spark, t
             _native(df, f"{tmp_path}/native", f"{tmp_path}/nck", mode="update")
         with pytest.raises(ConfigError, match=r"\[OUTPUT_MODE\].*'update' with join: .*an inner join beside Spark "
                                               r"4\.2 on, as Spark"):
-            accelerate(df, fallback="error").writeStream.outputMode("update").foreachBatch(each(tmp_path)).start()
+            accelerate(df, fallback="error").writeStream.outputMode("update").foreachBatch(each(tmp_path)).option(
+                "checkpointLocation", f"{tmp_path}/ck").start()
         return
     _native(df, f"{tmp_path}/native", f"{tmp_path}/nck", mode="update")
     want = _batches(f"{tmp_path}/native")
