@@ -54,7 +54,7 @@ def test_gpuwm_jars_prints_the_running_spark_s_connector():
     gpuwm = Path(sys.executable).with_name("gpuwm")
     p = subprocess.run([str(gpuwm), "jars", "--kafka-coordinate"], capture_output=True, text=True, timeout=120)
     if versions.line().kafka is None:
-        assert p.returncode == 1 and p.stderr.startswith("gpuwm: error: Spark ") and "no Kafka connector" in p.stderr
+        assert p.returncode == 2 and p.stderr.startswith("gpuwm: error: Spark ") and "no Kafka connector" in p.stderr
     else:
         assert p.returncode == 0 and p.stdout.strip() == kafka_connector(), p.stderr
 
@@ -120,6 +120,44 @@ def test_a_spark_outside_the_lines_runs_the_query_itself(spark, tmp_path, monkey
     assert isinstance(acc.runner(str(tmp_path / "ck")), SparkRun)
     with pytest.raises(ConfigError, match=r"^gpuwm cannot run the query \[SPARK_VERSION\]: gpuwm supports Spark 4\.0, "):
         accelerate(df, fallback="error")
+
+
+def test_a_batch_s_schema_is_the_running_spark_s_nullability_included(spark, tmp_path):
+    """The DataFrame ``foreachBatch`` hands the user has Spark's own schema,
+    nullability included, on the running line: 4.3 reports every column of
+    a stateful operator's output nullable
+    (``spark.sql.streaming.statefulOperator.alwaysNullableOutput.enabled``,
+    on by default), 4.0-4.2 keep ``window`` and ``count`` not null. The
+    rows are equal too."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark import accelerate
+
+    (tmp_path / "in").mkdir()
+    ts = pa.array([dt.datetime(2024, 1, 1, 0, 0, i) for i in range(60)], pa.timestamp("us", "UTC"))
+    pq.write_table(pa.table({"ts": ts, "k": pa.array([i % 3 for i in range(60)], pa.int64()),
+                             "p": pa.array(range(60), pa.int64())}), tmp_path / "in" / "a.parquet")
+    df = (spark.readStream.schema("ts timestamp, k bigint, p bigint").parquet(str(tmp_path / "in"))
+          .withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds"), "k")
+          .agg(F.count("*").alias("n"), F.sum("p").alias("s"), F.max("p").alias("mx")))
+    seen: dict[str, list] = {}
+
+    def each(tag):
+        def f(batch, batch_id):
+            seen.setdefault(f"{tag}-schema", batch.schema)
+            seen.setdefault(tag, []).extend(map(tuple, batch.collect()))
+        return f
+
+    for tag, q in (("spark", df), ("gpuwm", accelerate(df, fallback="error"))):
+        q.writeStream.outputMode("append").foreachBatch(each(tag)).option(
+            "checkpointLocation", str(tmp_path / f"ck-{tag}")).trigger(availableNow=True).start().awaitTermination()
+    assert seen["gpuwm-schema"] == seen["spark-schema"]  # (StructType's == compares nullability too)
+    assert seen["spark-schema"]["n"].nullable is versions.nullable_stateful_output()
+    assert len(seen["spark"]) >= 9 and sorted(seen["gpuwm"]) == sorted(seen["spark"])
 
 
 def test_no_other_module_compares_spark_versions():

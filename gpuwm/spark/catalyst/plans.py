@@ -8,14 +8,17 @@ import re
 from typing import Any
 
 from ..jvm.objects import scala_iter
+from ..jvm.versions import catalyst_name
 
 # nodes that pass their child's rows on unchanged (a temp view, a subquery's name)
 TRANSPARENT = ("SubqueryAlias", "View")
 
 
 def node_kind(node) -> str:
-    """A plan node's or an expression's class name (``Project``, ``Alias``)."""
-    return str(node.getClass().getSimpleName())
+    """A plan node's or an expression's class name (``Project``, ``Alias``),
+    by the newest Spark's name where a line renamed it
+    (:func:`~gpuwm.spark.jvm.versions.catalyst_name`)."""
+    return catalyst_name(str(node.getClass().getSimpleName()))
 
 
 def expr_id(e) -> int:

@@ -6,6 +6,15 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 
+def jvm_class(jvm, name: str) -> Any:
+    """The JVM class of the fully qualified ``name`` over py4j's view ``jvm``
+    (``spark._jvm``): where a line names a class (:mod:`.versions`)."""
+    got = jvm
+    for part in name.split("."):
+        got = getattr(got, part)
+    return got
+
+
 def scala_iter(it) -> Iterator[Any]:
     it = it.iterator() if hasattr(it, "iterator") else it
     while it.hasNext():

@@ -185,12 +185,51 @@ def update_joins(v: Version | None = None) -> bool:
     return (running() if v is None else v) >= (4, 2, 0)
 
 
+def nullable_stateful_output(v: Version | None = None) -> bool:
+    """Whether Spark ``v`` (the running one) reports every column of a
+    stateful operator's output nullable, nested fields too: 4.3 on
+    (``spark.sql.streaming.statefulOperator.alwaysNullableOutput.enabled``,
+    on by default, pinned per query in its offset log). gpuwm's batches
+    take Spark's analysed schema, so they follow it on each line; Parquet
+    sinks write every column nullable on all lines."""
+    return (running() if v is None else v) >= (4, 3, 0)
+
+
 def within(lines: str, v: Version | None = None) -> bool:
     """Whether Spark ``v`` (the running one) is on the lines ``lines``:
     ``4.0-4.1`` (both ends in), ``4.2-`` (4.2 on), ``-4.1``, ``4.3``."""
     v = running() if v is None else v
     low, _, high = lines.partition("-") if "-" in lines else (lines, "", lines)
     return (not low or v[:2] >= parse(low)[:2]) and (not high or v[:2] <= parse(high)[:2])
+
+
+#: Catalyst classes a later Spark renamed: the name a Spark before it gives the class -> the name gpuwm reads
+#: (:func:`catalyst_name`). 4.1 renamed ``TimeAdd`` (a timestamp plus an interval) to ``TimestampAddInterval``
+#: when it added the TIME type; the fields (``start``, ``interval``, ``timeZoneId``) are the same.
+RENAMED_NODES: dict[str, str] = {"TimeAdd": "TimestampAddInterval"}
+
+
+def catalyst_name(name: str) -> str:
+    """A Catalyst class's simple name as gpuwm reads it on every line:
+    the newest Spark's name for it (:data:`RENAMED_NODES`)."""
+    return RENAMED_NODES.get(name, name)
+
+
+def join_helper(v: Version | None = None) -> str:
+    """The class of Spark ``v``'s (the running one's)
+    ``StreamingSymmetricHashJoinHelper`` (its ``getStateWatermark``, the
+    same on every line): 4.1 moved Spark's stateful operators into
+    ``execution.streaming.operators.stateful``."""
+    pkg = "operators.stateful.join." if (running() if v is None else v) >= (4, 1, 0) else ""
+    return f"org.apache.spark.sql.execution.streaming.{pkg}StreamingSymmetricHashJoinHelper"
+
+
+def inline_cte_args(v: Version | None = None) -> tuple[bool, ...]:
+    """The arguments of Spark ``v``'s (the running one's) optimizer rule
+    ``InlineCTE`` that inline every ``WITH`` relation, as the optimizer
+    does: ``alwaysInline``, ``keepDanglingRelations`` = False, and from
+    4.3 on ``isAnalysis`` = False (a third parameter 4.3 added)."""
+    return (True, False, False) if (running() if v is None else v) >= (4, 3, 0) else (True, False)
 
 
 def arrow_timezone(v: Version | None = None) -> bool:

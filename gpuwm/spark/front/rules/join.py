@@ -7,7 +7,8 @@ from typing import Any, Sequence
 
 from ...catalyst.plans import TRANSPARENT, conjuncts_of, expr_id, node_kind, peel, quoted
 from ...executor.plan import graph_text
-from ...jvm.objects import scala_iter
+from ...jvm.objects import jvm_class, scala_iter
+from ...jvm.versions import join_helper
 from ..registry import register
 from ..translation import (
     NO_LATE_ROWS,
@@ -364,8 +365,7 @@ def _output_lag(ctx, node, conjuncts: list) -> timedelta:
                 keys[0].append(a)
                 keys[1].append(b)
     w = 10 ** 12  # an input watermark (ms): each state watermark is it plus a constant
-    helper = getattr(jvm.org.apache.spark.sql.execution.streaming.operators.stateful.join,
-                     "StreamingSymmetricHashJoinHelper")
+    helper = jvm_class(jvm, join_helper())
     try:
         got = helper.getStateWatermark(node.left().output(), node.right().output(), jvm.PythonUtils.toSeq(keys[0]),
                                        jvm.PythonUtils.toSeq(keys[1]), jvm.scala.Option.apply(cond),

@@ -18,6 +18,7 @@ from ...catalyst.plans import (
     unary_chain,
 )
 from ...jvm.objects import scala_iter
+from ...jvm.versions import inline_cte_args
 from ..translation import Refused, Translation, interval
 
 
@@ -28,7 +29,7 @@ def inlined(spark, plan):
     becomes two copies with new ids, as a self-join's sides are."""
     if not plan.containsPattern(spark._jvm.org.apache.spark.sql.catalyst.trees.TreePattern.CTE()):
         return plan
-    return spark._jvm.org.apache.spark.sql.catalyst.optimizer.InlineCTE(True, False).apply(plan)
+    return spark._jvm.org.apache.spark.sql.catalyst.optimizer.InlineCTE(*inline_cte_args()).apply(plan)
 
 
 def optimized_plan(spark, plan):
