@@ -65,7 +65,24 @@ def test_rapids_says_which_plugin_supports_which_spark():
         with pytest.raises(ConfigError) as e:
             rapids(v)
         assert str(e.value) == (f"the RAPIDS Accelerator gpuwm fetches does not support Spark {versions.text(v)} "
-                                "(26.08.1: Spark 4.1.1–4.1.3; 26.08.1: Spark 4.2.0–4.2.0)")
+                                "(26.08.1: Spark 4.1.1–4.1.3 and 4.2.0)")
+
+
+def test_gpuwm_jars_names_the_rapids_jar_or_says_in_one_line_which_spark_it_supports():
+    """``spark-submit --jars "$(gpuwm jars --rapids-path)"`` (the README): on
+    a Spark the plugin does not support (4.0, 4.1.4, 4.2.1, 4.3), one line
+    and exit 2 before anything is fetched; on one it supports, the jar is
+    the release its line names (fetched by test_rapids, not here: ~1 GB)."""
+    try:
+        want = rapids()
+    except ConfigError as e:
+        gpuwm = Path(sys.executable).with_name("gpuwm")
+        p = subprocess.run([str(gpuwm), "jars", "--rapids-path"], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+        assert p.stderr == f"gpuwm: error: {e}\n"
+        assert "26.08.1: Spark 4.1.1–4.1.3 and 4.2.0" in p.stderr
+    else:
+        assert want == f"com.nvidia:rapids-4-spark_2.13:{versions.line().rapids[0]}"
 
 
 def test_outside_the_lines_is_one_line():

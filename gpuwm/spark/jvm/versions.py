@@ -149,7 +149,10 @@ def rapids(v: Version | None = None) -> str:
     v = running() if v is None else v
     got = line(v).rapids
     if got is None or not got[1] <= v <= got[2]:
-        said = "; ".join(f"{r[0]}: Spark {text(r[1])}–{text(r[2])}" for r in (ln.rapids for ln in LINES.values()) if r)
+        spans: dict[str, list[str]] = {}
+        for r in (ln.rapids for ln in LINES.values() if ln.rapids):
+            spans.setdefault(r[0], []).append(text(r[1]) if r[1] == r[2] else f"{text(r[1])}–{text(r[2])}")
+        said = "; ".join(f"{release}: Spark {' and '.join(s)}" for release, s in spans.items())
         raise ConfigError(f"the RAPIDS Accelerator gpuwm fetches does not support Spark {text(v)} ({said})")
     return f"com.nvidia:rapids-4-spark_2.13:{got[0]}"
 
