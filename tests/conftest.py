@@ -87,6 +87,40 @@ class _CupyLikeUfunc:
         return getattr(self._uf, name)
 
 
+def pytest_configure(config):
+    """The suite's JVMs set for short runs (``tests/jvm.py``), once, before
+    xdist's workers start (they inherit ``PYSPARK_SUBMIT_ARGS``)."""
+    if not hasattr(config, "workerinput"):
+        from .jvm import prepare
+
+        config._gpuwm_jvm = prepare(archive=os.environ.get("GPUWM_TEST_JVM") != "c1")
+
+
+def pytest_unconfigure(config):
+    from .jvm import finish
+
+    finish(getattr(config, "_gpuwm_jvm", None))
+
+
+def pytest_collection_modifyitems(items):
+    """The longest files first, so that two workers end together (xdist
+    hands whole files out in this order: ``--no-loadscope-reorder``, not
+    its default of the most tests first, which leaves the few long Spark
+    tests for the end): the version smoke of the other Spark lines
+    (``tests/test_lines.py``, on one worker beside the rest of the suite),
+    then the files by how many of their tests start or use Spark (a
+    session, a broker, a subprocess: ~10-100 s each, against milliseconds
+    for the rest)."""
+    from collections import Counter
+
+    def path(item):
+        return item.nodeid.split("::")[0]
+
+    uses = {"spark", "broker", "s3"}
+    spark = Counter(path(i) for i in items if i.get_closest_marker("spark") or uses & set(i.fixturenames))
+    items.sort(key=lambda i: (path(i) != "tests/test_lines.py", -spark[path(i)]))
+
+
 @pytest.fixture(
     params=[
         "cpu",

@@ -12,14 +12,16 @@ its own):
   CI's two cores that CPU is what the other worker waits for;
 * a class-data-sharing archive (AppCDS) of the classes a Spark session and
   a streaming query load, made once per venv, Java and PySpark
-  (``<venv>/gpuwm-test-jvm/``): a JVM starts in ~5 s, not ~9, and runs its
-  first job in ~2 s, not ~4. A JVM whose class path differs from the
+  (``<venv>/gpuwm-test-jvm/``), beside the suite's first minutes: a JVM
+  starts in ~5 s, not ~9, and runs its first job in ~2 s, not ~4. A JVM whose class path differs from the
   archive's runs without it, silently (``-Xlog:cds=off``). (Not through
   ``SPARK_CONF_DIR``: that folder goes on the class path, and Java 17 shares
   no classes of a class path with a folder that holds a file.)
 
-Nothing here changes what a query computes; ``GPUWM_TEST_JVM=default``
-leaves Java's defaults (as a user's JVM runs).
+Nothing here changes what a query computes. ``GPUWM_TEST_JVM=c1``: the
+first tier without an archive (a line's smoke, ~6 minutes: making one costs
+more than it saves there); ``GPUWM_TEST_JVM=default``: Java's defaults (as
+a user's JVM runs).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ gw = SparkContext._gateway
 gw.shutdown()
 gw.proc.stdin.close()  # the JVM exits when its stdin closes, and writes the archive as it does
 gw.proc.wait(timeout=120)
+os.replace({made!r}, {path!r})  # (whole, or not there: a JVM starting now reads all of it or runs without)
 """
 
 
@@ -75,29 +78,49 @@ def _key() -> str:
 
 def submit_args(options: str) -> str:
     """``PYSPARK_SUBMIT_ARGS`` giving a driver's JVM ``options`` (after
-    the ``--conf`` PySpark's own launch passes, so winning over them)."""
-    return f"--conf {shlex.quote('spark.driver.defaultJavaOptions=' + options)} pyspark-shell"
+    the ``--conf`` PySpark's own launch passes, so winning over them), and
+    the executors' JVMs the first tier (``local-cluster``'s)."""
+    return (f"--conf {shlex.quote('spark.driver.defaultJavaOptions=' + options)} "
+            f"--conf {shlex.quote('spark.executor.defaultJavaOptions=' + FLAGS)} pyspark-shell")
 
 
-def prepare() -> None:
+def submit_conf() -> list[str]:
+    """The suite's JVM options as ``spark-submit`` arguments, for a test
+    that runs ``spark-submit`` itself (which reads no ``PYSPARK_SUBMIT_ARGS``)."""
+    args = shlex.split(os.environ.get("GPUWM_TEST_JVM_ARGS", ""))
+    return [a for a in args if a != "pyspark-shell"]
+
+
+def prepare(archive: bool = True) -> subprocess.Popen | None:
     """Give this process's Spark drivers (and its children's) the suite's
-    JVM options, making the archive first if this venv has none for this
-    Java and PySpark (~20 s, once)."""
+    JVM options. Where this venv has no archive yet for its Java and
+    PySpark (``archive``), it is made beside the suite (~70 s: the JVM that
+    makes it, then ~25 s writing it at its exit), not before it: JVMs that
+    start before it is there run without it; the process making it is
+    returned (:func:`finish`)."""
     mine = os.environ.get("PYSPARK_SUBMIT_ARGS") == os.environ.get("GPUWM_TEST_JVM_ARGS")  # (a parent suite's)
     if os.environ.get("GPUWM_TEST_JVM") == "default" or ("PYSPARK_SUBMIT_ARGS" in os.environ and not mine):
-        return  # (a user's own PYSPARK_SUBMIT_ARGS stands)
-    home = Path(sys.prefix) / "gpuwm-test-jvm"
-    home.mkdir(parents=True, exist_ok=True)
-    archive = home / f"classes-{_key()}.jsa"
-    if not archive.exists():
-        made = archive.with_suffix(f".{os.getpid()}.tmp")
-        root = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "PYSPARK_SUBMIT_ARGS": submit_args(f"-XX:ArchiveClassesAtExit={made} {FLAGS}")}
-        p = subprocess.run([sys.executable, "-c", _DUMP.format(root=root)], capture_output=True, text=True,
-                           timeout=600, env=env)
-        if p.returncode == 0 and made.exists():
-            os.replace(made, archive)
-        else:
-            print(f"tests/jvm.py: no class archive, each JVM loads its classes ({p.stderr[-2000:]})", file=sys.stderr)
-    shared = f" -XX:SharedArchiveFile={archive}" if archive.exists() else ""
-    os.environ["PYSPARK_SUBMIT_ARGS"] = os.environ["GPUWM_TEST_JVM_ARGS"] = submit_args(FLAGS + shared)
+        return None  # (a user's own PYSPARK_SUBMIT_ARGS stands)
+    maker, options = None, FLAGS
+    if archive:
+        home = Path(sys.prefix) / "gpuwm-test-jvm"
+        home.mkdir(parents=True, exist_ok=True)
+        path = home / f"classes-{_key()}.jsa"
+        if not path.exists():
+            made = path.with_suffix(f".{os.getpid()}.tmp")
+            env = {**os.environ, "PYSPARK_SUBMIT_ARGS": submit_args(f"-XX:ArchiveClassesAtExit={made} {FLAGS}")}
+            code = _DUMP.format(root=str(Path(__file__).resolve().parents[1]), made=str(made), path=str(path))
+            with open(home / "made.log", "w") as log:
+                maker = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=log, env=env)
+        options += f" -XX:SharedArchiveFile={path}"  # (a JVM that finds none there runs without, silently)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = os.environ["GPUWM_TEST_JVM_ARGS"] = submit_args(options)
+    return maker
+
+
+def finish(maker: subprocess.Popen | None) -> None:
+    """Wait for the archive's maker (:func:`prepare`) at the suite's end."""
+    if maker is not None:
+        try:
+            maker.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            maker.kill()

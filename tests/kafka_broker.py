@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from gpuwm.spark.jvm.jars import BROKER, _java, resolve
 
+from .jvm import FLAGS
 from .loopback import LoopbackServer, free_ports
 
 #: the user the broker's SASL listeners know, for PLAIN and both SCRAMs
@@ -88,7 +89,7 @@ class Broker(LoopbackServer):
                 "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
                 "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0",
                 "auto.create.topics.enable=false", ""]))
-        java = [_java(), f"-Xmx{self.heap}", "-cp", cp]
+        java = [_java(), f"-Xmx{self.heap}", *FLAGS.split(), "-cp", cp]
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         # (--cluster-id=: an id starting with "-", 1 in 64 of them, would read as an option)
         scram = [a for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
