@@ -1,5 +1,5 @@
 """Nexmark's queries in their published SQL over gpuwm's generated events,
-``accelerate``\ d and run by Spark on the same files, batch for batch."""
+run through ``accelerate`` and by Spark on the same files, batch for batch."""
 
 from __future__ import annotations
 
