@@ -322,7 +322,7 @@ def test_a_nexmark_stream_a_filter_spark_pushes_reads_is_generated_in_gpuwms_tas
     assert len(want) > 3 and sum(map(len, want.values())) > 100
     history: list = []
     acc = accelerate(q7(f"{tmp_path}/ck"), on_batch=history.append, fallback="error")
-    text = acc.explain(f"{tmp_path}/ck")
+    text = acc.explained(f"{tmp_path}/ck")
     assert "  watermark  date_time, delay 0:00:02\n    of rows  where (auction IS NOT NULL) AND (NOT ((auction % 4L) " \
            "= 1L)) (Spark's optimizer filters them below the watermark)\n" in text, text
     assert "9000000" not in text.split("Spark runs:")[0] and "(its input read by gpuwm's tasks)" in text, text
@@ -330,6 +330,42 @@ def test_a_nexmark_stream_a_filter_spark_pushes_reads_is_generated_in_gpuwms_tas
     assert _batches(f"{tmp_path}/out") == want
     assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
     assert sum(m["input_rows"] for m in history) == 5520  # every bid (46 of 50 events), counted before the filters
+
+
+def test_accelerate_answers_as_the_dataframe_does_before_a_query_starts(spark, tmp_path, capsys):
+    """What a notebook asks of a DataFrame before ``writeStream`` (issue 73):
+    ``isStreaming``, ``schema``, ``columns``, ``dtypes``, ``printSchema()``
+    give the DataFrame's own answers; ``explain()`` prints gpuwm's split as
+    ``explain(df)`` does and returns None, as ``DataFrame.explain`` does,
+    and with ``extended`` Spark's plan after it; what belongs before
+    ``accelerate`` (``groupBy``) says so."""
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(3), 2, 10, step=6, behind=4, keys=3))
+    df = _query(spark, src, "tumble")
+    acc = accelerate(df, fallback="error")
+    assert acc.isStreaming is True and acc.schema == df.schema and acc.sparkSession is spark
+    assert acc.columns == ["window", "k", "n", "mx", "s2"] == df.columns and acc.dtypes == df.dtypes
+    assert repr(acc) == ("Accelerated[window: struct<start:timestamp,end:timestamp>, k: bigint, n: bigint, "
+                         "mx: bigint, s2: bigint] (gpuwm runs it)")
+    capsys.readouterr()
+    df.printSchema()
+    want = capsys.readouterr().out
+    assert acc.printSchema() is None and capsys.readouterr().out == want and " |-- window: struct" in want
+    text = explain(df)
+    capsys.readouterr()
+    assert acc.explain() is None and capsys.readouterr().out == text + "\n" and text.startswith("gpuwm runs")
+    acc.explain(extended=True)
+    out = capsys.readouterr().out
+    assert out.startswith(text + "\n\nSpark's plan of the query as written:\n") and "== Physical Plan ==" in out
+    with pytest.raises(AttributeError, match=r"call groupBy on the DataFrame before accelerate: "
+                                             r"accelerate\(df\.groupBy\(\.\.\.\)\)"):
+        acc.groupBy("k")
+    with pytest.raises(AttributeError, match="'Accelerated' object has no attribute 'no_such_thing'"):
+        acc.no_such_thing  # noqa: B018
+    refused = accelerate(df.repartition(2))  # (a node gpuwm reads no rule for: Spark runs the query)
+    assert repr(refused).endswith("(Spark runs it: [NODE_KIND])") and refused.columns == df.columns
+    refused.explain()
+    assert capsys.readouterr().out.startswith("Spark runs the whole query: [NODE_KIND] Repartition: ")
 
 
 def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):
@@ -578,7 +614,7 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
             seen["refused"] += 1
             assert acc.refused.code != "GPUWM_BUG", (ops, acc.refused)
             return
-        text = acc.explain()
+        text = acc.explained()
         assert "a gpuwm bug" not in text, (ops, text)
         seen["translated" if text.startswith("gpuwm runs") else "refused"] += 1
 

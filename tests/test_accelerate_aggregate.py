@@ -39,7 +39,7 @@ def test_filter_aggregates_of_nexmark_q17_equal_spark_batch_for_batch(spark, tmp
                    "sum(price) / count(*) AS mean2 "  # (over aggregates: on each row out)
                    "FROM bid17 GROUP BY window(ts, '5 seconds'), k")
     acc = accelerate(df, fallback="error")
-    assert "rank2_bids = count(*) FILTER (WHERE ((bid17.price >= CAST(300 AS BIGINT)) AND" in acc.explain()
+    assert "rank2_bids = count(*) FILTER (WHERE ((bid17.price >= CAST(300 AS BIGINT)) AND" in acc.explained()
     _equals_spark(spark, df, acc, tmp_path)
     for sql, code in [("first(price) FILTER (WHERE price > 5)", "AGG_FILTER"), ("count(DISTINCT k, price)",
                                                                              "AGG_DISTINCT"),
@@ -75,8 +75,8 @@ def test_distinct_aggregates_of_nexmark_q15_q16_equal_spark_batch(spark, tmp_pat
     sql = _Q15.format(keys="k AS channel, " if keys else "", size=size, group=", k" if keys else "", view="{}")
     history: list[dict] = []
     acc = accelerate(spark.sql(sql.format(view)), vnodes=vnodes, fallback="error", on_batch=history.append)
-    assert "total_bidders = count(DISTINCT k)" in acc.explain()
-    assert "(its input read by gpuwm's tasks)" in acc.explain()
+    assert "total_bidders = count(DISTINCT k)" in acc.explained()
+    assert "(its input read by gpuwm's tasks)" in acc.explained()
     acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
         f"{tmp_path}/out").awaitTermination()
     # the FILTER columns (CASE WHEN cond THEN x END over the source) are computed in gpuwm's tasks, which read
@@ -107,7 +107,7 @@ def test_distinct_aggregates_over_session_windows_equal_spark_batch(spark, tmp_p
     sql = ("SELECT session_window, k, count(*) AS n, count(DISTINCT price) AS dp, sum(DISTINCT price) AS sp, "
            "avg(DISTINCT price) AS ap FROM {} GROUP BY session_window(ts, '2 seconds'), k")
     acc = accelerate(spark.sql(sql.format("bid_sessions")), fallback="error")
-    assert "dp = count(DISTINCT price)" in acc.explain(), acc.explain()
+    assert "dp = count(DISTINCT price)" in acc.explained(), acc.explained()
     acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
         f"{tmp_path}/out").awaitTermination()
     got = sorted((r for rows in _batches(f"{tmp_path}/out").values() for r in rows), key=repr)

@@ -289,7 +289,7 @@ def test_a_join_bounded_by_a_column_of_one_side_equals_spark_running_it(spark, t
                     "A.expires AND (A.seller < 3 OR B.price > 10)")  # Nexmark's SQL: FROM a, b WHERE ...
     got = translate(sql)
     assert got.stages == acc.translation.stages and "filter     ((A.seller < CAST(3 AS BIGINT)) OR (B.price > CAST(10 AS BIGINT)))" in got.shown, got.shown
-    text = acc.explain()
+    text = acc.explained()
     assert "b_ts >= a_ts + 0:00:00; no bound cleans a_ts's side: its rows are kept in state" in text, text
     assert "where expires >= b_ts" in text, text
     _equals_spark(spark, q4, acc, tmp_path / "join")
@@ -315,7 +315,7 @@ def test_an_inner_join_without_a_time_bound_equals_spark_and_says_its_state_is_k
     for name, cols in [("q3", ["a_id", "seller", "price"]), ("times", ["a_id", "seller", "price", "a_ts", "b_ts"])]:
         df = joined.select(*cols)
         acc = accelerate(df, fallback="error")
-        text = acc.explain()
+        text = acc.explained()
         assert "join       inner on [['a_id', 'b_aid']], no time bound: every row kept in state" in text
         assert ("late rows  none: the query reads neither event time" in text) == (name == "q3"), text
         _equals_spark(spark, df, acc, tmp_path / name)
@@ -371,7 +371,7 @@ def test_nexmark_q7_as_a_graph_of_stages_equals_spark_batch_for_batch(spark, tmp
          .select(F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice"))
     q7 = bids.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend"))
     acc = accelerate(q7, fallback="error")
-    text = acc.explain()  # gpuwm reads the window's bounds as a time range, and cleans its join's state
+    text = acc.explained()  # gpuwm reads the window's bounds as a time range, and cleans its join's state
     assert "graph      right0 <- in0; join <- in0, right0" in text and \
         "window_time between ts + 0:00:00 and ts + 0:00:04.999999 (its window's bounds" in text, text
     _equals_spark(spark, q7, acc, tmp_path)
@@ -429,7 +429,7 @@ def test_a_filter_after_q7s_join_keeps_the_aggregated_bids_whole(spark, tmp_path
          .select(F.col("window.start").alias("wstart"), F.col("window.end").alias("wend"), "maxprice"))
     q7 = bids.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend")).filter("k > 0")
     acc = accelerate(q7, fallback="error")
-    assert "graph      right0 <- in0; join <- in0, right0" in acc.explain()
+    assert "graph      right0 <- in0; join <- in0, right0" in acc.explained()
     _native(q7, f"{tmp_path}/native", f"{tmp_path}/nck")
     acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
         f"{tmp_path}/out").awaitTermination()
@@ -445,7 +445,7 @@ def test_a_filter_after_q7s_join_keeps_the_aggregated_bids_whole(spark, tmp_path
     q = bids.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend")).filter("k = 2")
     acc = accelerate(q, fallback="error")
     assert "    of rows  where (k IS NOT NULL) AND ((NOT (k = 1L)) OR ((k = 2L) AND (price IS NOT NULL)))" \
-        in acc.explain(), acc.explain()
+        in acc.explained(), acc.explained()
     _equals_spark(spark, q, acc, tmp_path / "two", batches=4)
 
     _write_batches(f"{tmp_path}/in3", [[(t + 15 if p < 200 else t, k, p) for t, k, p in b] for b in batches])
@@ -486,9 +486,9 @@ def test_nexmark_q5_fan_out_as_a_graph_of_stages_equals_spark_batch_for_batch(sp
     q5 = c.join(m, F.expr("w = mw AND num >= maxn")).select("w", "k", "num", "maxn", "x", "s10", "ws")
     acc = accelerate(q5, vnodes=2, fallback="error")  # the counts once, read by the maximum's stages and the join
     assert "graph      left0 <- in0; right1 <- left0; right2 <- right1; right3 <- right2; right4 <- right3; " \
-           "right5 <- right4; join <- left0, right5" in acc.explain(), acc.explain()
+           "right5 <- right4; join <- left0, right5" in acc.explained(), acc.explained()
     assert "maxn = max(num), x = ((max(num) * CAST(2 AS BIGINT)) - count(1)), s10 = sum((num * CAST(10 AS BIGINT)))" \
-        in acc.explain()
+        in acc.explained()
     _equals_spark(spark, q5, acc, tmp_path)
     want = _batches(f"{tmp_path}/native")
     assert sum(map(len, want.values())) > 5  # a window's hot items: one, or a tie
@@ -546,7 +546,7 @@ def test_a_join_of_a_dedup_s_rows_equals_spark_batch_for_batch(spark, tmp_path):
     for name, q in queries.items():
         acc = accelerate(q, vnodes=2 if name == "bids" else 1, fallback="error")
         graph = "right0 <- in1; join <- in0, right0" if name == "bids" else "left0 <- in0; join <- left0, in1"
-        assert f"graph      {graph}" in acc.explain()
+        assert f"graph      {graph}" in acc.explained()
         _native(q, f"{tmp_path}/native-{name}", f"{tmp_path}/nck-{name}")
         want = _batches(f"{tmp_path}/native-{name}")
         rows = [r for rs in want.values() for r in rs]
@@ -593,7 +593,7 @@ def test_nexmark_q8_a_join_of_two_window_aggregations_equals_spark_batch_for_bat
     bw = b.groupBy(F.window("b_ts", "10 seconds").alias("bw"), "b_aid").agg(F.count("*").alias("nb"))
     q8 = aw.join(bw, F.expr("a_id = b_aid AND aw = bw"))
     acc = accelerate(q8, vnodes=2, fallback="error")
-    assert "graph      left0 <- in0; right0 <- in1; right1 <- right0; join <- left0, right1" in acc.explain()
+    assert "graph      left0 <- in0; right0 <- in1; right1 <- right0; join <- left0, right1" in acc.explained()
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     _native(q8, f"{tmp_path}/native", f"{tmp_path}/nck")
     want = _batches(f"{tmp_path}/native")
@@ -640,9 +640,9 @@ def test_operators_over_q8s_join_rows_equal_spark_batch_for_batch(spark, tmp_pat
         F.window(F.window_time("bw"), "10 seconds"), "seller").agg(
         F.sum("nb").alias("n"), F.count("*").alias("auctions"), F.max(F.col("aw.start")).alias("opened"))
     acc = accelerate(q, fallback="error")
-    assert "(equal event times); output watermark: the input's, as Spark's" in acc.explain(), acc.explain()
-    assert "aggregate  window(window_time(bw), 0:00:10) by ['seller']" in acc.explain(), acc.explain()
-    assert "opened = max(aw.`start`)" in acc.explain(), acc.explain()
+    assert "(equal event times); output watermark: the input's, as Spark's" in acc.explained(), acc.explained()
+    assert "aggregate  window(window_time(bw), 0:00:10) by ['seller']" in acc.explained(), acc.explained()
+    assert "opened = max(aw.`start`)" in acc.explained(), acc.explained()
     _equals_spark(spark, q, acc, tmp_path / "win", batches=1)
     c = b.selectExpr("b_ts AS c_ts", "b_aid AS c_aid", "price AS c_p")
     q = q8.select(F.window_time("aw").alias("t"), "a_id", "seller", "nb").join(
@@ -668,7 +668,7 @@ def test_a_join_of_a_graphs_join_equals_spark_batch_for_batch(spark, tmp_path):
     q = ab.select("ts", "k", "price", "b_p").join(c, F.expr("k = c_k AND c_ts BETWEEN ts AND ts + interval 3 seconds"))
     acc = accelerate(q, vnodes=2, fallback="error")
     assert "graph      left_left0 <- in0; left_left1 <- left_left0; left_join <- left_left1, in1; left3 <- " \
-           "left_join; join <- left3, in2" in acc.explain(), acc.explain()
+           "left_join; join <- left3, in2" in acc.explained(), acc.explained()
     _equals_spark(spark, q, acc, tmp_path / "abc")
     assert sum(map(len, _batches(f"{tmp_path}/abc/native").values())) > 500
 
@@ -702,7 +702,7 @@ def test_operators_over_q7s_join_rows_equal_spark_batch_for_batch(spark, tmp_pat
         "ts", "k", "price")
     q = q7.groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mp"))
     acc = accelerate(q, fallback="error")
-    assert "; output watermark: the input's, as Spark's" in acc.explain(), acc.explain()
+    assert "; output watermark: the input's, as Spark's" in acc.explained(), acc.explained()
     _equals_spark(spark, q, acc, tmp_path / "win", batches=2)
 
     q7 = a.join(m, F.expr("price = maxprice AND ts >= wstart AND ts < wend"))

@@ -83,7 +83,7 @@ def test_nexmark_queries_on_generated_events_equal_spark_batch_for_batch(spark, 
     assert len(want) >= 3 and sum(map(len, want.values())) >= 4, want
     for vnodes in (1, 2):
         acc = accelerate(df, vnodes=vnodes, fallback="error")
-        assert (name != "q8") or "by ['id', 'name']: no aggregate: the groups alone" in acc.explain(), acc.explain()
+        assert (name != "q8") or "by ['id', 'name']: no aggregate: the groups alone" in acc.explained(), acc.explained()
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck{vnodes}").trigger(availableNow=True).start(
             f"{tmp_path}/out{vnodes}").awaitTermination()
         assert _batches(f"{tmp_path}/out{vnodes}") == want, vnodes

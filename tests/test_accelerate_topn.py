@@ -58,7 +58,7 @@ def test_top_n_per_window_equals_spark_batch(spark, tmp_path):
     last = T0 + timedelta(seconds=600)
     for name, df in stream.items():
         acc = accelerate(df, vnodes=1 if name == "aggregation" else 2, fallback="error")
-        assert "top-n " in acc.explain() and ("compute    score" in acc.explain()) == (name == "computed")
+        assert "top-n " in acc.explained() and ("compute    score" in acc.explained()) == (name == "computed")
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
             f"{tmp_path}/out-{name}").awaitTermination()
         got = sorted((r for rows in _batches(f"{tmp_path}/out-{name}").values() for r in rows), key=repr)
@@ -111,7 +111,7 @@ def test_nexmark_q18_q19_as_written_run_with_a_state_ttl(spark, tmp_path, vnodes
         finally:
             spark.conf.unset("spark.gpuwm.stateTtl")
         assert "per partition (closed when the watermark passes its latest date_time by 1 minute: state_ttl)" \
-            in acc.explain(), acc.explain()
+            in acc.explained(), acc.explained()
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{name}").trigger(availableNow=True).start(
             f"{tmp_path}/out-{name}").awaitTermination()
         got = sorted((r for rows in _batches(f"{tmp_path}/out-{name}").values() for r in rows), key=repr)
@@ -157,7 +157,7 @@ def test_top_n_per_window_of_a_joins_rows_equals_spark_batch(spark, tmp_path, on
 
     acc = accelerate(query(spark.readStream.option("maxFilesPerTrigger", 1), "1 second"), vnodes=2,
                      fallback="error")
-    assert f"top-n      row_number() <= 2 per window({on}, 0:00:04)" in acc.explain(), acc.explain()
+    assert f"top-n      row_number() <= 2 per window({on}, 0:00:04)" in acc.explained(), acc.explained()
     acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
         f"{tmp_path}/out").awaitTermination()
     got = sorted((r for rows in _batches(f"{tmp_path}/out").values() for r in rows), key=repr)
@@ -201,7 +201,7 @@ def test_nexmark_q9_as_published_equals_spark_batch(spark, tmp_path):
     read(spark.read, "a", A_SCHEMA).createOrReplaceTempView("auction9b")
     read(spark.read, "b", B_SCHEMA).createOrReplaceTempView("bid9b")
     acc = accelerate(spark.sql(q9.format(a="auction9s", b="bid9s")), vnodes=2, fallback="error")
-    assert "top-n      row_number() <= 1 per partition (closed when the watermark passes expires" in acc.explain()
+    assert "top-n      row_number() <= 1 per partition (closed when the watermark passes expires" in acc.explained()
     acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
         f"{tmp_path}/out").awaitTermination()
     got = sorted((r for rows in _batches(f"{tmp_path}/out").values() for r in rows), key=repr)

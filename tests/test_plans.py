@@ -141,7 +141,7 @@ def _planned(path: Path, spark, frames: dict, root: str, tmp: str) -> tuple[str,
                 r = refusal(e)
         if r is not None:
             return "fail", [r.code]
-        text = acc.explain(f"{tmp}/ck")
+        text = acc.explained(f"{tmp}/ck")
         built = acc.pipeline(f"{tmp}/ck", mode=head.get("mode", "append"))
         # the stages lowered to gpuwm's builder, and the sink's projection: what the query runs
         lowered = [line for line in built.explain().splitlines() if line.startswith(("stage ", "watermark", "  "))]

@@ -43,7 +43,7 @@ def test_a_rule_registered_from_outside_runs_through_accelerate(spark, tmp_path,
     df = _source(spark, src).withWatermark("ts", "10 seconds").repartition(3) \
         .groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n"), F.max("price").alias("mx"))
     acc = accelerate(df, fallback="error")
-    assert "  aggregate  window(ts, 0:00:05) by ['k']: n = count(*), mx = max(price)" in acc.explain()
+    assert "  aggregate  window(ts, 0:00:05) by ['k']: n = count(*), mx = max(price)" in acc.explained()
     _equals_spark(spark, df, acc, tmp_path)
 
 

@@ -41,7 +41,13 @@ def _conf(spark, key: str, given: Any, default: Any) -> Any:
 class Accelerated:
     """What :func:`accelerate` returns: ``.writeStream`` as on a DataFrame;
     ``.translation`` (None when Spark runs the query) and ``.refused``
-    (what kept it in Spark, or None)."""
+    (what kept it in Spark, or None). What a DataFrame answers without
+    starting a query it answers as the DataFrame given: ``isStreaming``,
+    ``schema``, ``columns``, ``dtypes``, ``sparkSession``,
+    ``printSchema()``; ``explain()`` prints which operators gpuwm runs and
+    which Spark does (:meth:`explained`, :func:`explain`). Anything else of
+    a DataFrame (``groupBy``, ``select``) belongs before ``accelerate``:
+    asking for it here says so, not a bare ``AttributeError``."""
 
     def __init__(self, df, *, vnodes: int | None = None, profile: str | None = None, fallback: str | None = None,
                  read: str | None = None, backend: str | None = None, verbose: bool = False,
@@ -76,6 +82,51 @@ class Accelerated:
     @property
     def writeStream(self) -> "AcceleratedWriter":
         return AcceleratedWriter(self)
+
+    # the query's own answers, as the DataFrame given gives them (its columns are what gpuwm writes: pipeline())
+    @property
+    def isStreaming(self) -> bool:
+        return self.df.isStreaming
+
+    @property
+    def schema(self):
+        return self.df.schema
+
+    @property
+    def columns(self) -> list[str]:
+        return self.df.columns
+
+    @property
+    def dtypes(self) -> list[tuple[str, str]]:
+        return self.df.dtypes
+
+    @property
+    def sparkSession(self):
+        return self.df.sparkSession
+
+    def printSchema(self, level: int | None = None) -> None:
+        self.df.printSchema(level)
+
+    def explain(self, extended: bool | str | None = None, mode: str | None = None) -> None:
+        """Print which operators gpuwm runs and which Spark does, and why
+        (:meth:`explained`), as ``DataFrame.explain()`` prints a plan; with
+        ``extended`` or ``mode`` (``DataFrame.explain``'s), then Spark's own
+        plan of the query as written: what runs where gpuwm does not."""
+        print(self.explained())
+        if extended is not None or mode is not None:
+            print("\nSpark's plan of the query as written:")
+            self.df.explain(extended, mode)
+
+    def __getattr__(self, name: str):
+        df = self.__dict__.get("df")  # (not self.df: unset while __init__ runs, it would come back here)
+        if df is None or name.startswith("_") or not hasattr(type(df), name):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(f"accelerate(df) answers writeStream and what describes the query; call {name} on "
+                             f"the DataFrame before accelerate: accelerate(df.{name}(...))")
+
+    def __repr__(self) -> str:
+        runs = "gpuwm runs it" if self.translation is not None else f"Spark runs it: [{self.refused.code}]"
+        return f"Accelerated[{', '.join(f'{n}: {t}' for n, t in self.dtypes)}] ({runs})"
 
     def pipeline(self, checkpoint: str, sink: tuple = ("console",), name: str | None = None, mode: str = "append"):
         """The gpuwm :class:`~gpuwm.spark.Pipeline` of the translated query
@@ -134,7 +185,7 @@ class Accelerated:
                 self._refuse(refusal(e))
         return SparkRun(self.df, checkpoint, sink)
 
-    def explain(self, checkpoint: str | None = None) -> str:
+    def explained(self, checkpoint: str | None = None) -> str:
         """Which operators gpuwm runs and which Spark does, and why (with
         the query's ``checkpoint`` where known: a Nexmark source's tasks
         read by it)."""
@@ -300,6 +351,6 @@ def explain(df, spec: bool = False, **settings: Any) -> str:
 
         text = json.dumps(query_spec(acc), indent=1)
     else:
-        text = acc.explain()
+        text = acc.explained()
     print(text)
     return text

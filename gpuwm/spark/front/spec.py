@@ -700,7 +700,7 @@ def explain(spark, spec: dict) -> str:
         return build(spark, spec, verbose=False).explain(trigger=spec.get("trigger"))
     acc = accelerated(spark, spec, verbose=False)
     runner = acc.runner(spec["checkpoint"], _sink_tuple(spec, acc.df.columns))
-    return acc.explain(spec["checkpoint"]) + "\n" + runner.explain(trigger=spec.get("trigger"))
+    return acc.explained(spec["checkpoint"]) + "\n" + runner.explain(trigger=spec.get("trigger"))
 
 
 def _sources(spec: dict) -> list:
