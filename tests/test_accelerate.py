@@ -6,7 +6,10 @@ shape gpuwm does not translate falling back to Spark with its reason."""
 from __future__ import annotations
 
 import glob
+import json
 import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -366,6 +369,54 @@ def test_accelerate_answers_as_the_dataframe_does_before_a_query_starts(spark, t
     assert repr(refused).endswith("(Spark runs it: [NODE_KIND])") and refused.columns == df.columns
     refused.explain()
     assert capsys.readouterr().out.startswith("Spark runs the whole query: [NODE_KIND] Repartition: ")
+
+
+#: a Spark Connect client's query (a local Connect server: PySpark's own remote("local")), run through accelerate
+_CONNECT = """
+import json, os, sys
+from datetime import datetime, timedelta, timezone
+import pyarrow as pa, pyarrow.parquet as pq
+from pyspark.sql import SparkSession, functions as F
+from gpuwm.errors import ConfigError
+from gpuwm.spark import accelerate
+tmp = sys.argv[1]
+spark = SparkSession.builder.remote("local[1]").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+os.makedirs(f"{tmp}/in")
+pq.write_table(pa.table({"ts": pa.array([t0 + timedelta(seconds=i) for i in range(20)], pa.timestamp("us", "UTC")),
+                         "k": list(range(20))}), f"{tmp}/in/a.parquet")
+df = (spark.readStream.schema("ts timestamp, k long").parquet(f"{tmp}/in").withWatermark("ts", "1 second")
+      .groupBy(F.window("ts", "5 seconds"), "k").agg(F.count("*").alias("n")))
+try:
+    accelerate(df, fallback="error")
+except ConfigError as e:
+    print("error:", e)
+acc = accelerate(df)
+acc.writeStream.option("checkpointLocation", f"{tmp}/ck").trigger(availableNow=True).start(f"{tmp}/out") \\
+    .awaitTermination()
+print("rows:", json.dumps(sorted((r.k, r.window.start.second, r.n) for r in spark.read.parquet(f"{tmp}/out").collect())))
+"""
+
+
+@pytest.mark.slow
+def test_a_spark_connect_dataframe_runs_in_spark_with_one_line_saying_what_to_do(tmp_path):
+    """Issue 73, item 10: a Connect client's DataFrame has no plan gpuwm can
+    read (py4j), so Spark runs it, and the line says what the user can do;
+    with ``fallback="error"`` that line is the error. Spark's rows are the
+    query's: 20 rows, one a second, each its own key; 1 s of delay leaves
+    the watermark at 18 s, so the windows [0, 5), [5, 10) and [10, 15)
+    close, one row of count 1 for each of keys 0-14."""
+    from gpuwm.spark.front.translate import CONNECT
+
+    p = subprocess.run([sys.executable, "-c", _CONNECT, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stdout + p.stderr[-4000:]
+    line = f"[PLAN_UNREADABLE]: {CONNECT}"
+    assert f"error: gpuwm cannot run query {line} (spark.gpuwm.fallback=error)\n" in p.stdout, p.stdout
+    assert f"gpuwm: warning: the query runs in Spark, not gpuwm: [PLAN_UNREADABLE] query: {CONNECT}\n" in p.stderr
+    assert "Spark Connect?" not in p.stderr and "classic session" in CONNECT
+    rows = json.loads(p.stdout.split("rows: ")[1])
+    assert rows == [[k, k // 5 * 5, 1] for k in range(15)], rows
 
 
 def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):

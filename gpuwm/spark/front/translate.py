@@ -37,12 +37,20 @@ from .rules.join import comma_join, translate_join, unbounded_lateness
 from .rules.source import below_watermarks, inlined, optimized_plan
 from .translation import Refused, Translation, unbounded_join
 
+#: why a Spark Connect DataFrame runs in Spark, and what the user can do
+CONNECT = ("a Spark Connect DataFrame: gpuwm reads a query's plan and starts its stages in the driver's JVM, which a "
+           "Connect client does not reach, so Spark runs it as written; for gpuwm, run it in a classic session on "
+           "the driver (SparkSession.builder without remote(), pyspark, spark-submit), or as a spec with `gpuwm run` "
+           "(explain(df, spec=True) in a classic session writes one)")
+
 
 def translate(df, state_ttl: Any = None) -> Translation:
     """``df``'s plan as gpuwm runs it, or :class:`Refused` saying why not.
     ``state_ttl``: how long a rank's partition with no time bound stays
     open after its latest row (by event time; see
     :func:`~gpuwm.spark.front.accelerate.accelerate`)."""
+    if type(df).__module__.startswith("pyspark.sql.connect."):
+        raise Refused("PLAN_UNREADABLE", "query", CONNECT)
     if not getattr(df, "isStreaming", False):
         raise ConfigError("accelerate() takes a streaming DataFrame (spark.readStream...)")
     why = unsupported()
@@ -50,8 +58,8 @@ def translate(df, state_ttl: Any = None) -> Translation:
         raise Refused("SPARK_VERSION", "the query", why)
     try:
         plan = df._jdf.queryExecution().analyzed()
-    except Exception as e:  # Spark Connect: no py4j plan
-        raise Refused("PLAN_UNREADABLE", "query", f"its plan cannot be read ({type(e).__name__}: Spark Connect?)") from None
+    except Exception as e:  # (not a DataFrame of classic PySpark's: a stand-in, a wrapper)
+        raise Refused("PLAN_UNREADABLE", "query", f"its plan cannot be read over py4j ({type(e).__name__}: {e})") from None
     spark = df.sparkSession
     plan = inlined(spark, plan)
     ctx = Context(spark, input_of, optimized=optimized_plan(spark, plan), state_ttl=state_ttl)

@@ -26,7 +26,7 @@ NO_LATE_ROWS = timedelta(days=36_525)
 #: every refusal's code, with what it refuses (the front's README lists them; the plan fixtures cover each)
 CODES: dict[str, str] = {
     # the query as a whole
-    "PLAN_UNREADABLE": "the query's plan cannot be read over py4j (Spark Connect)",
+    "PLAN_UNREADABLE": "the query's plan cannot be read over py4j: a Spark Connect DataFrame, or none of classic PySpark",
     "SPARK_VERSION": "the running Spark is not a line gpuwm supports (4.0 to 4.3)",
     "OPTIMIZER_FAILED": "Spark's optimizer fails on the query's plan",
     "GPUWM_BUG": "an exception escaped translation: gpuwm's bug (Spark runs the query)",
