@@ -12,6 +12,7 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -419,6 +420,44 @@ def test_a_spark_connect_dataframe_runs_in_spark_with_one_line_saying_what_to_do
     assert rows == [[k, k // 5 * 5, 1] for k in range(15)], rows
 
 
+@pytest.mark.parametrize("shape, vnodes, read", [("window", 2, "auto"), ("dedup", 1, "spark")])
+def test_any_column_name_spark_takes_runs_as_spark_runs_it(spark, tmp_path, shape, vnodes, read):
+    """Issue 73, item 7: an event time with a space, a key with a dot and a
+    backtick, a value in Unicode and aggregates named with them all, as a
+    user quotes them: gpuwm's rows are Spark's, batch for batch, through
+    gpuwm's own read and through Spark's rows (``read="spark"``: PySpark's
+    ``mapInArrow`` parses each column's name, ``driver.loop.map_in_arrow``)."""
+    from pyspark.sql import functions as F
+
+    from gpuwm.spark.catalyst.plans import quoted
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(4), 6, 20, step=6, behind=8, keys=3))
+    ts, k, p = "event time", "my.key`s", "prïce €"
+
+    def col(name):
+        return F.col(quoted(name))
+
+    s = _source(spark, src).select(col("ts").alias(ts), col("k").alias(k), col("price").alias(p))
+    s = s.withWatermark(quoted(ts), "5 seconds")
+    if shape == "window":
+        df = s.groupBy(F.window(col(ts), "5 seconds").alias("the window"), col(k)).agg(
+            F.count("*").alias("n rows"), F.max(col(p)).alias("max.price"), F.sum(col(p)).alias("sum `p`"))
+    else:
+        df = s.dropDuplicatesWithinWatermark([k])
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
+    want = _batches(f"{tmp_path}/native")
+    history: list = []
+    acc = accelerate(df, fallback="error", vnodes=vnodes, read=read, on_batch=history.append)
+    assert f"by ['{k}']" in acc.explained() or f"(['{k}'])" in acc.explained(), acc.explained()
+    acc.writeStream.format("parquet").option("path", f"{tmp_path}/out").option(
+        "checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start().awaitTermination()
+    assert len(want) >= 2 and _batches(f"{tmp_path}/out") == want
+    assert {m["read"] for m in history if m["input_rows"]} == {"direct" if read == "auto" else "spark"}
+    assert pq.read_table(glob.glob(f"{tmp_path}/out/batch_id=*/*.parquet")[0]).column_names == df.columns
+
+
 def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):
     """A bug in translation (here: an exception planted in the plan
     reader) is no reason for the query to run nowhere: ``accelerate`` falls
@@ -554,14 +593,22 @@ def test_generated_queries_give_spark_s_rows_batch_for_batch(spark, tmp_path):
     check()
 
 
-def _generated_plan(spark, src: str, ops: list, delay: int):
+def _generated_plan(spark, src: str, ops: list, delay: int, names: Sequence[str] = ()):
     """A query from a random list of operations over the source (``ops``):
     renames, selects, filters, new columns, a watermark, windows, a
     window's ``window_time``, dedups, ranks with a filter, DISTINCT and
     FILTER aggregates, a join with a second watermarked source — each
-    applied where the columns allow, in the order drawn."""
+    applied where the columns allow, in the order drawn. A rename's new
+    name is ``names[arg]`` where given (any name Spark takes: spaces, dots,
+    backticks, Unicode), else ``<name>_<arg>``; every name reaches Spark
+    quoted, as a user quotes it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
+    from gpuwm.spark.catalyst.plans import quoted as q
+
+    def col(name):
+        return F.col(q(name))
 
     df = _source(spark, src)
     cols, time, win, marked = ["ts", "k", "price"], "ts", None, False
@@ -569,34 +616,35 @@ def _generated_plan(spark, src: str, ops: list, delay: int):
         ops = [("watermark", 0)] + list(ops)
     for op, arg in ops:
         if op == "watermark" and not marked and time:
-            df, marked = df.withWatermark(time, f"{delay} seconds"), True
+            df, marked = df.withWatermark(q(time), f"{delay} seconds"), True
         elif op == "rename" and arg % len(cols) < len(cols):
             c = cols[arg % len(cols)]
-            df = df.withColumnRenamed(c, f"{c}_{arg}")
-            cols = [f"{c}_{arg}" if x == c else x for x in cols]
-            time, win = (f"{c}_{arg}" if time == c else time), (f"{c}_{arg}" if win == c else win)
+            new = names[arg % len(names)] if names else f"{c}_{arg}"
+            df = df.withColumnRenamed(c, new)
+            cols = [new if x == c else x for x in cols]
+            time, win = (new if time == c else time), (new if win == c else win)
         elif op == "select" and len(cols) > 2:
             cols = [c for i, c in enumerate(cols) if i % 3 != arg % 3 or c in (time, win)]
-            df = df.select(*cols)
+            df = df.select(*map(col, cols))
         elif op == "filter":
             num = [c for c in cols if c not in (time, win)]
             if num:
-                df = df.filter(F.col(num[arg % len(num)]) > arg % 7)
+                df = df.filter(col(num[arg % len(num)]) > arg % 7)
         elif op == "compute":
             num = [c for c in cols if c not in (time, win)]
             if num:
-                df, cols = df.withColumn(f"x{arg}", F.col(num[0]) + arg), cols + [f"x{arg}"]
+                df, cols = df.withColumn(f"x{arg}", col(num[0]) + arg), cols + [f"x{arg}"]
         elif op in ("window", "distinct") and marked and time and win is None:
             keys = [c for c in cols if c not in (time,)][: arg % 2]
             vals = [c for c in cols if c not in (time, *keys)]
-            aggs = [F.count("*").alias(f"n{arg}")] + ([F.max(vals[0]).alias(f"m{arg}")] if vals else [])
+            aggs = [F.count("*").alias(f"n{arg}")] + ([F.max(col(vals[0])).alias(f"m{arg}")] if vals else [])
             if op == "distinct" and vals:
-                aggs += [F.count_distinct(vals[0]).alias(f"d{arg}"),
-                         F.expr(f"count(*) FILTER (WHERE {vals[0]} > 3)").alias(f"f{arg}")]
-            df = df.groupBy(F.window(time, f"{2 + arg % 5} seconds"), *keys).agg(*aggs)
+                aggs += [F.count_distinct(col(vals[0])).alias(f"d{arg}"),
+                         F.expr(f"count(*) FILTER (WHERE {q(vals[0])} > 3)").alias(f"f{arg}")]
+            df = df.groupBy(F.window(col(time), f"{2 + arg % 5} seconds"), *map(col, keys)).agg(*aggs)
             cols, time, win = [c for c in df.columns], None, "window"
         elif op == "window_time" and win is not None and time is None:
-            df = df.select(F.window_time(win).alias("wt"), *[c for c in cols if c != win])
+            df = df.select(F.window_time(col(win)).alias("wt"), *[col(c) for c in cols if c != win])
             cols, time, win = [c for c in df.columns], "wt", None
         elif op == "dedup" and marked and time and win is None:
             df = df.dropDuplicatesWithinWatermark([c for c in cols if c != time][: 1 + arg % 2])
@@ -604,24 +652,24 @@ def _generated_plan(spark, src: str, ops: list, delay: int):
             order = [c for c in cols if c not in (time, win)]
             if not order:
                 continue
-            part = F.col(win) if win else F.window(time, f"{2 + arg % 5} seconds") if time else None
+            part = col(win) if win else F.window(col(time), f"{2 + arg % 5} seconds") if time else None
             if part is None:
                 continue
-            w = Window.partitionBy(part).orderBy(F.desc(order[arg % len(order)]))
+            w = Window.partitionBy(part).orderBy(col(order[arg % len(order)]).desc())
             df = df.withColumn("rn", F.row_number().over(w)).filter(F.col("rn") <= 1 + arg % 3)
             cols = [c for c in df.columns]
         elif op == "join" and marked and time and win is None and "k" in cols and "o_k" not in cols:
             other = _source(spark, src).select(F.col("ts").alias("o_ts"), F.col("k").alias("o_k"),
                                                F.col("price").alias("o_price")).withWatermark("o_ts", "5 seconds")
-            df = df.join(other, F.expr(f"k = o_k AND o_ts BETWEEN {time} - INTERVAL {1 + arg % 4} SECONDS AND "
-                                       f"{time} + INTERVAL 2 SECONDS"))
+            df = df.join(other, F.expr(f"k = o_k AND o_ts BETWEEN {q(time)} - INTERVAL {1 + arg % 4} SECONDS AND "
+                                       f"{q(time)} + INTERVAL 2 SECONDS"))
             cols = [c for c in df.columns]
         elif op == "agg-join" and marked and time and win is None and "k" in cols and "m_k" not in cols:
             # the stream joined with its own window aggregation (Nexmark q7's shape): a graph of stages
-            m = df.groupBy(F.window(time, f"{2 + arg % 5} seconds"), F.col("k").alias("m_k")).agg(
+            m = df.groupBy(F.window(col(time), f"{2 + arg % 5} seconds"), F.col("k").alias("m_k")).agg(
                 F.count("*").alias("m_n")).select(F.col("window.start").alias("m_s"),
                                                   F.col("window.end").alias("m_e"), "m_k", "m_n")
-            cond = f"k = m_k AND {time} >= m_s" + (f" AND {time} < m_e" if arg % 2 else "")
+            cond = f"k = m_k AND {q(time)} >= m_s" + (f" AND {q(time)} < m_e" if arg % 2 else "")
             df = df.join(m, F.expr(cond), "inner" if arg % 3 else "leftOuter")
             cols = [c for c in df.columns]
     return df
@@ -642,22 +690,25 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
     ones, where Spark runs them too, run both ways on the same files: the
     same rows batch for batch (renames between operators among them: a
     renamed event time, ``window_time(window) AS wt`` before the window
-    over it)."""
+    over it; the first under a name with a space, a dot, backticks and
+    Unicode)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
     src = f"{tmp_path}/in"
     _write_batches(src, _random_batches(np.random.default_rng(29), 4, 30, step=5, behind=8, keys=3))
     ops_st = st.lists(st.tuples(st.sampled_from(_PLAN_OPS), st.integers(0, 11)), min_size=1, max_size=7)
+    # the new names of renames: any Spark takes (issue 73: a space, a dot, a backtick, Unicode), or none drawn
+    names_st = st.lists(st.text(st.sampled_from("ab_ .`-#é中ß1"), min_size=1, max_size=6), max_size=4)
     seen = {"translated": 0, "refused": 0}
 
     @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-    @given(ops=ops_st, delay=st.integers(0, 10))
-    def check(ops, delay):
+    @given(ops=ops_st, delay=st.integers(0, 10), names=names_st)
+    def check(ops, delay, names):
         from pyspark.errors import AnalysisException
 
         try:
-            df = _generated_plan(spark, src, ops, delay)
+            df = _generated_plan(spark, src, ops, delay, names)
         except AnalysisException:  # a plan Spark's analyzer rejects (two columns of one name): no user's query
             return
         acc = accelerate(df)
@@ -682,7 +733,7 @@ def test_generated_plans_translate_or_refuse_never_crash(spark, tmp_path):
                              [("watermark", 0), ("compute", 3), ("filter", 4), ("join", 1), ("select", 0)],
                              [("watermark", 0), ("window", 1), ("filter", 0), ("filter", 1), ("compute", 5),
                               ("window_time", 0), ("dedup", 1)]]):
-        df = _generated_plan(spark, src, ops, 6)
+        df = _generated_plan(spark, src, ops, 6, ["event time.`é` 中"] if n == 0 else ())  # (the renamed event time)
         acc = accelerate(df, vnodes=1 + min(n, 1), fallback="error")
         _native(df, f"{tmp_path}/native-{n}", f"{tmp_path}/nck-{n}")
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck-{n}").trigger(availableNow=True).start(

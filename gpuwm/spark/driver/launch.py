@@ -206,6 +206,7 @@ def spark_watermark(df, plan: Plan):
     from pyspark.sql.types import TimestampType
 
     from ...timecol import parse_interval
+    from ..catalyst.plans import quoted
 
     wm = plan.watermark.inputs[0][1] if plan.multi else plan.watermark
     col = union_column(0, wm.column) if plan.multi else wm.column
@@ -213,7 +214,7 @@ def spark_watermark(df, plan: Plan):
         return df
     delay = parse_interval(wm.delay)
     ms = delay // timedelta(milliseconds=1) if isinstance(delay, timedelta) and delay > timedelta(0) else 0
-    return df.withWatermark(col, f"{ms} milliseconds")
+    return df.withWatermark(quoted(col), f"{ms} milliseconds")  # (Spark parses the name: `event time`, `a.b`)
 
 
 def union_inputs(inputs: Mapping[str, Any]):

@@ -125,6 +125,18 @@ def offset_beyond(latest: Any, end: Any) -> bool:
     return past
 
 
+def map_in_arrow(df, fn: Callable, schema):
+    """``df.mapInArrow(fn, schema)`` for columns of any name: PySpark's
+    ``mapInArrow`` reads each column as ``df[name]``, which parses the name
+    (``a.b`` a struct's field, a backtick a quote); where one is named so,
+    the columns go in by position and ``fn`` gets them under their names
+    (:func:`~gpuwm.spark.executor.tasks.named_input`)."""
+    names = df.columns
+    if not any("." in n or "`" in n for n in names):
+        return df.mapInArrow(fn, schema)
+    return df.toDF(*(f"_{i}" for i in range(len(names)))).mapInArrow(partial(tasks.named_input, fn, names), schema)
+
+
 class Driver:
     """Runs a started query's micro-batches on the driver (see the module
     docstring); ``history`` gets each batch's metrics."""
@@ -275,8 +287,8 @@ class Driver:
         elif plan.vnodes == 1:
             # one state partition: one narrow stage, no shuffle (input
             # partitions are concatenated in order inside the task)
-            job = df.coalesce(1).mapInArrow(
-                partial(tasks.single_task, plan, fstate, now, batch_id, prev, direct=direct, end=end), flow)
+            job = map_in_arrow(df.coalesce(1), partial(tasks.single_task, plan, fstate, now, batch_id, prev,
+                                                       direct=direct, end=end), flow)
         else:
             job = self._vnodes_job(df, batch_id, fstate, now, prev, direct, end, flow)
         return job, direct, args
@@ -291,8 +303,8 @@ class Driver:
         and its merge — all one job."""
         plan = self.plan
         s1 = tasks.stage1_schema(plan)
-        stage1 = df.mapInArrow(partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id,
-                                       now_iso=now, end=end), spark_schema(s1))
+        stage1 = map_in_arrow(df, partial(tasks.filter_task, plan, fstate, direct=direct, batch_id=batch_id,
+                                          now_iso=now, end=end), spark_schema(s1))
         if plan.aligned:  # one more task reads the rows alignment held back (before the new rows)
             stage1 = stage1.unionByName(self.spark.range(0, 1, 1, 1).mapInArrow(
                 partial(tasks.filter_task, plan, fstate, direct={"held": True}, partition=-1,
@@ -301,8 +313,8 @@ class Driver:
                                                          f"cast({tasks.KIND_TICK} as tinyint) as __kind")
         rows = stage1.unionByName(ticks, allowMissingColumns=True)
         # a hash shuffle on the vnode (no sort, unlike groupBy().applyInArrow)
-        job = rows.repartition(plan.vnodes, "__vnode").mapInArrow(
-            partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev, end=end), flow)
+        job = map_in_arrow(rows.repartition(plan.vnodes, "__vnode"),
+                           partial(tasks.vnodes_task, plan, fstate, now, batch_id, prev, end=end), flow)
         for seg in range(1, len(plan.segments)):  # each later segment: its own exchange, same job
             job = job.repartition(plan.segments[seg].tasks, "__dest").mapInArrow(
                 partial(tasks.segment_task, plan, seg, batch_id, prev), flow)

@@ -281,6 +281,13 @@ def vnodes_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
         t_start = time.perf_counter()
 
 
+def named_input(fn, names: list[str], batches: Iterator[pa.RecordBatch]):
+    """``fn`` over ``batches`` whose columns are renamed ``names`` (their
+    own: the driver's :func:`~gpuwm.spark.driver.loop.map_in_arrow` handed
+    them to Spark by position)."""
+    return fn(pa.RecordBatch.from_arrays(b.columns, names=names) for b in batches)
+
+
 def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: int, prev: store.Prev | None,
                 batches: Iterator[pa.RecordBatch], direct: dict | None = None,
                 end: bool = False) -> Iterator[pa.RecordBatch]:
