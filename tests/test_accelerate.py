@@ -458,6 +458,37 @@ def test_any_column_name_spark_takes_runs_as_spark_runs_it(spark, tmp_path, shap
     assert pq.read_table(glob.glob(f"{tmp_path}/out/batch_id=*/*.parquet")[0]).column_names == df.columns
 
 
+def test_trigger_once_runs_one_batch_as_spark_s_and_the_next_run_closes_its_windows(spark, tmp_path):
+    """Issue 73, item 8: ``trigger(once=True)`` under the ``spark`` profile
+    is Spark's once: one batch over all the files there are (no rows: no
+    watermark before it); a second run, over one more file, one batch that
+    gives the windows the first one's watermark closed; a third, with no
+    new file, no batch (Spark runs no batch without data after a restart)
+    — gpuwm's batches and rows are Spark's own, run for run."""
+    src = f"{tmp_path}/in"
+    batches = _random_batches(np.random.default_rng(8), 4, 20, step=6, behind=6, keys=3)
+    _write_batches(src, batches[:3])
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _query(spark, src, "tumble")
+
+    def each(batch, batch_id):
+        batch.write.mode("overwrite").parquet(f"{tmp_path}/native/batch_id={batch_id}")
+
+    for run in range(3):
+        df.writeStream.foreachBatch(each).option("checkpointLocation", f"{tmp_path}/nck").trigger(
+            once=True).start().awaitTermination()
+        accelerate(df, fallback="error").writeStream.format("parquet").option("path", f"{tmp_path}/out").option(
+            "checkpointLocation", f"{tmp_path}/ck").trigger(once=True).start().awaitTermination()
+        want, got = _batches(f"{tmp_path}/native"), _batches(f"{tmp_path}/out")
+        assert got == want, run
+        ran = sorted(int(f) for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit())
+        assert ran == list(range(min(run, 1) + 1)), ran  # (one batch a run with new data)
+        if run == 0:
+            _write_batches(f"{tmp_path}/in4", batches[3:])  # (a later mtime than the first three)
+            os.rename(glob.glob(f"{tmp_path}/in4/*.parquet")[0], f"{src}/batch-3.parquet")
+    assert list(want) == [1] and len(want[1]) >= 3  # the first run's batch closed nothing, the second's all before
+
+
 def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):
     """A bug in translation (here: an exception planted in the plan
     reader) is no reason for the query to run nowhere: ``accelerate`` falls

@@ -163,6 +163,9 @@ class Drains:
         self._lock = threading.Lock()
         #: whether the query still runs (set once started): a timer of a stopped query writes nothing
         self.alive = lambda: True
+        #: whether a request's file is written (False under Spark's own once trigger: one batch a run, as Spark's
+        #: query runs no batch without data after a restart; the request is still recorded)
+        self.writes = True
 
     def ask(self, batch_id: int, *, due: float | None, end: bool = False, write: bool = True) -> None:
         """After committing ``batch_id``: a drain at wall time ``due`` (None:
@@ -189,7 +192,7 @@ class Drains:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            if not req["next"]:
+            if not req["next"] or not self.writes:
                 return
             wait = req["due"] - time.time()
             if wait <= 0:
@@ -246,8 +249,13 @@ class Finisher:
             pass
 
 
-def trigger_for(trigger: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
-    """The trigger gpuwm starts Spark with, and whether it runs to the end itself."""
-    if trigger and (trigger.get("availableNow") or trigger.get("once")):
+def trigger_for(trigger: dict[str, Any] | None, profile: str = "spark") -> tuple[dict[str, Any] | None, bool]:
+    """The trigger gpuwm starts Spark with, and whether it runs to the end
+    itself: ``availableNow`` (and ``once`` under a profile other than
+    ``spark``) as ``processingTime="0 seconds"`` until neither data nor a
+    drain is left; ``once`` under ``spark``: Spark's own, one batch of all
+    the input there is, its closed windows in the next run's first batch,
+    as Spark's query gives them."""
+    if trigger and (trigger.get("availableNow") or trigger.get("once") and profile != "spark"):
         return {"processingTime": "0 seconds"}, True
     return trigger, False

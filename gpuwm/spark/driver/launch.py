@@ -68,7 +68,7 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
     from .prepare import prepare_checkpoint
 
     ck = plan.checkpoint
-    trigger, finish = drain.trigger_for(dict(trigger) if trigger else None)
+    trigger, finish = drain.trigger_for(dict(trigger) if trigger else None, plan.watermark.resolved_profile.name)
     why, dirs, kafka = ("read='spark'", [], None) if read == "spark" else direct_reason(df, inputs, ck)
     if why is not None and read == "direct":
         raise ConfigError(f"read='direct' cannot read this input itself: {why}")
@@ -99,6 +99,7 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
+    driver.drains.writes = not (trigger or {}).get("once")  # (Spark's own once: trigger_for)
     driver.drains.resume(ck.last_spark_commit())  # a drain asked for before a stop
     try:
         q = writer.start()

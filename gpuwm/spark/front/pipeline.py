@@ -622,7 +622,7 @@ class Pipeline:
             lines.append(f"read         {self.read}: " + ("Spark's rows" if self.read == "spark" else
                                                           itself if why is None else f"Spark's rows ({why})"))
         given = dict(trigger) if trigger else None
-        run_with, finish = trigger_for(given)
+        run_with, finish = trigger_for(given, plan.watermark.resolved_profile.name)
         lines.append(f"trigger      {given or 'default'}" + (f" -> run as {run_with}, stopped by gpuwm at the end "
                                                              "of the input" if finish else ""))
         return "\n".join(lines)
@@ -634,12 +634,15 @@ class Pipeline:
         where Spark's Kafka connector 4.1.0–4.1.2 fails after replaying a committed
         batch: :func:`~gpuwm.spark.driver.launch.restarting`). ``trigger`` is
         passed to ``DataStreamWriter.trigger`` (``{"processingTime": "5
-        seconds"}``, ...), except ``{"availableNow": True}`` and ``{"once":
-        True}``: gpuwm runs those as ``processingTime="0 seconds"`` and stops
+        seconds"}``, ...), except ``{"availableNow": True}`` (and ``{"once":
+        True}`` under a profile other than ``spark``): gpuwm runs those as
+        ``processingTime="0 seconds"`` and stops
         the query itself once the input is exhausted, the last drains ran and
         the end of input was flushed (:mod:`gpuwm.spark.driver.drain`: Spark would
         freeze gpuwm's drain source at the start). Data that arrives while it
-        runs is processed too.
+        runs is processed too. ``once`` under ``spark`` is Spark's: one batch
+        of all the input there is; the windows it closes come out in the
+        next run's first batch, as Spark's own query gives them.
 
         Whatever the trigger, when no new data comes, gpuwm asks Spark for
         micro-batches without data (drains) as Spark does for its own
