@@ -342,7 +342,8 @@ def test_accelerate_answers_as_the_dataframe_does_before_a_query_starts(spark, t
     give the DataFrame's own answers; ``explain()`` prints gpuwm's split as
     ``explain(df)`` does and returns None, as ``DataFrame.explain`` does,
     and with ``extended`` Spark's plan after it; what belongs before
-    ``accelerate`` (``groupBy``) says so."""
+    ``accelerate`` (``groupBy``) says so; the started query's ``explain()``
+    prints gpuwm's split too."""
     src = f"{tmp_path}/in"
     _write_batches(src, _random_batches(np.random.default_rng(3), 2, 10, step=6, behind=4, keys=3))
     df = _query(spark, src, "tumble")
@@ -361,6 +362,15 @@ def test_accelerate_answers_as_the_dataframe_does_before_a_query_starts(spark, t
     acc.explain(extended=True)
     out = capsys.readouterr().out
     assert out.startswith(text + "\n\nSpark's plan of the query as written:\n") and "== Physical Plan ==" in out
+    q = acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start(
+        f"{tmp_path}/out")  # (item 3: the running query's explain() is gpuwm's, not Spark's of its micro-batch)
+    q.awaitTermination()
+    capsys.readouterr()
+    assert q.explain() is None and capsys.readouterr().out == acc.explained(f"{tmp_path}/ck") + "\n"
+    q.explain(extended=True)
+    out = capsys.readouterr().out
+    assert out.startswith(acc.explained(f"{tmp_path}/ck") + "\n\nSpark's plan of the last micro-batch") and \
+        "== Physical Plan ==" in out
     with pytest.raises(AttributeError, match=r"call groupBy on the DataFrame before accelerate: "
                                              r"accelerate\(df\.groupBy\(\.\.\.\)\)"):
         acc.groupBy("k")

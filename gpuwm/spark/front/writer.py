@@ -170,7 +170,7 @@ class AcceleratedWriter:
                 except Exception as e:  # Spark runs it, with every call as written
                     acc._refuse(refusal(e))
                 else:
-                    return p.start(trigger=self._trigger or None, query_name=self._name)
+                    return explaining(p.start(trigger=self._trigger or None, query_name=self._name), acc, ck)
             else:
                 acc._refuse(why)
         return self._spark_writer().start()
@@ -264,3 +264,21 @@ def _local(uri: str) -> str:
 
     u = urlparse(uri)
     return unquote(u.path) if u.scheme == "file" else uri
+
+
+def explaining(q, acc: Any, checkpoint: str):
+    """Spark's ``StreamingQuery`` ``q`` of the accelerated query ``acc``,
+    whose ``explain()`` prints what ``explain(df)`` prints — the stages
+    gpuwm runs, what Spark runs, and why — not Spark's plan of gpuwm's
+    micro-batch (its drain scan); ``explain(extended=True)`` then that plan
+    too, under a line that says what it is."""
+    spark_explain = q.explain
+
+    def explain(extended: bool = False) -> None:
+        print(acc.explained(checkpoint))
+        if extended:
+            print("\nSpark's plan of the last micro-batch (its sources, handed to gpuwm's stages):")
+            spark_explain(extended)
+
+    q.explain = explain
+    return q
