@@ -499,6 +499,29 @@ def test_trigger_once_runs_one_batch_as_spark_s_and_the_next_run_closes_its_wind
     assert list(want) == [1] and len(want[1]) >= 3  # the first run's batch closed nothing, the second's all before
 
 
+@pytest.mark.parametrize("mode", ["append", "complete"])
+def test_the_memory_sink_holds_spark_s_rows_under_the_query_s_name(spark, tmp_path, mode):
+    """Issue 73, item 9: ``format("memory").queryName(name)``, the notebook
+    and test habit, runs in gpuwm: the temp view ``name`` exists, empty, as
+    the query starts, and holds Spark's own memory sink's rows at the end —
+    every batch's in append mode, the last batch's in complete mode."""
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(12), 5, 20, step=6, behind=8, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    df = _query(spark, src, "hop")
+    native, ours = f"native_{mode}", f"gpuwm_{mode}"
+    df.writeStream.format("memory").queryName(native).outputMode(mode).trigger(availableNow=True).start() \
+        .awaitTermination()
+    history: list = []
+    q = accelerate(df, fallback="error", on_batch=history.append).writeStream.format("memory").queryName(ours) \
+        .outputMode(mode).trigger(availableNow=True).start()
+    assert spark.table(ours).schema == df.schema  # (there at once, as Spark's)
+    q.awaitTermination()
+    want = sorted(map(tuple, spark.table(native).collect()), key=repr)
+    assert len(want) > 5 and sorted(map(tuple, spark.table(ours).collect()), key=repr) == want
+    assert history and {m["read"] for m in history if m["input_rows"]} == {"direct"}
+
+
 def test_an_exception_escaping_translation_falls_back_instead_of_failing(spark, tmp_path, monkeypatch, capsys):
     """A bug in translation (here: an exception planted in the plan
     reader) is no reason for the query to run nowhere: ``accelerate`` falls

@@ -1,7 +1,7 @@
 """The ``DataStreamWriter`` of an accelerated query
 (:class:`AcceleratedWriter`): every call of PySpark's writer, recorded as
 written; gpuwm runs what its sinks write (Parquet, console,
-``foreachBatch``, Delta, Kafka, ``toTable`` of a Delta table, the sink
+``foreachBatch``, Delta, Kafka, memory, ``toTable`` of a Delta table, the sink
 chosen by :func:`gpuwm.spark.io.driver_sinks.sink_tuple`), and Spark runs
 anything else, given every call as the user wrote it."""
 
@@ -11,7 +11,7 @@ import tempfile
 from typing import Any, Mapping
 
 from ...errors import ConfigError
-from ..io.driver_sinks import DeltaAppend, KafkaAppend, sink_tuple
+from ..io.driver_sinks import DeltaAppend, KafkaAppend, MemoryTable, sink_tuple
 from ..jvm.versions import real_time_trigger
 from .translation import Refused, refusal
 
@@ -19,7 +19,8 @@ from .translation import Refused, refusal
 class AcceleratedWriter:
     """Every call of PySpark's ``DataStreamWriter``, on a gpuwm query.
     gpuwm runs ``format`` ``parquet``, ``console``, ``delta``
-    (:class:`DeltaAppend`) or ``kafka`` (:class:`KafkaAppend`) and ``foreachBatch``
+    (:class:`DeltaAppend`), ``kafka`` (:class:`KafkaAppend`) or ``memory``
+    with a ``queryName`` (:class:`MemoryTable`) and ``foreachBatch``
     (:meth:`gpuwm.spark.Pipeline.foreach_batch`), with ``option``/
     ``options`` ``checkpointLocation`` (``path`` for Parquet, ``numRows``
     for the console), ``outputMode`` ``append`` (``update`` for one window
@@ -108,9 +109,11 @@ class AcceleratedWriter:
     def _why_not(self) -> Refused | None:
         if self._other:
             return Refused("SINK_CALL", "writeStream", self._other[0])
-        if self._format not in ("parquet", "console", "foreachBatch", "delta", "kafka"):
-            return Refused("SINK_FORMAT", "writeStream", f"format {self._format!r}: gpuwm writes parquet, console, delta, kafka "
-                                          "and foreachBatch")
+        if self._format not in ("parquet", "console", "foreachBatch", "delta", "kafka", "memory"):
+            return Refused("SINK_FORMAT", "writeStream", f"format {self._format!r}: gpuwm writes parquet, console, delta, kafka, "
+                                          "memory and foreachBatch")
+        if self._format == "memory" and not self._name:  # (Spark's own error says so)
+            return Refused("SINK_CALL", "writeStream", "format 'memory' without queryName")
         allowed = {"checkpointlocation"} | {"parquet": {"path"}, "console": {"numrows"},
                                             "delta": set(DeltaAppend.OPTIONS),
                                             "kafka": set(KafkaAppend.OPTIONS)}.get(self._format, set())
@@ -159,17 +162,20 @@ class AcceleratedWriter:
             if why is None:
                 opts = {k.lower(): v for k, v in self._options.items()}
                 ck = opts.get("checkpointlocation")
-                if ck is None and self._format != "console":
+                if ck is None and self._format not in ("console", "memory"):
                     raise ConfigError(f"a streaming query's {self._format} sink needs "
                                       "option('checkpointLocation', ...)")
-                ck = ck or tempfile.mkdtemp(prefix="gpuwm-console-")
+                ck = ck or tempfile.mkdtemp(prefix=f"gpuwm-{self._format}-")
                 if self._format in ("parquet", "delta") and not opts.get("path"):
                     raise ConfigError(f"the {self._format} sink needs a path: option('path', ...) or start(path)")
+                sink = self._sink(opts, ck)
                 try:
-                    p = acc.pipeline(ck, self._sink(opts, ck), name=self._name, mode=self._mode.lower())
+                    p = acc.pipeline(ck, sink, name=self._name, mode=self._mode.lower())
                 except Exception as e:  # Spark runs it, with every call as written
                     acc._refuse(refusal(e))
                 else:
+                    if isinstance(sink[-1], MemoryTable):
+                        sink[-1].open(acc.df.sparkSession)
                     return explaining(p.start(trigger=self._trigger or None, query_name=self._name), acc, ck)
             else:
                 acc._refuse(why)
@@ -179,6 +185,8 @@ class AcceleratedWriter:
         """The sink :meth:`Accelerated.pipeline` takes for this writer's format."""
         if self._format == "foreachBatch":
             return ("foreachBatch", self._func)
+        if self._format == "memory":
+            return ("foreachBatch", MemoryTable(self._name, self._mode, ck, self._acc.df.schema))
         return sink_tuple(self._format, self._options, ck, self._acc.df.columns)
 
     def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,

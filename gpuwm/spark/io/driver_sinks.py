@@ -286,3 +286,33 @@ def sink_tuple(fmt: str, options: Mapping[str, str], ck: str, columns: Sequence[
                               f"Kafka sink columns); the query's are {list(columns)}: name them in a select")
         return ("foreachBatch", KafkaAppend(options, ck, columns))
     return ("console", int(next((v for k, v in options.items() if k.lower() == "numrows"), 20)))
+
+
+class MemoryTable(_DriverSink):
+    """``format("memory")`` as gpuwm runs it, as Spark's memory sink: a temp
+    view named by ``queryName``, made empty at the start (:meth:`open`),
+    holding the query's rows in batch order — every batch's in append and
+    update mode, the last batch's in complete mode; a batch handed over
+    again (a replay in this driver) replaces its own rows. Like Spark's, it
+    is for tests and notebooks: the rows live in the driver, and a
+    restarted query starts with an empty table."""
+
+    OPTIONS = ("checkpointlocation",)
+
+    def __init__(self, name: str, mode: str, checkpoint: str, schema):
+        super().__init__(checkpoint)
+        self.name, self.complete, self.schema = name, mode.lower() == "complete", schema
+        self.batches: dict[int, object] = {}  # batch id -> its rows (Arrow)
+
+    def open(self, spark) -> None:
+        """The view, empty, as Spark's memory sink makes it when the query starts."""
+        spark.createDataFrame([], self.schema).createOrReplaceTempView(self.name)
+
+    def write_arrow(self, table, batch_id: int, spark) -> None:
+        import pyarrow as pa
+
+        if self.complete:
+            self.batches.clear()
+        self.batches[batch_id] = table
+        rows = pa.concat_tables([self.batches[b] for b in sorted(self.batches)])
+        spark.createDataFrame(rows, self.schema).createOrReplaceTempView(self.name)
