@@ -1,5 +1,6 @@
-# format('memory'), the notebook habit
-# fail: SINK_FORMAT
+# format('memory') without queryName: Spark runs it, and its own error says a memory sink needs a name (with one,
+# gpuwm runs it: test_accelerate)
+# fail: SINK_CALL
 df = s.groupBy(F.window("ts", "5 seconds"), "k").count()
 
 def write(w):
