@@ -64,12 +64,17 @@ def nexmark_files(tmp_path_factory) -> str:
     return work
 
 
+#: gpuwm's runs of each query: vnodes 1 and 2; a line's version smoke (tests/on_line.py, GPUWM_SMOKE) vnodes 2, the
+#: exchanges and the vnode tasks, whose single-task form the default line's run covers
+VNODES = (2,) if os.environ.get("GPUWM_SMOKE") else (1, 2)
+
+
 @pytest.mark.parametrize("name", list(NEXMARK_SQL))
 def test_nexmark_queries_on_generated_events_equal_spark_batch_for_batch(spark, tmp_path, nexmark_files, name):
     """The Nexmark queries as published (:data:`NEXMARK_SQL`) over streaming
     views of gpuwm's generated persons, auctions and bids (Parquet files, a
     micro-batch each, ``withWatermark`` of 4 s on ``date_time``): Spark runs
-    each, and gpuwm runs it through ``accelerate`` at vnodes 1 and 2 — the
+    each, and gpuwm runs it through ``accelerate`` at vnodes 1 and 2 (:data:`VNODES`) — the
     same rows in the same micro-batches, Spark's final no-data batch
     included."""
     for d in ("bid", "auction", "person"):
@@ -81,7 +86,7 @@ def test_nexmark_queries_on_generated_events_equal_spark_batch_for_batch(spark, 
     _native(df, f"{tmp_path}/native", f"{tmp_path}/nck")
     want = _batches(f"{tmp_path}/native")
     assert len(want) >= 3 and sum(map(len, want.values())) >= 4, want
-    for vnodes in (1, 2):
+    for vnodes in VNODES:
         acc = accelerate(df, vnodes=vnodes, fallback="error")
         assert (name != "q8") or "by ['id', 'name']: no aggregate: the groups alone" in acc.explained(), acc.explained()
         acc.writeStream.option("checkpointLocation", f"{tmp_path}/ck{vnodes}").trigger(availableNow=True).start(
