@@ -1152,6 +1152,14 @@ def test_spark_progress_counts_the_rows_gpuwm_reads_itself(spark, tmp_path):
                if m["input_rows"]]
         assert got == [(read if read == "spark" else "direct", n, n) for n in (300, 500)]
         assert progress[1]["sources"][0]["numInputRows"] == 500  # the file source's, not the drain source's
+        # gpuwm's phases in durationMs beside Spark's (issue 73): the job's parts add up to gpuwm's job time, the
+        # commit is gpuwm's, addBatch keeps Spark's own part, and the keys add up to the trigger's time
+        for m in p.history:
+            d = progress[m["batch_id"]]["durationMs"]
+            job = d["gpuwmRead"] + d["gpuwmKernels"] + d["gpuwmStateSave"] + d["gpuwmJob"]
+            assert abs(job - m["job_s"] * 1000) <= 2 and d["gpuwmCommit"] == round(m["commit_s"] * 1000), d
+            assert d["gpuwmSink"] == 0 and d["addBatch"] >= 0, d  # (a Parquet sink: the tasks write it)
+            assert sum(v for k, v in d.items() if k != "triggerExecution") <= d["triggerExecution"] + 2, d
         # Spark's own watermark is gpuwm's: each batch's progress shows the one the batch before left
         # (whole ms, as Spark keeps it), and its event time the newest one that watermark trails by the delay
         iso = lambda us: (T0 + timedelta(microseconds=us - int(T0.timestamp() * 1e6))).strftime(  # noqa: E731

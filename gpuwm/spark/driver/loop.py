@@ -79,6 +79,52 @@ def tell_spark_watermark(query, watermark_us: int | None) -> None:
             acc.add(watermark_us // 1000 + int(node.delayMs()))
 
 
+def gpuwm_durations(m: dict) -> dict[str, int]:
+    """Batch metrics ``m`` as gpuwm's phases in Spark's progress
+    (``durationMs``, ms), disjoint in wall time: the job (``job_s``:
+    planning and tasks) as its tasks' reading, kernels and state saving
+    (summed over tasks; tasks that ran at once, their shares of the job's
+    wall time) and the rest of it (``gpuwmJob``: Spark's scheduling, the
+    tasks' other work); the sink the driver hands the rows to
+    (``gpuwmSink``: a foreachBatch function, Delta, Kafka, memory) and
+    gpuwm's commit.
+
+    >>> gpuwm_durations({"job_s": 1.0, "source_read_s": 0.2, "kernel_s": 0.3, "state_save_s": 0.1,
+    ...                  "commit_s": 0.05})
+    {'gpuwmRead': 200, 'gpuwmKernels': 300, 'gpuwmStateSave': 100, 'gpuwmJob': 400, 'gpuwmSink': 0, 'gpuwmCommit': 50}
+    """
+    job = m.get("job_s", 0.0)
+    tasks = {"gpuwmRead": m.get("source_read_s", 0.0), "gpuwmKernels": m.get("kernel_s", 0.0),
+             "gpuwmStateSave": m.get("state_save_s", 0.0)}
+    inside = sum(tasks.values())
+    share = min(1.0, job / inside) if inside > 0 else 0.0
+    out = {k: round(v * share * 1000) for k, v in tasks.items()}
+    out["gpuwmJob"] = max(0, round(job * 1000) - sum(out.values()))
+    out["gpuwmSink"] = round(m.get("foreach_batch_s", 0.0) * 1000)
+    out["gpuwmCommit"] = round(m.get("commit_s", 0.0) * 1000)
+    return out
+
+
+def tell_spark_durations(query, m: dict) -> None:
+    """gpuwm's phases of the batch running now (:func:`gpuwm_durations`)
+    into Spark's progress (``durationMs``: ``lastProgress``, listeners, the
+    UI's operation-duration chart), on the driver inside the batch's
+    ``foreachBatch`` call, which Spark times as ``addBatch`` when it
+    returns: ``addBatch`` is given their sum back, so that it keeps Spark's
+    own part of the call and the keys still add up to the trigger's time.
+    ``query``: the query's ``StreamExecution`` (JVM; None: not found)."""
+    if query is None:
+        return
+    try:
+        ctx = query.getLatestExecutionContext()
+        phases = gpuwm_durations(m)
+        for key, ms in phases.items():
+            ctx.reportTimeTaken(key, ms)
+        ctx.reportTimeTaken("addBatch", -sum(phases.values()))
+    except Exception:  # noqa: BLE001  internal API: never fail a batch over progress reporting
+        return
+
+
 def next_batch_certain(query) -> bool:
     """Whether Spark's next trigger is sure to find new data, read on the
     driver during a batch: when Spark planned the batch running now, one of
@@ -406,6 +452,7 @@ class Driver:
         self.history.append(m)
         if m["time_kind"] == "timestamp":
             tell_spark_watermark(self._stream(), m["watermark"])
+        tell_spark_durations(self._stream(), m)
         if plan.sink.kind == "console":
             shown = pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False) if outs else ""
             say(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------"
