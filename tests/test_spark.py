@@ -1157,7 +1157,7 @@ def test_spark_progress_counts_the_rows_gpuwm_reads_itself(spark, tmp_path):
         for m in p.history:
             d = progress[m["batch_id"]]["durationMs"]
             job = d["gpuwmRead"] + d["gpuwmKernels"] + d["gpuwmStateSave"] + d["gpuwmJob"]
-            assert abs(job - m["job_s"] * 1000) <= 2 and d["gpuwmCommit"] == round(m["commit_s"] * 1000), d
+            assert 0 <= m["job_s"] * 1000 - job < 4 and d["gpuwmCommit"] == int(m["commit_s"] * 1000), d
             assert d["gpuwmSink"] == 0 and d["addBatch"] >= 0, d  # (a Parquet sink: the tasks write it)
             assert sum(v for k, v in d.items() if k != "triggerExecution") <= d["triggerExecution"] + 2, d
         # Spark's own watermark is gpuwm's: each batch's progress shows the one the batch before left

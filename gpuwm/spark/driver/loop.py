@@ -98,10 +98,11 @@ def gpuwm_durations(m: dict) -> dict[str, int]:
              "gpuwmStateSave": m.get("state_save_s", 0.0)}
     inside = sum(tasks.values())
     share = min(1.0, job / inside) if inside > 0 else 0.0
-    out = {k: round(v * share * 1000) for k, v in tasks.items()}
-    out["gpuwmJob"] = max(0, round(job * 1000) - sum(out.values()))
-    out["gpuwmSink"] = round(m.get("foreach_batch_s", 0.0) * 1000)
-    out["gpuwmCommit"] = round(m.get("commit_s", 0.0) * 1000)
+    # (whole ms down: their sum never passes the time they took, which Spark's addBatch holds)
+    out = {k: int(v * share * 1000) for k, v in tasks.items()}
+    out["gpuwmJob"] = max(0, int(job * 1000) - sum(out.values()))
+    out["gpuwmSink"] = int(m.get("foreach_batch_s", 0.0) * 1000)
+    out["gpuwmCommit"] = int(m.get("commit_s", 0.0) * 1000)
     return out
 
 
