@@ -163,7 +163,9 @@ def main() -> int:
     for r in rows[:2]:
         wall = f" ({r['drain_batch_s']:.3f})" if "drain_batch_s" in r else ""
         trig = "-" if r.get("drain_trigger_s") is None else f"{r['drain_trigger_s']:.3f}{wall}"
-        add = (r.get("drain_durations_ms") or {}).get("addBatch", float("nan")) / 1000
+        d = r.get("drain_durations_ms") or {}  # (Spark's addBatch: the sink call; gpuwm's phases are beside it)
+        add = sum(v for k, v in d.items() if k == "addBatch" or k.startswith("gpuwm")) / 1000 if "addBatch" in d \
+            else float("nan")
         md.append(f"| {r['engine']} | {r['query']} | {r['data_batch_s']:.3f} | {trig} | {add:.3f} | {r['drain_rows']:,} | "
                   f"{r['idle_triggers']} | {r['idle_trigger_ms']:.0f} | {r['idle_latest_offset_ms']:.0f} | "
                   f"{r['batches_while_idle']} |")
