@@ -168,8 +168,8 @@ class AcceleratedWriter:
                 ck = ck or tempfile.mkdtemp(prefix=f"gpuwm-{self._format}-")
                 if self._format in ("parquet", "delta") and not opts.get("path"):
                     raise ConfigError(f"the {self._format} sink needs a path: option('path', ...) or start(path)")
-                sink = self._sink(opts, ck)
-                try:
+                try:  # (a sink that cannot be made refuses too: Spark runs the query)
+                    sink = self._sink(opts, ck)
                     p = acc.pipeline(ck, sink, name=self._name, mode=self._mode.lower())
                 except Exception as e:  # Spark runs it, with every call as written
                     acc._refuse(refusal(e))
