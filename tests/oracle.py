@@ -5,7 +5,10 @@ batch for batch, and the streams they run over."""
 from __future__ import annotations
 
 import glob
+import json
+import os
 from datetime import datetime, timedelta, timezone
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -31,13 +34,34 @@ def _norm(v):
 
 
 def _batches(path: str) -> dict[int, list]:
-    """``{batch id: sorted rows}`` of a sink written ``<path>/batch_id=<N>/``."""
+    """``{batch id: sorted rows}`` of a sink written ``<path>/batch_id=<N>/``,
+    or in Spark's file-sink layout (:func:`logged_files`)."""
     out: dict[int, list] = {}
-    for d in glob.glob(f"{path}/batch_id=*"):
-        files = glob.glob(f"{d}/*.parquet")
+    by_batch = logged_files(path) if os.path.isdir(f"{path}/_spark_metadata") else {
+        int(d.rsplit("=", 1)[1]): glob.glob(f"{d}/*.parquet") for d in glob.glob(f"{path}/batch_id=*")}
+    for b, files in by_batch.items():
         rows = [tuple(_norm(v) for v in r.values()) for f in files for r in pq.read_table(f).to_pylist()]
         if rows:
-            out[int(d.rsplit("=", 1)[1])] = sorted(rows, key=repr)
+            out[b] = sorted(rows, key=repr)
+    return out
+
+
+def logged_files(path: str) -> dict[int, list[str]]:
+    """``{batch id: its data files}`` of a sink in Spark's file-sink layout,
+    read from its ``_spark_metadata`` log as Spark's format has it (read
+    here, not by gpuwm's code): a file per batch, ``<N>`` or ``<N>.compact``
+    (every file up to N), each ``v1`` and a JSON line per file; a batch's
+    files are those first named by its own."""
+    logs = {int(n.split(".")[0]): n for n in os.listdir(f"{path}/_spark_metadata") if n.split(".")[0].isdigit()}
+    seen: set[str] = set()
+    out: dict[int, list[str]] = {}
+    for b in sorted(logs):
+        with open(f"{path}/_spark_metadata/{logs[b]}", encoding="utf-8") as f:
+            head, *lines = f.read().split("\n")
+        assert head == "v1", head
+        named = [json.loads(line)["path"] for line in lines if line]
+        out[b] = [unquote(urlparse(p).path) for p in named if p not in seen]
+        seen.update(named)
     return out
 
 

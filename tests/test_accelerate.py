@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -23,7 +24,8 @@ import gpuwm
 from gpuwm.errors import ConfigError
 from gpuwm.spark import accelerate, explain
 
-from .oracle import _batches, _native, _norm, _query, _source, _sql_spec, module_session
+from .oracle import _batches, _native, _norm, _query, _source, _sql_spec, logged_files, module_session
+from .test_spark import SCHEMA_TKP as SCHEMA
 from .test_spark import _random_batches, _session_batches, _write_batches
 
 spark = module_session("gpuwm-accelerate")
@@ -69,7 +71,7 @@ def test_an_accelerated_query_equals_spark_running_it(spark, tmp_path, shape):
     q.awaitTermination()
     got = _batches(out)
     assert got == want, vnodes
-    assert pq.read_table(glob.glob(f"{out}/batch_id=*/*.parquet")[0]).column_names == df.columns
+    assert pq.read_table(glob.glob(f"{out}/part-*.parquet")[0]).column_names == df.columns
     assert {m["read"] for m in history if m["input_rows"]} == {"direct"}
     assert len(history) == len([f for f in os.listdir(f"{tmp_path}/nck/commits") if f.isdigit()])
     # rows out: what the sink wrote (after a filter), not what the operator released before it
@@ -465,7 +467,7 @@ def test_any_column_name_spark_takes_runs_as_spark_runs_it(spark, tmp_path, shap
         "checkpointLocation", f"{tmp_path}/ck").trigger(availableNow=True).start().awaitTermination()
     assert len(want) >= 2 and _batches(f"{tmp_path}/out") == want
     assert {m["read"] for m in history if m["input_rows"]} == {"direct" if read == "auto" else "spark"}
-    assert pq.read_table(glob.glob(f"{tmp_path}/out/batch_id=*/*.parquet")[0]).column_names == df.columns
+    assert pq.read_table(glob.glob(f"{tmp_path}/out/part-*.parquet")[0]).column_names == df.columns
 
 
 def test_trigger_once_runs_one_batch_as_spark_s_and_the_next_run_closes_its_windows(spark, tmp_path):
@@ -843,8 +845,10 @@ def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spar
     """Every public method of PySpark's ``DataStreamWriter`` exists on
     ``accelerate(df).writeStream`` with its parameters; the calls gpuwm
     runs give Spark's output (foreachBatch: its own test below), and every
-    other — ``foreach``, ``toTable`` of a Parquet table (a Delta table's:
-    ``test_delta.py``), ``partitionBy``, ``clusterBy`` — runs in Spark as written, after one line saying why: the rows Spark's own query gives."""
+    other — ``foreach``, ``toTable`` of an ORC table (a Delta table's:
+    ``test_delta.py``, a Parquet table's: the file-sink test below),
+    ``partitionBy``, ``clusterBy`` — runs in Spark as written, after one
+    line saying why: the rows Spark's own query gives."""
     import inspect
 
     from pyspark.sql import functions as F
@@ -895,7 +899,7 @@ def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spar
     warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
     made = not warehouse.exists()  # the catalog's default database: made in the JVM's directory on first use
     try:
-        fell_back("SINK_TABLE", lambda w: w.format("parquet").option("path", f"{tmp_path}/t").toTable("gpuwm_t"))
+        fell_back("SINK_TABLE", lambda w: w.format("orc").option("path", f"{tmp_path}/t").toTable("gpuwm_t"))
         rows = sorted((tuple(_norm(v) for v in r.asDict().values()) for r in spark.table("gpuwm_t").collect()),
                       key=repr)
         assert rows == flat
@@ -903,6 +907,149 @@ def test_every_datastreamwriter_call_runs_in_gpuwm_or_falls_back_as_written(spar
         spark.sql("DROP TABLE IF EXISTS gpuwm_t")
         if made and warehouse.exists():
             warehouse.rmdir()
+
+
+def _spark_files(path: str) -> tuple[list[str], set[str]]:
+    """A file sink's ``_spark_metadata`` entries (batch files, ``.compact``
+    ones) and the data files beside it, by name."""
+    log = sorted((n for n in os.listdir(f"{path}/_spark_metadata") if not n.startswith(".")),
+                 key=lambda n: int(n.split(".")[0]))
+    return log, {os.path.basename(f) for f in glob.glob(f"{path}/**/*.parquet", recursive=True)}
+
+
+#: a data file's name as Spark's file sink writes it (ManifestFileCommitProtocol)
+SPARK_FILE = re.compile(r"part-\d{5}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-c000\.snappy\.parquet")
+
+
+KILLED_SINK = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from pyspark.sql import functions as F
+from gpuwm.spark import accelerate, local_session
+from gpuwm.spark.io.driver_sinks import SparkFileLog
+spark = local_session(app="killed-sink", cores=2, conf={conf!r})
+kill, at = {kill!r}
+add = SparkFileLog.add
+def add_and_kill(self, batch_id, names):  # SIGKILLed with the batch's files written, before or after its log
+    if kill == "before" and batch_id == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    n = add(self, batch_id, names)
+    if kill == "after" and batch_id == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n
+SparkFileLog.add = add_and_kill
+df = (spark.readStream.schema({schema!r}).option("maxFilesPerTrigger", 1).parquet({src!r})
+      .withWatermark("ts", "10 seconds").groupBy(F.window("ts", "5 seconds"), "k")
+      .agg(F.count("*").alias("n"), F.max("price").alias("mx")))
+accelerate(df, fallback="error", vnodes=2).writeStream.format("parquet").option("checkpointLocation", {ck!r}) \
+    .trigger(availableNow=True).start({out!r}).awaitTermination()
+print("DONE", flush=True)
+"""
+
+
+def test_the_parquet_sink_writes_spark_s_layout_and_log_exactly_once_across_sigkills(spark, tmp_path):
+    """Issue 73, item 9: ``format("parquet")`` writes Spark's file-sink
+    layout — data files named as Spark's and the ``_spark_metadata`` log,
+    compacted as Spark's (every 3 batches here) — equal to Spark's own file
+    sink over the same files, though its driver was SIGKILLed after a
+    batch's data files and before its log, then, restarted, after another
+    batch's log and before gpuwm's commit, and restarted to its end: the
+    same log files, each batch's files the same rows, once; the first
+    kill's files lie beside them, named by no log (the second's replay
+    deleted its own). ``spark.read.parquet(out)`` gives the same columns
+    and rows (no ``batch_id``), a downstream ``readStream`` the same rows,
+    neither seeing the files no log names; and ``toTable`` of a new table
+    (Spark's default provider, Parquet) runs in gpuwm, read back by
+    ``spark.table`` as the same rows."""
+    from pyspark.sql import functions as F
+
+    from .test_spark import TEST_CONF as conf
+
+    src = f"{tmp_path}/in"
+    _write_batches(src, _random_batches(np.random.default_rng(42), 6, 30, step=6, behind=14, keys=3))
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    conf = {**conf, "spark.sql.streaming.fileSink.log.compactInterval": "3"}
+    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "3")
+    df = _source(spark, src).withWatermark("ts", "10 seconds").groupBy(F.window("ts", "5 seconds"), "k").agg(
+        F.count("*").alias("n"), F.max("price").alias("mx"))
+    try:
+        df.writeStream.format("parquet").option("checkpointLocation", f"{tmp_path}/nck").trigger(
+            availableNow=True).start(f"{tmp_path}/native").awaitTermination()
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for kill in (("before", 3), ("after", 4), (None, None)):
+            script = tmp_path / "run.py"
+            script.write_text(KILLED_SINK.format(root=root, conf=conf, kill=kill, schema=SCHEMA, src=src,
+                                                 ck=f"{tmp_path}/ck", out=f"{tmp_path}/out"))
+            r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+            assert r.returncode == (0 if kill[0] is None else -9), r.stdout + r.stderr[-3000:]
+            if kill[0] == "before":  # batch 3's files written, no log names them
+                orphans = _spark_files(f"{tmp_path}/out")[1] - _logged(f"{tmp_path}/out")
+                assert orphans and "3" not in _spark_files(f"{tmp_path}/out")[0]
+        (log, files), (native_log, native_files) = _spark_files(f"{tmp_path}/out"), _spark_files(f"{tmp_path}/native")
+        assert log == native_log and "2.compact" in log and "5.compact" in log, (log, native_log)
+        assert all(SPARK_FILE.fullmatch(f) for f in files | native_files), files | native_files
+        assert not glob.glob(f"{tmp_path}/out/batch_id=*")
+        assert files - _logged(f"{tmp_path}/out") == orphans  # the second kill's replay: its files deleted
+        want = _batches(f"{tmp_path}/native")
+        assert sum(map(len, want.values())) > 5 and _batches(f"{tmp_path}/out") == want
+        mine, theirs = spark.read.parquet(f"{tmp_path}/out"), spark.read.parquet(f"{tmp_path}/native")
+        assert mine.schema == theirs.schema and mine.columns == df.columns
+        flat = sorted(map(tuple, theirs.collect()), key=repr)
+        assert sorted(map(tuple, mine.collect()), key=repr) == flat
+
+        def downstream(path: str) -> list:  # a query reading the sink's output as a stream: the log's files
+            name = f"down_{os.path.basename(path)}"
+            spark.readStream.schema(theirs.schema).parquet(path).writeStream.format("memory").queryName(name) \
+                .option("checkpointLocation", f"{tmp_path}/{name}").trigger(availableNow=True).start() \
+                .awaitTermination()
+            return sorted(map(tuple, spark.table(name).collect()), key=repr)
+
+        assert downstream(f"{tmp_path}/out") == downstream(f"{tmp_path}/native") == flat
+        warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+        made = not warehouse.exists()
+        try:
+            accelerate(df, fallback="error").writeStream.option("checkpointLocation", f"{tmp_path}/ck-t").trigger(
+                availableNow=True).toTable("gpuwm_pt").awaitTermination()
+            assert sorted(map(tuple, spark.table("gpuwm_pt").collect()), key=repr) == flat
+            location = {r[0]: r[1] for r in spark.sql("DESCRIBE TABLE EXTENDED gpuwm_pt").collect()}["Location"]
+            assert _spark_files(location.removeprefix("file:"))[0] == native_log
+        finally:
+            spark.sql("DROP TABLE IF EXISTS gpuwm_pt")
+            if made and warehouse.exists():
+                import shutil
+
+                shutil.rmtree(warehouse)
+    finally:
+        spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
+
+
+def test_a_parquet_sink_path_of_the_other_layout_is_refused_before_the_first_batch(tmp_path):
+    """A path that holds gpuwm's ``batch_id=<N>`` folders (an earlier
+    gpuwm's ``format("parquet")``) is not written in Spark's layout, nor a
+    path with a ``_spark_metadata`` log in gpuwm's: Spark's readers would
+    read only the logged files, the other layout's rows hidden."""
+    from gpuwm.spark.executor.plan import Sink
+    from gpuwm.spark.io.sinks import check_layout
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    (old / "batch_id=0").mkdir(parents=True)
+    (new / "_spark_metadata").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"^the Parquet sink path .*old holds gpuwm's batch_id=<N> layout \(an "
+                                          r"earlier gpuwm's format\(\"parquet\"\)\): writing the other layout there "
+                                          r"would hide rows from spark.read.parquet; write to a new path$"):
+        check_layout(Sink("parquet", str(old), layout="spark"))
+    with pytest.raises(ConfigError, match=r"new holds Spark's file-sink layout \(a _spark_metadata log\)"):
+        check_layout(Sink("parquet", str(new)))
+    check_layout(Sink("parquet", str(new), layout="spark"))
+    check_layout(Sink("parquet", str(old)))
+    check_layout(Sink("parquet", str(tmp_path / "none"), layout="spark"))
+    with pytest.raises(ConfigError, match="layout must be one of"):
+        Sink("foreachBatch", str(old), layout="spark")
+
+
+def _logged(path: str) -> set[str]:
+    """The data files a file sink's log names, by name."""
+    return {os.path.basename(f) for fs in logged_files(path).values() for f in fs}
 
 
 def test_foreach_batch_runs_in_gpuwm_once_per_batch_and_again_on_a_replay(spark, tmp_path, capsys):

@@ -131,8 +131,8 @@ def test_to_table_writes_delta_tables_as_spark_s_to_table(spark, tmp_path, capsy
     (the query's columns, nullable) and written by gpuwm, each batch marked;
     an existing Delta table is written by gpuwm without ``format`` (its
     provider from the catalog). Both read back by ``spark.table`` as Spark's
-    own ``toTable``'s rows. (A new table of the default provider, Parquet,
-    is Spark's, after one line saying why: test_accelerate's writer test.)"""
+    own ``toTable``'s rows. (A new table of the default provider, Parquet:
+    test_accelerate's file-sink test.)"""
     _write_batches(f"{tmp_path}/in", _random_batches(np.random.default_rng(33), 4, 20, step=6, behind=14, keys=3))
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     df = _query(spark, f"{tmp_path}/in", "tumble")

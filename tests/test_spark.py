@@ -46,7 +46,13 @@ def spark():
 
 
 def read_out(path: str) -> pa.Table | None:
-    files = sorted(glob.glob(os.path.join(path, "batch_id=*", "*.parquet")))
+    """A Parquet sink's rows in batch order: ``batch_id=<N>`` folders, or Spark's layout's logged files."""
+    if os.path.isdir(os.path.join(path, "_spark_metadata")):
+        from .oracle import logged_files
+
+        files = [f for _, fs in sorted(logged_files(path).items()) for f in sorted(fs)]
+    else:
+        files = sorted(glob.glob(os.path.join(path, "batch_id=*", "*.parquet")))
     if not files:
         return None
     return pa.concat_tables([pq.read_table(f) for f in files])

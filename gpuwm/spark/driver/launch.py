@@ -76,9 +76,12 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
 
     for options in source_options(df):  # brokers and topics answer, or one line before anything is written
         probe(options)
+    from ..io.sinks import check_layout
+
     for what, sink in (("Parquet sink", plan.sink), ("late-row sink", plan.late)):
         if sink is not None and sink.path:
             sink.location.probe(what)
+    check_layout(plan.sink)
     from ...backend import SAID_BY, get_backend
 
     if os.environ.get(SAID_BY) == str(os.getpid()) and plan.backend in (None, "auto"):
@@ -92,6 +95,10 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
                     foreach_batch=_foreach_batch(plan, foreach),
                     input_steps=[files_steps(d) for d in inputs.values()] if inputs and why is None
                     else None)
+    if plan.sink.layout == "spark":  # (its folder made before the first batch's files, as Spark's sink makes it)
+        from ..io.driver_sinks import SparkFileLog
+
+        driver.file_log = SparkFileLog(spark, plan.sink, sink_schema(plan))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     stream = spark_watermark(drain.with_drains(df, ck), plan)
     writer = stream.writeStream.foreachBatch(driver.run_batch).option("checkpointLocation", ck.loc.uri)

@@ -86,7 +86,8 @@ def gpuwm_durations(m: dict) -> dict[str, int]:
     (summed over tasks; tasks that ran at once, their shares of the job's
     wall time) and the rest of it (``gpuwmJob``: Spark's scheduling, the
     tasks' other work); the sink the driver hands the rows to
-    (``gpuwmSink``: a foreachBatch function, Delta, Kafka, memory) and
+    (``gpuwmSink``: a foreachBatch function, Delta, Kafka, memory; a file
+    sink's ``_spark_metadata`` log) and
     gpuwm's commit.
 
     >>> gpuwm_durations({"job_s": 1.0, "source_read_s": 0.2, "kernel_s": 0.3, "state_save_s": 0.1,
@@ -101,7 +102,7 @@ def gpuwm_durations(m: dict) -> dict[str, int]:
     # (whole ms down: their sum never passes the time they took, which Spark's addBatch holds)
     out = {k: int(v * share * 1000) for k, v in tasks.items()}
     out["gpuwmJob"] = max(0, int(job * 1000) - sum(out.values()))
-    out["gpuwmSink"] = int(m.get("foreach_batch_s", 0.0) * 1000)
+    out["gpuwmSink"] = int((m.get("foreach_batch_s", 0.0) + m.get("sink_log_s", 0.0)) * 1000)
     out["gpuwmCommit"] = int(m.get("commit_s", 0.0) * 1000)
     return out
 
@@ -194,6 +195,7 @@ class Driver:
                  foreach_batch: tuple | None = None, input_steps: list | None = None):
         self.plan = plan
         self.foreach_batch = foreach_batch  # a foreachBatch sink's (function, Spark schema)
+        self.file_log = None  # a parquet sink's in Spark's layout: its _spark_metadata (driver_sinks.SparkFileLog)
         self.spark = spark
         self.df = df
         from ..io.nexmark import nexmark_source
@@ -284,7 +286,8 @@ class Driver:
                  totals=add_totals((prev_commit or {}).get("metrics", {}).get("totals"), m))
         # the console sink's rows: exchange pieces, gone once the batch is committed
         outs = [ck.loc.read_table(r["output"]) for r in results if "output" in r]
-        self._commit(batch_id, versions, files, filter_name, new_filter, m)
+        sink_files = [f for r in results for f in r.get("sink_files", ())]
+        self._commit(batch_id, versions, files, filter_name, new_filter, m, sink_files)
         self._ask_drain(batch_id, filt, t_now, m)
         self._report(batch_id, m, outs, end)
 
@@ -409,12 +412,13 @@ class Driver:
         return new_filter, filt, t_now
 
     def _commit(self, batch_id: int, versions: dict[str, str], files: list[str], filter_name: str,
-                new_filter: bytes, m: dict) -> None:
+                new_filter: bytes, m: dict, sink_files: list[str] = ()) -> None:
         """Commit the batch: a foreachBatch sink first handed its rows
-        (:meth:`_hand_over`, ``foreach_batch_s``), then, still this query's
-        checkpoint, the commit written — the state versions that won, the
-        objects they name, the filter's state, the metrics ``m`` — and the
-        rows staged for the sink deleted (``commit_s``)."""
+        (:meth:`_hand_over`, ``foreach_batch_s``), a sink in Spark's layout
+        its files ``sink_files`` logged (``sink_log_s``); then, still this
+        query's checkpoint, the commit written — the state versions that
+        won, the objects they name, the filter's state, the metrics ``m`` —
+        and the rows staged for the sink deleted (``commit_s``)."""
         import time
 
         plan, ck = self.plan, self.checkpoint
@@ -422,6 +426,11 @@ class Driver:
             t_fb = time.perf_counter()
             self._hand_over(batch_id)
             m["foreach_batch_s"] = time.perf_counter() - t_fb
+        if self.file_log is not None:  # visible once logged: before gpuwm's commit, as Spark's sink before its own
+            t_log = time.perf_counter()
+            self._owner.check()
+            m["sink_files"] = self.file_log.add(batch_id, sink_files)
+            m["sink_log_s"] = time.perf_counter() - t_log
         t_commit = time.perf_counter()
         self._owner.check()
         ck.write_commit(batch_id, versions, files, filter_name, m)

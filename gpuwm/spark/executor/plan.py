@@ -38,10 +38,19 @@ from ...operator import OperatorSpec
 from ...watermark import EXPR_COLUMN, WatermarkSpec
 from ..storage.checkpoint import Checkpoint, Location
 
+#: the key of the Parquet footer's metadata where Spark's writers keep the rows' Spark schema
+SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+#: a parquet sink's layouts: gpuwm's folder a batch, or Spark's file sink's (its files and their log)
+LAYOUTS = {"batches", "spark"}
+
 
 @dataclass(frozen=True)
 class Sink:
-    """``parquet`` (``path``: ``<path>/batch_id=<N>/part-<P>.parquet``),
+    """``parquet`` (``path``; ``layout`` ``spark``: Spark's file sink's,
+    ``<path>/part-<P>-<uuid>-c000.snappy.parquet`` files and the
+    ``<path>/_spark_metadata`` log naming each batch's, or ``batches``:
+    ``<path>/batch_id=<N>/part-<P>.parquet``),
     ``console`` (the first ``rows`` rows of each batch, printed by the
     driver) or ``foreachBatch`` (Parquet as ``parquet``, under the
     checkpoint, handed to the user's function as a DataFrame by the driver
@@ -54,21 +63,36 @@ class Sink:
     options: tuple[tuple[str, str], ...] = ()
     #: the last stage's rows as the query's columns: :mod:`gpuwm.project` steps, as JSON ("": as they are)
     project: str = ""
+    #: how a parquet sink lays its files out: ``batches`` (gpuwm's) or ``spark`` (Spark's file sink's)
+    layout: str = "batches"
+    #: the query's Spark schema (JSON) its files carry as Spark's own do (:data:`SPARK_ROW_METADATA`: Spark's
+    #: readers take its columns' nullability from it), or ""
+    spark_schema: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("parquet", "console", "foreachBatch"):
             raise ConfigError(f"sink must be 'parquet', 'console' or 'foreachBatch', got {self.kind!r}")
+        if self.layout not in LAYOUTS or (self.layout == "spark" and self.kind != "parquet"):
+            raise ConfigError(f"a {self.kind} sink's layout must be one of {sorted(LAYOUTS)}, got {self.layout!r} "
+                              "(spark: a parquet sink's)")
         if self.writes_files and not self.path:
             raise ConfigError(f"a {self.kind} sink needs a path")
 
     @property
     def writes_files(self) -> bool:
-        """Tasks write the rows as ``<path>/batch_id=<N>/part-<P>.parquet``."""
+        """Tasks write the rows as Parquet files under ``path`` (:attr:`layout`)."""
         return self.kind in ("parquet", "foreachBatch")
 
     @property
     def location(self) -> Location:
         return Location(self.path, self.options)
+
+    def as_written(self, table: pa.Table) -> pa.Table:
+        """``table`` with the Spark schema its file carries (:attr:`spark_schema`)."""
+        if not self.spark_schema:
+            return table
+        return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                              SPARK_ROW_METADATA: self.spark_schema.encode()})
 
 
 @dataclass(frozen=True)

@@ -161,8 +161,8 @@ class Accelerated:
                 p.add(kind, **wired, **options)
         except (ConfigError, SchemaError) as e:  # a chain or a join gpuwm's stages cannot make
             raise Refused("STAGES", "query", str(e)) from None
-        if sink[0] == "parquet":
-            p.write_parquet(sink[1])
+        if sink[0] == "parquet":  # as Spark's file sink lays its files out: the query's readers read them as before
+            p.write_parquet(sink[1], layout="spark", spark_schema=self.df.schema.json())
         elif sink[0] == "foreachBatch":  # the function gets the query's own columns and types
             p.foreach_batch(sink[1], self.df.schema)
         else:

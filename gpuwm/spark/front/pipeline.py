@@ -475,10 +475,18 @@ class Pipeline:
                 self._arrow_schema = arrow_schema(self.df.schema)
         return self._arrow_schema
 
-    def write_parquet(self, path: str) -> "Pipeline":
+    def write_parquet(self, path: str, layout: str = "batches", spark_schema: str = "") -> "Pipeline":
         """Parquet files per batch: ``<path>/batch_id=<N>/part-<vnode>.parquet``,
-        rewritten identically if Spark replays batch N."""
-        self._sink = Sink("parquet", Location.of(path, what="Parquet sink path").uri, options=self._fs_options)
+        rewritten identically if Spark replays batch N; with ``layout="spark"``,
+        Spark's file sink's: ``<path>/part-<vnode>-<uuid>-c000.snappy.parquet``
+        files, each batch's named in the ``<path>/_spark_metadata`` log
+        (Spark's own ``FileStreamSinkLog``) before gpuwm commits it, so
+        ``spark.read.parquet(path)`` and a ``readStream`` of ``path`` read
+        every committed row once, as from Spark's sink (what
+        ``accelerate(df)``'s ``format("parquet")`` writes). ``spark_schema``:
+        the query's Spark schema (JSON) the files carry, as Spark's own do."""
+        self._sink = Sink("parquet", Location.of(path, what="Parquet sink path").uri, options=self._fs_options,
+                          layout=layout, spark_schema=spark_schema)
         return self
 
     def late_rows_to(self, path: str) -> "Pipeline":
@@ -607,7 +615,8 @@ class Pipeline:
                          f"{seg.tasks} task(s), keys {list(plan.stage_keys(i))}]")
         lines.append(f"vnodes       {plan.vnodes}" + (" (first stage pre-aggregates before the shuffle)"
                                                       if plan.pre_aggregates else ""))
-        lines.append(f"sink         {plan.sink.kind} {plan.sink.path or ''}".rstrip())
+        lines.append(f"sink         {plan.sink.kind} {plan.sink.path or ''}".rstrip()
+                     + (" (Spark's file-sink layout: its _spark_metadata log)" if plan.sink.layout == "spark" else ""))
         if plan.late is not None:
             lines.append(f"late rows    parquet {plan.late.path}")
         if isinstance(self.df, Declared):  # a dry run without Spark: the source's plan is not known yet

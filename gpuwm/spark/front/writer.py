@@ -89,8 +89,8 @@ class AcceleratedWriter:
 
     def partitionBy(self, *cols: Any) -> "AcceleratedWriter":
         if cols and cols != ([],):
-            self._other.append(f"partitionBy({', '.join(map(repr, cols))}): gpuwm's parquet sink writes "
-                               "batch_id=<N>/part-<P>.parquet")
+            self._other.append(f"partitionBy({', '.join(map(repr, cols))}): gpuwm's parquet sink does not "
+                               "partition its files")
         return self._called("partitionBy", *cols)
 
     def clusterBy(self, *cols: Any) -> "AcceleratedWriter":
@@ -195,19 +195,21 @@ class AcceleratedWriter:
         does not exist (the query's columns, nullable; ``format``'s provider,
         else ``spark.sql.sources.default``; ``option('path')`` its location),
         then written as ``format(<provider>).start(<its location>)``. gpuwm
-        runs a Delta table's (:class:`DeltaAppend` at its location); a table
-        of another provider (gpuwm's Parquet sink writes ``batch_id=<N>``
-        folders, not Spark's file sink log) or a view, Spark writes, after
-        the fallback's one line, with every call as written."""
+        runs a Delta table's (:class:`DeltaAppend` at its location) and a
+        Parquet table's (its file sink in Spark's layout, with its
+        ``_spark_metadata`` log, as Spark's toTable writes it); a table of
+        another provider or a view, Spark writes, after the fallback's one
+        line, with every call as written."""
         self._start_args(None, format, outputMode, partitionBy, queryName, options)
         acc = self._acc
         if acc.translation is not None:
             why = Refused("SINK_CALL", "writeStream", self._other[0]) if self._other else None
             if why is None:
-                table, why = _table(acc.df, tableName, self._format if self._formatted() else None, self._options)
+                (table, provider), why = _table(acc.df, tableName, self._format if self._formatted() else None,
+                                                self._options)
             if why is None:
                 saved = self._calls, self._format, dict(self._options)
-                self.format("delta").option("path", table)  # Spark's own toTable of a file table
+                self.format(provider).option("path", table)  # Spark's own toTable of a file table
                 why = self._why_not()
                 try:
                     if why is None:
@@ -228,30 +230,39 @@ class AcceleratedWriter:
         return w
 
 
-def _table(df, name: str, fmt: str | None, options: Mapping[str, str]) -> tuple[str | None, Refused | None]:
-    """The location of the Delta table ``name`` that ``df``'s ``toTable``
-    writes, made as Spark's ``toTable`` makes it where it does not exist
-    (``fmt``, else Spark's default source; ``options``' ``path``: an
-    external table there); or why gpuwm does not write it (Spark does)."""
+#: the table providers whose toTable gpuwm writes
+TABLES = ("delta", "parquet")
+
+
+def _table(df, name: str, fmt: str | None,
+           options: Mapping[str, str]) -> tuple[tuple[str | None, str | None], Refused | None]:
+    """The location and provider of the Delta or Parquet table ``name``
+    that ``df``'s ``toTable`` writes, made as Spark's ``toTable`` makes it
+    where it does not exist (``fmt``, else Spark's default source;
+    ``options``' ``path``: an external table there); or why gpuwm does not
+    write it (Spark does)."""
     spark = df.sparkSession
     said = f"toTable({name!r})"
+    none = (None, None)
     if spark.catalog._jcatalog.tableExists(name):
         info = {r[0].strip(): (r[1] or "").strip() for r in spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()}
         provider = info.get("Provider", "").lower()
         if info.get("Type", "").upper() == "VIEW" or not info.get("Location"):
-            return None, Refused("SINK_TABLE", "writeStream", f"{said}: a view, or a table without a location")
-        if provider != "delta" or fmt not in (None, "delta"):
-            return None, Refused("SINK_TABLE", "writeStream", f"{said}: a {provider or 'catalog'} table; gpuwm writes Delta "
-                                                "tables (a Parquet table is Spark's file sink's, with its log)")
-        return _local(info["Location"]), None
+            return none, Refused("SINK_TABLE", "writeStream", f"{said}: a view, or a table without a location")
+        if provider not in TABLES or fmt not in (None, provider):
+            return none, Refused("SINK_TABLE", "writeStream", f"{said}: a {provider or 'catalog'} table"
+                                 + (f" written as format {fmt!r}" if provider in TABLES else "")
+                                 + "; gpuwm writes Delta and Parquet tables")
+        spark.catalog.refreshTable(name)  # (its files as listed now, cached by this look: read again after writes)
+        return (_local(info["Location"]), provider), None
     provider = (fmt or spark.conf.get("spark.sql.sources.default", "parquet")).lower()
-    if provider != "delta":
-        return None, Refused("SINK_TABLE", "writeStream", f"{said}: a new {provider} table; gpuwm writes Delta tables "
-                                            "(a Parquet table is Spark's file sink's, with its log)")
+    if provider not in TABLES:
+        return none, Refused("SINK_TABLE", "writeStream", f"{said}: a new {provider} table; gpuwm writes Delta and "
+                             "Parquet tables")
     from pyspark.sql.types import StructType
 
     path = next((v for k, v in options.items() if k.lower() == "path"), None)
-    spark.catalog.createTable(name, path=path, source="delta",
+    spark.catalog.createTable(name, path=path, source=provider,
                               schema=StructType.fromJson(_nullable(df.schema.jsonValue())))
     return _table(df, name, fmt, options)
 

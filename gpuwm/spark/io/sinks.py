@@ -11,11 +11,15 @@ import pyarrow as pa
 
 def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
     """The sink's output of one task: ``<path>/batch_id=<N>/part-<part>.parquet``
-    (Parquet and foreachBatch sinks; published whole: a replay rewrites it), or, for the console sink, the
-    rows as an exchange piece the driver prints. What the task's result
-    says of it: ``{"output": piece}`` for the console sink's rows, and
-    ``{"rows_emitted": n}`` where the sink's projection filters the rows
-    (a query's ``filter``/``HAVING`` after its operator)."""
+    (Parquet and foreachBatch sinks; published whole: a replay rewrites
+    it); under Spark's file-sink layout ``<path>/part-<part>-<uuid>-c000.snappy.parquet``
+    (Spark's name: an attempt's own, visible once the driver logs it in
+    ``_spark_metadata``, :class:`~gpuwm.spark.io.driver_sinks.SparkFileLog`);
+    or, for the console sink, the rows as an exchange piece the driver
+    prints. What the task's result says of it: ``{"output": piece}`` for
+    the console sink's rows, ``{"sink_files": [name]}`` for the file Spark's
+    layout wrote, and ``{"rows_emitted": n}`` where the sink's projection
+    filters the rows (a query's ``filter``/``HAVING`` after its operator)."""
     if out is None or not out.num_rows:
         return {}
     sink = plan.sink
@@ -29,8 +33,43 @@ def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
             return said
     if not sink.writes_files:
         return {**said, "output": plan.checkpoint.write_piece(batch_id, "out", 0, part, out)}
+    if sink.layout == "spark":
+        name = spark_file_name(part)
+        sink.location.publish_parquet(name, sink.as_written(out))
+        return {**said, "sink_files": [name]}
     sink.location.publish_parquet(f"batch_id={batch_id}/part-{part:05d}.parquet", out)
     return said
+
+
+def spark_file_name(part: int) -> str:
+    """A data file's name as Spark's file sink names it (``ManifestFileCommitProtocol``:
+    the task's partition, a UUID of its own, the file's count in the task).
+
+    >>> spark_file_name(3)[:11], spark_file_name(3)[-20:], len(spark_file_name(3))
+    ('part-00003-', '-c000.snappy.parquet', 67)
+    """
+    import uuid
+
+    return f"part-{part:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+
+
+def check_layout(sink) -> None:
+    """A Parquet sink's path holds no files of its other layout: Spark's
+    readers of a path with a ``_spark_metadata`` log read only the files it
+    names, so one layout after the other would hide the first's rows
+    (a :class:`ConfigError`, before the first batch)."""
+    from ...errors import ConfigError
+
+    if sink is None or sink.kind != "parquet":
+        return
+    names = sink.location.list()
+    other = "_spark_metadata" if sink.layout == "batches" else next(
+        (n for n in names if n.startswith("batch_id=")), None)
+    if other in names:
+        said = {"batches": "Spark's file-sink layout (a _spark_metadata log)",
+                "spark": "gpuwm's batch_id=<N> layout (an earlier gpuwm's format(\"parquet\"))"}
+        raise ConfigError(f"the Parquet sink path {sink.path} holds {said[sink.layout]}: writing the other layout "
+                          "there would hide rows from spark.read.parquet; write to a new path")
 
 
 def clear_batch(plan, batch_id: int) -> None:
@@ -38,7 +77,7 @@ def clear_batch(plan, batch_id: int) -> None:
     Parquet sink and the late rows. A replay rewrites every part it writes,
     but one over another number of vnodes (a rescale between the attempts)
     would leave some of the first attempt's parts beside them."""
-    if plan.sink.writes_files:
+    if plan.sink.writes_files and plan.sink.layout == "batches":  # (Spark's layout: what no log names is unseen)
         plan.sink.location.delete_dir(f"batch_id={batch_id}")
     if plan.late is not None:
         late = plan.late.location

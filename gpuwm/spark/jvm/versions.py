@@ -227,6 +227,15 @@ def join_helper(v: Version | None = None) -> str:
     return f"org.apache.spark.sql.execution.streaming.{pkg}StreamingSymmetricHashJoinHelper"
 
 
+def file_sink_log(v: Version | None = None) -> str:
+    """The package of Spark ``v``'s (the running one's) file-sink log
+    classes, ``FileStreamSinkLog`` and ``SinkFileStatus`` (the
+    ``_spark_metadata`` log; its format the same on every line): 4.1
+    moved them into ``execution.streaming.sinks``."""
+    pkg = ".sinks" if (running() if v is None else v) >= (4, 1, 0) else ""
+    return f"org.apache.spark.sql.execution.streaming{pkg}"
+
+
 def inline_cte_args(v: Version | None = None) -> tuple[bool, ...]:
     """The arguments of Spark ``v``'s (the running one's) optimizer rule
     ``InlineCTE`` that inline every ``WITH`` relation, as the optimizer
