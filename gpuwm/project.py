@@ -56,7 +56,9 @@ with ``op`` one of :data:`OPS` (which evaluates it):
   (Spark's ``evalMode`` ANSI, the default since Spark 4) fails as Spark
   fails, ``[DIVIDE_BY_ZERO]``; an integer that overflows wraps, or with
   ``ansi`` fails, ``[ARITHMETIC_OVERFLOW]``; ``%`` is Java's (the
-  dividend's sign). ``+``, ``-``, ``*`` and negation of decimals too, of
+  dividend's sign), its zero divisor under ``ansi`` the error class a
+  fifth element names (the running Spark's; default
+  ``REMAINDER_BY_ZERO``). ``+``, ``-``, ``*`` and negation of decimals too, of
   two decimal types whose exact result Spark's type is (at most 38
   digits, so none overflows; translate checks): Arrow's decimal arithmetic.
 
@@ -220,7 +222,7 @@ def _op_date_format(arg: Any, t: pa.Table, counts: dict | None) -> pa.Array:
 
 
 def _op_arith(arg: Any, t: pa.Table, counts: dict | None) -> pa.Array:
-    return arith(arg[0], _eval(arg[1], t, counts), _eval(arg[2], t, counts), arg[3])
+    return arith(arg[0], _eval(arg[1], t, counts), _eval(arg[2], t, counts), arg[3], *arg[4:])
 
 
 def _op_neg(arg: Any, t: pa.Table, counts: dict | None) -> pa.Array:
@@ -317,8 +319,9 @@ _ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply}
 _ARITH_CHECKED = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}
 
 
-def arith(op: str, a: pa.Array, b: pa.Array, ansi: bool) -> pa.Array:
-    """Spark's ``a op b`` of two arrays of one numeric type.
+def arith(op: str, a: pa.Array, b: pa.Array, ansi: bool, remainder: str = "REMAINDER_BY_ZERO") -> pa.Array:
+    """Spark's ``a op b`` of two arrays of one numeric type (``remainder``:
+    the error class the running Spark names a ``%`` by zero under ANSI).
 
     >>> arith("%", pa.array([-7, 7, None, 5]), pa.array([2, -2, 1, 0]), False).to_pylist()
     [-1, 1, None, None]
@@ -340,7 +343,7 @@ def arith(op: str, a: pa.Array, b: pa.Array, ansi: bool) -> pa.Array:
     zero = pc.fill_null(pc.equal(b, pa.scalar(0, b.type)), False)
     if ansi and pc.any(pc.and_(zero, pc.is_valid(a))).as_py():
         i = pc.index(pc.and_(zero, pc.is_valid(a)), True).as_py()
-        what = "[DIVIDE_BY_ZERO] Division" if op == "/" else "[REMAINDER_BY_ZERO] Remainder"
+        what = "[DIVIDE_BY_ZERO] Division" if op == "/" else f"[{remainder}] Remainder"
         raise SparkArithmeticError(f"{what} by zero in ({a[i]} {op} {b[i]}): Spark fails the query so (ANSI "
                                    "mode); try_divide / try_mod give null, or spark.sql.ansi.enabled=false")
     valid = pc.and_(pc.and_(pc.is_valid(a), pc.is_valid(b)), pc.invert(zero)).to_numpy(zero_copy_only=False)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...project import JSON_TYPES, LITERAL_TYPES, decimal_type
 from ..jvm.objects import scala_iter
+from ..jvm.versions import remainder_by_zero
 from .plans import expr_id, node_kind
 
 #: the ops of :data:`gpuwm.project.OPS` :func:`project_expr` writes (tests/test_catalyst.py holds both sides to
@@ -155,8 +156,9 @@ def project_expr(e, ids: dict[int, str]) -> dict:
         if typ not in _NUMERIC or str(e.evalMode()) == "TRY" or any(
                 str(x.dataType().simpleString()) != typ for x in (e.left(), e.right())):
             raise Untranslatable(str(e.sql()))
-        return {"arith": [_ARITH[kind], project_expr(e.left(), ids), project_expr(e.right(), ids),
-                          str(e.evalMode()) == "ANSI"]}
+        ansi = str(e.evalMode()) == "ANSI"
+        return {"arith": [_ARITH[kind], project_expr(e.left(), ids), project_expr(e.right(), ids), ansi,
+                          *([remainder_by_zero()] if ansi and kind == "Remainder" else [])]}
     if kind == "UnaryMinus" and decimal_type(str(e.dataType().simpleString())):  # (exact: never overflows)
         return {"neg": [project_expr(e.child(), ids), False]}
     if kind == "UnaryMinus" and str(e.dataType().simpleString()) in _NUMERIC:

@@ -236,6 +236,13 @@ def file_sink_log(v: Version | None = None) -> str:
     return f"org.apache.spark.sql.execution.streaming{pkg}"
 
 
+def remainder_by_zero(v: Version | None = None) -> str:
+    """The error class Spark ``v`` (the running one) fails an integer
+    ``%`` by zero with under ANSI mode: ``REMAINDER_BY_ZERO`` from 4.1,
+    ``DIVIDE_BY_ZERO`` before."""
+    return "REMAINDER_BY_ZERO" if (running() if v is None else v) >= (4, 1, 0) else "DIVIDE_BY_ZERO"
+
+
 def inline_cte_args(v: Version | None = None) -> tuple[bool, ...]:
     """The arguments of Spark ``v``'s (the running one's) optimizer rule
     ``InlineCTE`` that inline every ``WITH`` relation, as the optimizer
