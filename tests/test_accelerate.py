@@ -926,7 +926,7 @@ import os, signal, sys
 sys.path.insert(0, {root!r})
 from pyspark.sql import functions as F
 from gpuwm.spark import accelerate, local_session
-from gpuwm.spark.io.driver_sinks import SparkFileLog
+from gpuwm.spark.driver.file_log import SparkFileLog
 spark = local_session(app="killed-sink", cores=2, conf={conf!r})
 kill, at = {kill!r}
 add = SparkFileLog.add

@@ -96,7 +96,7 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
                     input_steps=[files_steps(d) for d in inputs.values()] if inputs and why is None
                     else None)
     if plan.sink.layout == "spark":  # (its folder made before the first batch's files, as Spark's sink makes it)
-        from ..io.driver_sinks import SparkFileLog
+        from .file_log import SparkFileLog
 
         driver.file_log = SparkFileLog(spark, plan.sink, sink_schema(plan))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

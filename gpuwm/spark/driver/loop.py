@@ -195,7 +195,7 @@ class Driver:
                  foreach_batch: tuple | None = None, input_steps: list | None = None):
         self.plan = plan
         self.foreach_batch = foreach_batch  # a foreachBatch sink's (function, Spark schema)
-        self.file_log = None  # a parquet sink's in Spark's layout: its _spark_metadata (driver_sinks.SparkFileLog)
+        self.file_log = None  # a parquet sink's in Spark's layout: its _spark_metadata (file_log.SparkFileLog)
         self.spark = spark
         self.df = df
         from ..io.nexmark import nexmark_source

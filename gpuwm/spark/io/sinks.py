@@ -14,7 +14,7 @@ def write_output(plan, batch_id: int, part: int, out: pa.Table | None) -> dict:
     (Parquet and foreachBatch sinks; published whole: a replay rewrites
     it); under Spark's file-sink layout ``<path>/part-<part>-<uuid>-c000.snappy.parquet``
     (Spark's name: an attempt's own, visible once the driver logs it in
-    ``_spark_metadata``, :class:`~gpuwm.spark.io.driver_sinks.SparkFileLog`);
+    ``_spark_metadata``, :class:`~gpuwm.spark.driver.file_log.SparkFileLog`);
     or, for the console sink, the rows as an exchange piece the driver
     prints. What the task's result says of it: ``{"output": piece}`` for
     the console sink's rows, ``{"sink_files": [name]}`` for the file Spark's
