@@ -983,8 +983,9 @@ def test_the_parquet_sink_writes_spark_s_layout_and_log_exactly_once_across_sigk
             r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
             assert r.returncode == (0 if kill[0] is None else -9), r.stdout + r.stderr[-3000:]
             if kill[0] == "before":  # batch 3's files written, no log names them
-                orphans = _spark_files(f"{tmp_path}/out")[1] - _logged(f"{tmp_path}/out")
-                assert orphans and "3" not in _spark_files(f"{tmp_path}/out")[0]
+                log, files = _spark_files(f"{tmp_path}/out")
+                orphans = files - _logged(f"{tmp_path}/out")
+                assert orphans and "3" not in log
         (log, files), (native_log, native_files) = _spark_files(f"{tmp_path}/out"), _spark_files(f"{tmp_path}/native")
         assert log == native_log and "2.compact" in log and "5.compact" in log, (log, native_log)
         assert all(SPARK_FILE.fullmatch(f) for f in files | native_files), files | native_files

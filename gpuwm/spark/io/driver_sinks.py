@@ -316,4 +316,3 @@ class MemoryTable(_DriverSink):
         self.batches[batch_id] = table
         rows = pa.concat_tables([self.batches[b] for b in sorted(self.batches)])
         spark.createDataFrame(rows, self.schema).createOrReplaceTempView(self.name)
-

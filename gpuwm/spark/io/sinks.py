@@ -63,9 +63,8 @@ def check_layout(sink) -> None:
     if sink is None or sink.kind != "parquet":
         return
     names = sink.location.list()
-    other = "_spark_metadata" if sink.layout == "batches" else next(
-        (n for n in names if n.startswith("batch_id=")), None)
-    if other in names:
+    other = "_spark_metadata" in names if sink.layout == "batches" else any(n.startswith("batch_id=") for n in names)
+    if other:
         said = {"batches": "Spark's file-sink layout (a _spark_metadata log)",
                 "spark": "gpuwm's batch_id=<N> layout (an earlier gpuwm's format(\"parquet\"))"}
         raise ConfigError(f"the Parquet sink path {sink.path} holds {said[sink.layout]}: writing the other layout "
