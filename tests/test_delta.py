@@ -14,8 +14,11 @@ import pytest
 
 from gpuwm.spark import accelerate, local_session
 
+from . import needs
 from .oracle import _norm, _query
 from .test_spark import _random_batches, _write_batches
+
+pytestmark = needs.DELTA
 
 
 @pytest.fixture(scope="module")

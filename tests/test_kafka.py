@@ -28,10 +28,11 @@ import pytest
 
 from gpuwm.spark.jvm.versions import kafka_replay_fails
 
+from . import needs
 from .kafka_broker import create_topic, produce, produce_raw
 from .test_spark import finished, read_out, rows_of, started
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, needs.KAFKA]
 pytest.importorskip("pyspark")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

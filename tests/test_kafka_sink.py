@@ -14,10 +14,11 @@ import pytest
 
 from gpuwm.spark import accelerate, local_session
 
+from . import needs
 from .kafka_broker import create_topic
 from .test_spark import _random_batches, _write_batches
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, needs.KAFKA]
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,32 @@ def test_gpuwm_jars_prints_the_running_spark_s_connector():
         assert p.returncode == 0 and p.stdout.strip() == kafka_connector(), p.stderr
 
 
+def test_a_kafka_spec_on_a_line_without_a_connector_stops_in_one_line_before_java(tmp_path, monkeypatch, capsys):
+    """``gpuwm run`` of a Kafka spec beside a Spark whose connector Maven
+    Central does not serve (4.3.0; here the running line made so): exit 2
+    and the one line, before a broker is asked or Java starts (the
+    bootstrap server below answers nothing: asked first, it would be the
+    line)."""
+    import dataclasses
+    import json
+
+    from gpuwm.spark.front.cli import main
+
+    v = versions.running()
+    monkeypatch.setitem(LINES, v[:2], dataclasses.replace(LINES[v[:2]], kafka=None))
+    spec = {"source": {"format": "kafka", "options": {"subscribe": "bids", "kafka.bootstrap.servers": "127.0.0.1:9"},
+                       "schema": "auction BIGINT, price BIGINT, date_time TIMESTAMP"},
+            "checkpoint": str(tmp_path / "ck"), "watermark": {"column": "date_time", "delay": "1 second"},
+            "stages": [{"sort": {}}], "sink": {"parquet": str(tmp_path / "out")}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert main(["run", str(tmp_path / "spec.json")]) == 2
+    out, err = capsys.readouterr()
+    assert err == (f"gpuwm: error: Spark {versions.text(v)} has no Kafka connector on Maven Central "
+                   f"(spark-sql-kafka-0-10); Kafka sources need Spark "
+                   f"{', '.join(f'{a}.{b}' for (a, b), ln in LINES.items() if ln.kafka)}\n"), out + err
+    assert "starting Spark" not in out and not (tmp_path / "ck").exists()
+
+
 def test_rapids_says_which_plugin_supports_which_spark():
     assert rapids((4, 1, 1)) == rapids((4, 2, 0)) == "com.nvidia:rapids-4-spark_2.13:26.08.1"
     for v in ((4, 1, 4), (4, 2, 1), (4, 0, 2), (4, 3, 0)):

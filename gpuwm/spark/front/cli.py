@@ -166,9 +166,9 @@ def _run_spec(args: argparse.Namespace) -> int:
             logging.getLogger(name).setLevel(logging.CRITICAL)  # with their whole Java trace, then raises them
     from ..driver.kafka import probe
 
+    conf = spec_conf(spec)  # (first: a Spark line without a Kafka connector says so before any broker is asked)
     for options in kafka_sources(spec):  # brokers that do not answer, a bad login: one line before Spark starts
         probe(options)
-    conf = spec_conf(spec)
     jars = " (and the jars it needs, fetched once)" if "spark.jars.packages" in conf else ""
     print(f"gpuwm: spec {args.spec} checked; starting Spark in local mode{jars}...", flush=True)
     spark = local_session(app="gpuwm-run", conf=conf, show_start=_DEBUG)
