@@ -199,16 +199,13 @@ def batch_files(df, scans_allowed: int = 1) -> list[str] | None:
     input of a union of file streams)."""
     try:
         paths: list[str] = []
-        scans = scan_rdds(df, "FileScanRDD")
-        for r in scans:
+        n = 0  # the scans that read a file: Spark 4.3 plans a scan of no files for a source without new ones
+        for r in scan_rdds(df, "FileScanRDD"):  # (the drain source's, on S3), where 4.1 plans none
             parts = r.filePartitions()
-            for i in range(parts.length()):
-                for f in parts.apply(i).files():
-                    p = _uri(f.filePath().toString())
-                    if p not in paths:
-                        paths.append(p)
-        n = len(scans)
-        return paths if 1 <= n <= scans_allowed else [] if n == 0 else None  # 0: a batch without new files
+            files = [_uri(f.filePath().toString()) for i in range(parts.length()) for f in parts.apply(i).files()]
+            n += bool(files)
+            paths += [p for p in dict.fromkeys(files) if p not in paths]
+        return paths if n <= scans_allowed else None  # ([]: a batch without new files)
     except Exception:
         return None
 
