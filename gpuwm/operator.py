@@ -98,12 +98,17 @@ class Capabilities:
     passes_rows : its output rows are its input rows as they came (a
         union): what the watermark filter must let through is decided by
         the stage after it (:meth:`OperatorSpec.filter_lateness`).
+    late_groups : as the first stage, it counts the rows the watermark
+        filter dropped before it in groups, as Spark's progress counts late
+        input (``count_late`` of them, or their ``ghost_partials``): a
+        tumbling or hopping window aggregation.
     row_local : it holds no rows between batches and maps each batch's
         rows alone (a select): in a graph over several vnodes it runs where
         its input's rows are, with no exchange before it.
     """
 
     partials: bool = False
+    late_groups: bool = False
     range_exchange: bool = False
     arrival_order: bool = False
     needs_order: bool = False

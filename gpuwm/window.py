@@ -32,7 +32,7 @@ from . import staging
 from .aggregates import _I64, AGG_FUNCS, EMIT_MODES, WINDOW_TIME, AggregateOperator, AggregateSpec
 from .errors import ConfigError, SchemaError, WatermarkError
 from .frame import Frame
-from .operator import StageContext, json_options
+from .operator import Capabilities, StageContext, json_options
 from .profiles import Profile
 from .schema import same_schema
 from .session import Session, SessionAggregate, SessionSpec
@@ -121,6 +121,7 @@ class WindowSpec(AggregateSpec):
     """
 
     windows: ClassVar[tuple[type, ...]] = ()  # (Tumble, Hop): set below, once they exist
+    capabilities: ClassVar[Capabilities] = Capabilities(partials=True, rescale=True, late_groups=True)
 
     def __new__(cls, window: Any = None, *args: Any, **kwargs: Any) -> Any:
         if cls is WindowSpec and isinstance(window, Session):  # WindowSpec(Session(...)) is a SessionSpec
@@ -232,6 +233,10 @@ class WindowAggregate(AggregateOperator):
                          backend=backend)
         self._blocks: dict[int, tuple[list[Any], list[Any]]] = {}
         self._dirty: set[int] = set()  # window starts changed since mark_saved()
+        # Spark's state figures (its StateStoreSaveExec's metrics), since this object was made: the (window,
+        # key) groups written to the state, removed from it, and dropped as late (each group of a push once)
+        self.groups_updated = self.groups_removed = self.late_groups = 0
+        self._late_keys: list[list[Any]] = []  # the late groups' keys until counted (:meth:`_count_late`)
 
     # -- push ------------------------------------------------------------------
     def push(self, table: pa.Table | Frame) -> pa.Table | None:
@@ -256,14 +261,17 @@ class WindowAggregate(AggregateOperator):
         b = self._backend
         xp = b.xp
         rows, widx = assign_windows(xp, ts, self._size, self._slide)
+        late = None
         if drop_closed and self._drained is not None and rows.shape[0]:
             # open: start + size > W + close, with start = widx * slide
             open_ = self._open(widx)
             nlate = int(rows.shape[0] - xp.count_nonzero(open_))
             if nlate:
                 self.late_rows += nlate
-                gone = rows[mask_index(xp, ~open_, nlate)]
+                sel = mask_index(xp, ~open_, nlate)
+                gone = rows[sel]
                 self._set_aside(frame, gone if base is None else base[gone])
+                late = (widx[sel], gone if base is None else base[gone])
                 idx = mask_index(xp, open_, int(rows.shape[0]) - nlate)
                 rows, widx = rows[idx], widx[idx]
         identity = base is None and self._size == self._slide and rows.shape[0] == table.num_rows
@@ -272,6 +280,8 @@ class WindowAggregate(AggregateOperator):
         if rows.shape[0] == 0:
             return None
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._codecs]
+        if late is not None:
+            self._count_late_groups(xp, [late[0]] + [c[late[1]] for c in codes])
         # windows are keyed by index (start // slide): a narrow key packs into
         # one sort word with the group keys
         keys = [widx] + [c if identity else c[rows] for c in codes]
@@ -283,12 +293,57 @@ class WindowAggregate(AggregateOperator):
         return gkeys, gaccs
 
 
+    def _count_late_groups(self, xp: Any, keys: list[Any]) -> None:
+        """Keep the (window index, key codes) of late pairs ``keys``; their
+        distinct groups are counted in ``late_groups`` by :meth:`_count_late`
+        when the counters are read (a Spark task reads them once a batch; a
+        drain counts them too past a million pairs): Spark drops a
+        micro-batch's late input as groups (``numRowsDroppedByWatermark`` of
+        its aggregation), each once."""
+        self._late_keys.append(keys)
+
+    def _count_late(self, over: int = 0) -> None:
+        """Count the late groups kept (:meth:`_count_late_groups`), when
+        they are more than ``over`` pairs: on the host, one copy."""
+        if self._late_keys and sum(int(k[0].shape[0]) for k in self._late_keys) > over:
+            xp = self._backend.xp
+            keys = [xp.concatenate([k[i] for k in self._late_keys]) for i in range(len(self._late_keys[0]))]
+            self._late_keys = []
+            host = staging.download_arrays(self._backend, keys)  # (one synchronisation)
+            self.late_groups += int(group_reduce(np, host, [None], ["add"])[0][0].shape[0])
+
+    def count_late(self, rows: pa.Table) -> None:
+        """Count the groups of ``rows``, input the watermark filter dropped
+        before this stage (each behind every window it falls in), with the
+        late groups of this micro-batch's pushes: they change nothing else."""
+        if rows is None or not rows.num_rows or self._schema is None:
+            return
+        frame, ts, base = self._event_times(rows, self.window.column)
+        xp = self._backend.xp
+        at, widx = assign_windows(xp, ts, self._size, self._slide)
+        if base is not None:
+            at = base[at]
+        codes = [c.encode(xp, frame.columns[c.name], self._backend) for c in self._codecs]
+        self._count_late_groups(xp, [widx] + [c[at] for c in codes])
+
+    def _groups(self, xp: Any, sorted_keys: list[Any], rows: int) -> int:
+        """How many distinct (window, group key) groups ``rows`` state rows
+        sorted by ``sorted_keys`` hold: each row is one (no device sync),
+        but where a distinct aggregate keeps its values as rows after them;
+        without key columns, one group where there are rows."""
+        if not self._dcodecs:
+            return int(rows)
+        if not sorted_keys:
+            return int(rows > 0)
+        return int(xp.count_nonzero(group_starts(xp, sorted_keys)))
+
     def _open(self, widx: Any) -> Any:
         """Which window indexes the last drain left open: start + size > W + close,
         with start = widx * slide."""
         return widx > (self._drained + self._close - self._size) // self._slide
 
     def _ingest(self, xp: Any, gkeys: list[Any], gaccs: list[Any]) -> pa.Table | None:
+        self.groups_updated += self._groups(xp, gkeys[: 1 + len(self._codecs)], gkeys[0].shape[0])  # (each once)
         changed = self._merge(xp, gkeys, gaccs)
         if self.emit == "on-update":
             out = self._finalize(*changed)
@@ -322,6 +377,15 @@ class WindowAggregate(AggregateOperator):
         cols += [pa.array(to_np(a)) for a in gaccs]
         return pa.Table.from_arrays(cols, schema=self.partial_schema())
 
+    def ghost_partials(self, rows: pa.Table) -> pa.Table:
+        """:meth:`partials` of ``rows`` the watermark filter dropped before
+        this stage, marked by a row count of -1 (a real partial counts one
+        row or more, or none for a distinct value's): :meth:`push_partials`
+        counts their groups as late (:meth:`count_late`) and merges nothing."""
+        got = self.partials(rows)
+        last = f"__acc{len(self._accs) - 1}"
+        return got.set_column(got.schema.get_field_index(last), last, pa.array(np.full(got.num_rows, -1, np.int64)))
+
     def push_partials(self, partials: pa.Table) -> pa.Table | None:
         """Merge partial aggregates from :meth:`partials` (of any number of
         chunks, in any order) into the state. Same result as pushing the rows;
@@ -335,11 +399,15 @@ class WindowAggregate(AggregateOperator):
         widx = frame.values("__widx")[0]
         accs = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._keys]
-        if self._drained is not None and widx.shape[0]:
-            open_ = self._open(widx)
-            nlate = int(accs[-1][~open_].sum())
-            if nlate:
-                self.late_rows += nlate
+        if self._drained is not None and widx.shape[0]:  # (the filter drops rows only after the first drain)
+            # a count of -1: the groups of rows the filter dropped (:meth:`ghost_partials`), late here too
+            real = accs[-1] >= 0
+            open_ = real & self._open(widx)
+            ndrop = int(xp.count_nonzero(~open_))  # (one synchronisation, as the late count was)
+            if ndrop:
+                self.late_rows += int(xp.where(real & ~open_, accs[-1], 0).sum())
+                sel = mask_index(xp, ~open_, ndrop)
+                self._count_late_groups(xp, [widx[sel]] + [c[sel] for c in codes[: len(self._codecs)]])
                 widx, codes, accs = widx[open_], [c[open_] for c in codes], [a[open_] for a in accs]
         if widx.shape[0] == 0:
             return self._empty_out() if self.emit == "on-update" else None
@@ -390,6 +458,7 @@ class WindowAggregate(AggregateOperator):
         ``watermark``; under ``complete``, emit every window (none closes)."""
         if self.emit == "complete":
             return self._everything()
+        self._count_late(over=1 << 20)
         w = self._drain_to(watermark)
         if w is None:
             return pa.table({}) if self._schema is None else self._empty_out()
@@ -397,6 +466,8 @@ class WindowAggregate(AggregateOperator):
         if not closed:
             return self._empty_out()
         blocks = [self._blocks.pop(s) for s in closed]
+        self.groups_removed += sum(self._groups(self._backend.xp, blk[0][: len(self._codecs)], blk[1][0].shape[0])
+                                   for blk in blocks)
         if self.emit == "on-update":
             self._compact_keys()
             return self._empty_out()
@@ -404,6 +475,11 @@ class WindowAggregate(AggregateOperator):
         self._compact_keys()
         self.rows_out += out.num_rows
         return out
+
+    def counters(self) -> dict[str, int]:
+        self._count_late()
+        return {**super().counters(), "groups_updated": self.groups_updated, "groups_removed": self.groups_removed,
+                "late_groups": self.late_groups}
 
     def _everything(self) -> pa.Table:
         """Every window's current values, the state kept."""

@@ -111,6 +111,15 @@ def test_gpuwm_jars_names_the_rapids_jar_or_says_in_one_line_which_spark_it_supp
         assert want == f"com.nvidia:rapids-4-spark_2.13:{versions.line().rapids[0]}"
 
 
+def test_the_state_node_is_built_against_each_line_s_package():
+    """gpuwm's Scala node (gpuwm/spark/jvm/build.py) names the stateful
+    traits where each line has them: 4.1 moved them and added the stores
+    commit validation expects (built and run on each line: test_state_progress)."""
+    assert versions.stateful_package((4, 0, 5)) == ("org.apache.spark.sql.execution.streaming", False)
+    for v in ((4, 1, 3), (4, 2, 1), (4, 3, 0)):
+        assert versions.stateful_package(v) == ("org.apache.spark.sql.execution.streaming.operators.stateful", True)
+
+
 def test_outside_the_lines_is_one_line():
     assert unsupported((4, 1, 1)) is None and unsupported((4, 3, 0)) is None
     for v in ((3, 5, 8), (5, 0, 0)):

@@ -66,6 +66,7 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
     from .direct import direct_reason
     from .loop import Driver
     from .prepare import prepare_checkpoint
+    from .state_ops import with_state_nodes
 
     ck = plan.checkpoint
     trigger, finish = drain.trigger_for(dict(trigger) if trigger else None, plan.watermark.resolved_profile.name)
@@ -101,6 +102,7 @@ def _start(plan: Plan, df, *, spark, inputs: Mapping[str, Any] | None, read: str
         driver.file_log = SparkFileLog(spark, plan.sink, sink_schema(plan))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     stream = spark_watermark(drain.with_drains(df, ck), plan)
+    stream = with_state_nodes(spark, stream, plan, f"{ck.loc.uri.rstrip('/')}/state")  # (Spark's progress)
     writer = stream.writeStream.foreachBatch(driver.run_batch).option("checkpointLocation", ck.loc.uri)
     if trigger:
         writer = writer.trigger(**trigger)

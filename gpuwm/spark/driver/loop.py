@@ -42,6 +42,7 @@ from ..io.sources import KAFKA_COUNTS, add_counts
 from ..jvm.objects import scala_iter
 from ..storage import store
 from ..storage.checkpoint import Owner
+from .state_ops import tell_spark_state
 
 
 def tell_spark_watermark(query, watermark_us: int | None) -> None:
@@ -463,6 +464,7 @@ class Driver:
         if m["time_kind"] == "timestamp":
             tell_spark_watermark(self._stream(), m["watermark"])
         tell_spark_durations(self._stream(), m)
+        tell_spark_state(self.spark, self._stream(), plan, m)
         if plan.sink.kind == "console":
             shown = pa.concat_tables(outs).slice(0, plan.sink.rows).to_pandas().to_string(index=False) if outs else ""
             say(f"-------- gpuwm batch {batch_id}: {sum(t.num_rows for t in outs)} row(s) --------"

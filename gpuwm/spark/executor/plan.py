@@ -288,6 +288,16 @@ class Plan:
         return self.watermark.resolved_profile
 
     @property
+    def counts_filter_late(self) -> bool:
+        """The watermark filter's late rows go on to the first stage to be
+        counted (not pushed) by a stage that counts late input in groups,
+        as Spark's progress does (``capabilities.late_groups``: a tumbling
+        or hopping window aggregation); with one task, or as partials
+        (``pre_aggregates``)."""
+        return (not self.graph and not self.multi and bool(self.stages) and self.stages[0].capabilities.late_groups
+                and (self.vnodes == 1 or self.pre_aggregates))
+
+    @property
     def pre_aggregates(self) -> bool:
         """The first stage's partials cross the shuffle, not rows (vnodes > 1;
         not with a late-row sink: a late row must still be a row where the

@@ -115,13 +115,14 @@ class _Filter:
 
 def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatch], batch_id: int,
                       part: int, now_iso: str | None, queued: str = "prepend",
-                      end: bool = False, counts: dict | None = None) -> tuple[Any, dict, list | dict]:
+                      end: bool = False, counts: dict | None = None) -> tuple[Any, dict, list | dict, Any]:
     """Filter one input partition against the previous batch's filter state.
     On the GPU the Arrow batch moves to the device here, once, and the kept
     rows come back as a device :class:`~gpuwm.frame.Frame`. Alignment:
     ``queued`` says where the rows held before come from (see
     ``filter_local``); none is held back at the end of the input. Returns
-    (kept rows, statistics, held rows)."""
+    (kept rows, statistics, held rows, the rows it dropped as late where the
+    first stage counts them (``plan.counts_filter_late``), else None)."""
     import gpuwm
     from gpuwm.frame import Frame
 
@@ -132,6 +133,7 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     table = pa.Table.from_batches(batches, schema=batches[0].schema) if batches else schema.empty_table()
     table = table.cast(schema) if not table.schema.equals(schema, check_metadata=False) else table
     backend = gpuwm.get_backend(plan.backend)
+    dropped = None
     held: list | dict = {} if plan.multi else []
     align = {"held_out": held, "queued": queued, "align": not end,
              "now": None if now_iso is None else datetime.fromisoformat(now_iso)} if plan.aligned else {}
@@ -143,10 +145,12 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
         write_late(plan, batch_id, None, part, {n: got[0] for n, got in (late_by or {}).items() if got}, "filter")
     else:
         data = Frame.from_arrow(table, backend) if backend.is_gpu else table
-        late: list | None = None if plan.late is None else []
+        late: list | None = None if plan.late is None and not plan.counts_filter_late else []
         kept, stats = filt.f.filter_local(data, late_out=late, **align)
-        if late:
+        if late and plan.late is not None:
             write_late(plan, batch_id, None, part, {None: late[0]}, "filter")
+        if late and plan.counts_filter_late:
+            dropped = late[0] if isinstance(late[0], pa.Table) else late[0].to_arrow()
     stats["read_s"] = t_read - t_start
     stats["t_read"] = t_read
     stats["malformed"] = (counts or {}).get("malformed", 0)  # what a direct source counted (Kafka)
@@ -154,7 +158,7 @@ def _filter_partition(plan: Plan, filt: _Filter, batches: Iterator[pa.RecordBatc
     stats["offsets_lost"] = (counts or {}).get("offsets_lost", 0)
     stats["kafka"] = add_counts({}, counts or {}, KAFKA_COUNTS)  # who read its ranges, and the codec's cost
     stats["part"] = part
-    return kept, stats, held
+    return kept, stats, held, dropped
 
 
 def _input(plan: Plan, batches: Iterator[pa.RecordBatch], direct: dict | None,
@@ -197,12 +201,12 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
     if direct is not None and direct.get("held"):
         got = filt.f.held_table()
         got = None if not filt.f.held_rows else to_union(plan.input_schema, got) if plan.multi else got
-        kept, stats, held = _filter_partition(plan, filt, iter([] if got is None else got.to_batches()), batch_id,
-                                              partition, now_iso, "only", end)
+        kept, stats, held, dropped = _filter_partition(plan, filt, iter([] if got is None else got.to_batches()),
+                                                       batch_id, partition, now_iso, "only", end)
     else:
         counts: dict = {}
-        kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id,
-                                              partition or 0, now_iso, "skip", end, counts)
+        kept, stats, held, dropped = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id,
+                                                       partition or 0, now_iso, "skip", end, counts)
     vn = None
     if plan.graph:  # each input's rows, as pieces, to the segments that read them; none cross Spark's shuffle
         kept = {n: t if isinstance(t, pa.Table) else t.to_arrow() for n, t in kept.items()}
@@ -217,7 +221,10 @@ def filter_task(plan: Plan, filter_state: bytes | None, batches: Iterator[pa.Rec
         vn = np.concatenate(vns) if vns else np.zeros(0, dtype=np.int32)
         kept = to_union(plan.input_schema, kept)
     elif plan.pre_aggregates:  # partial aggregates per (window, key) of this partition
-        kept = plan.build(0).partials(kept)
+        first = plan.build(0)
+        kept = first.partials(kept)
+        if dropped is not None and dropped.num_rows:  # the late rows' groups, for Spark's dropped-rows figure
+            kept = pa.concat_tables([kept, first.ghost_partials(dropped)])
     elif not isinstance(kept, pa.Table):  # device rows go back to the host for the shuffle
         kept = kept.to_arrow()
     if plan.arrival_order:  # (input partition, position): each vnode restores this order
@@ -297,12 +304,12 @@ def single_task(plan: Plan, filter_state: bytes | None, now_iso: str, batch_id: 
     the rows stay on the device from the filter to the first drain)."""
     filt = _Filter(plan, filter_state)
     counts: dict = {}
-    kept, stats, held = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id, 0, now_iso,
-                                          end=end, counts=counts)
+    kept, stats, held, dropped = _filter_partition(plan, filt, _input(plan, batches, direct, counts), batch_id, 0,
+                                                   now_iso, end=end, counts=counts)
     stats["task_s"] = time.perf_counter() - stats.pop("t_read")
     wm = filt.advance([stats], now_iso, end, held if plan.aligned else None)
     yield from run_segment(plan, 0, 0, kept, wm, batch_id, prev, stats=[stats], filt=filt,
-                           t_start=time.perf_counter()).to_batches()
+                           t_start=time.perf_counter(), dropped=dropped).to_batches()
 
 
 def job_args(fstate: bytes | None, now_iso: str, batch_id: int, prev: store.Prev | None, direct: dict,
@@ -367,7 +374,7 @@ def segment_task(plan: Plan, seg: int, batch_id: int, prev: store.Prev | None,
 
 def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: int,
                 prev: store.Prev | None, *, stats: list[dict] | None = None, filt: _Filter | None = None,
-                t_start: float) -> pa.Table:
+                t_start: float, dropped: pa.Table | None = None) -> pa.Table:
     """Run segment ``seg``'s stages on ``vnode``: each pushes what the one
     before released and drains with the one before's output watermark;
     save each stage's state; send the last stage's rows on (to the next
@@ -400,7 +407,9 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         t0 = time.perf_counter()
         op, places = store.load_operator(plan, i, prev, vnode)
         op.keep_late(plan.late is not None)
-        before = op.counters()
+        before, rows_before = op.counters(), op.state_rows
+        if dropped is not None and i == 0:  # what the filter dropped before it (one task: Spark's late groups)
+            op.count_late(dropped)
         low = op.drained_watermark  # for the sort's ranges: [its previous drain, this one)
         n_in = _num_rows(out)
         if i == 0 and plan.pre_aggregates:
@@ -421,7 +430,7 @@ def run_segment(plan: Plan, seg: int, vnode: int, rows: Any, wm: Any, batch_id: 
         save_s += t2 - t1
         after = op.counters()
         per_stage[str(i)] = {**{k: after[k] - before.get(k, 0) for k in after}, "rows_pushed": n_in,
-                             "rows_emitted": out.num_rows, "state_rows": op.state_rows,
+                             "rows_emitted": out.num_rows, "state_rows": op.state_rows, "state_rows_before": rows_before,
                              "state_bytes": op.state_bytes, "kernel_s": t1 - t0, "state_save_s": t2 - t1}
         high, wm = wm, released.watermark
         if plan.graph:

@@ -236,6 +236,16 @@ def file_sink_log(v: Version | None = None) -> str:
     return f"org.apache.spark.sql.execution.streaming{pkg}"
 
 
+def stateful_package(v: Version | None = None) -> tuple[str, bool]:
+    """The package of Spark ``v``'s (the running one's) stateful operator
+    traits (``StateStoreWriter``, ``StatefulOperatorStateInfo``: 4.1 moved
+    them into ``execution.streaming.operators.stateful``), and whether its
+    ``StateStoreWriter`` names the stores Spark's commit validation expects
+    (``stateStoreNames``, 4.1 on)."""
+    new = (running() if v is None else v) >= (4, 1, 0)
+    return "org.apache.spark.sql.execution.streaming" + (".operators.stateful" if new else ""), new
+
+
 def remainder_by_zero(v: Version | None = None) -> str:
     """The error class Spark ``v`` (the running one) fails an integer
     ``%`` by zero with under ANSI mode: ``REMAINDER_BY_ZERO`` from 4.1,
