@@ -23,6 +23,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from ...errors import GpuwmError
@@ -78,21 +79,27 @@ def state_jar() -> str:
 
 
 _LOADED: dict[int, object] = {}
+_LOCK = threading.Lock()
 
 
 def load(spark):
     """``GpuwmStrategy`` (the Scala object) in ``spark``'s driver JVM: its
     jar (:func:`state_jar`) loaded once per JVM by a class loader whose
-    parent is Spark's."""
+    parent is Spark's (under a lock: queries started side by side, as
+    ``gpuwm demo``'s, must share one loader, or one's strategy would not
+    know the other's nodes)."""
     gateway = spark.sparkContext._gateway
-    got = _LOADED.get(id(gateway))
-    if got is None:
-        jvm = spark._jvm
-        urls = gateway.new_array(jvm.java.net.URL, 1)
-        urls[0] = jvm.java.io.File(state_jar()).toURI().toURL()
-        loader = jvm.java.net.URLClassLoader(urls, jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
-        got = loader.loadClass("gpuwm.spark.GpuwmStrategy$").getField("MODULE$").get(None)
-        _LOADED[id(gateway)] = got
+    with _LOCK:
+        return _LOADED.get(id(gateway)) or _load(spark, gateway)
+
+
+def _load(spark, gateway):
+    jvm = spark._jvm
+    urls = gateway.new_array(jvm.java.net.URL, 1)
+    urls[0] = jvm.java.io.File(state_jar()).toURI().toURL()
+    loader = jvm.java.net.URLClassLoader(urls, jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
+    got = loader.loadClass("gpuwm.spark.GpuwmStrategy$").getField("MODULE$").get(None)
+    _LOADED[id(gateway)] = got
     return got
 
 
