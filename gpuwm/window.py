@@ -399,10 +399,12 @@ class WindowAggregate(AggregateOperator):
         widx = frame.values("__widx")[0]
         accs = [frame.values(f"__acc{j}")[0] for j in range(len(self._accs))]
         codes = [c.encode(xp, frame.columns[c.name], b) for c in self._keys]
-        if self._drained is not None and widx.shape[0]:  # (the filter drops rows only after the first drain)
-            # a count of -1: the groups of rows the filter dropped (:meth:`ghost_partials`), late here too
+        if widx.shape[0]:
+            # a count of -1: the groups of rows the filter dropped (:meth:`ghost_partials`): counted as late
+            # here too and never merged, whatever this stage's own close says (under a profile whose filter
+            # drops a row whose window is still open here, or before this stage's first drain)
             real = accs[-1] >= 0
-            open_ = real & self._open(widx)
+            open_ = real & self._open(widx) if self._drained is not None else real
             ndrop = int(xp.count_nonzero(~open_))  # (one synchronisation, as the late count was)
             if ndrop:
                 self.late_rows += int(xp.where(real & ~open_, accs[-1], 0).sum())

@@ -304,3 +304,43 @@ def test_partials_pushed_elsewhere_equal_rows(backend, window, emit, keys, ops, 
             w += arg
             _cmp(a.drain(w), ref.drain(w), True, keys)
     assert a.late_rows == ref.late
+
+
+@pytest.mark.parametrize("drained_first", [False, True])
+def test_ghost_partials_count_late_groups_and_change_nothing_else(backend, drained_first):
+    """The groups of rows the watermark filter dropped reach the window
+    stage as partials of no row (``ghost_partials``, over vnodes) or as
+    rows to count (``count_late``, one task): both count their distinct
+    (window, key) groups once each with the stage's own late groups, as
+    Spark's progress counts late input, and merge nothing — even where the
+    stage has not drained yet or the ghost's window is still open here (a
+    profile whose filter drops by row)."""
+    hop = gpuwm.Hop("ts", size=10, slide=5)
+    kept = pa.table({"ts": [20, 21, 33], "k": [1, 2, 1], "v": [1.0, 2.0, 3.0]})
+    dropped = pa.table({"ts": [1, 2, 3, 24, 6], "k": [1, 1, 2, 3, 1], "v": [9.0, 9.0, 9.0, 9.0, 9.0]})
+    # (1, 2, 3 fall in windows [-5, 5) and [0, 10) -> keys 1 and 2: 4 groups; 6: [0, 10) and [5, 15) key 1: one
+    # more; 24 (its windows [15, 25), [20, 30) still open) key 3: 2 more)
+    want_groups = 7
+    outs = {}
+    for how in ("rows", "partials", "ghosts", "count"):
+        a = gpuwm.WindowAggregate(hop, by=["k"], aggs={"n": ("*", "count"), "s": ("v", "sum")}, backend=backend)
+        a.bind(kept.schema)
+        if drained_first:
+            a.drain(0)
+        if how == "rows":
+            a.push(kept)
+        elif how == "partials":
+            a.push_partials(a.partials(kept))
+        elif how == "ghosts":
+            a.push_partials(pa.concat_tables([a.partials(kept), a.ghost_partials(dropped)]))
+        else:
+            a.count_late(dropped)
+            a.push(kept)
+        got = a.counters()
+        outs[how] = a.drain(100).to_pydict()
+        if how in ("ghosts", "count"):
+            assert got["late_groups"] == want_groups and got["late_rows"] == 0, (how, got)
+        else:
+            assert got["late_groups"] == 0, (how, got)
+        assert got["groups_updated"] == 6 and a.counters()["groups_removed"] == 6, (how, got)
+    assert outs["ghosts"] == outs["count"] == outs["partials"] == outs["rows"]
