@@ -132,7 +132,8 @@ def tell_spark_state(spark, query, plan: Plan, m: dict) -> None:
     it builds the batch's progress, after the call): one py4j call, the
     nodes found on the JVM. ``query``: the query's ``StreamExecution``
     (JVM; None: not found)."""
-    if query is None or not m.get("stages") or not stateful_stages(plan):
+    stages = stateful_stages(plan)
+    if query is None or not m.get("stages") or not stages:
         return
     from ..jvm.build import loaded
 
@@ -145,7 +146,7 @@ def tell_spark_state(spark, query, plan: Plan, m: dict) -> None:
         return
     gpu = str(m.get("backend", "")).startswith("gpu")
     said = []
-    for i, _ in stateful_stages(plan):
+    for i, _ in stages:
         got = figures(m["stages"][i], plan.vnodes, gpu, m.get("late_rows", 0) if i == 0 and not plan.graph else 0)
         said.append(f"{i}:" + ",".join(f"{k}={int(v)}" for k, v in got.items()))
     strategy.report(root, ";".join(said))

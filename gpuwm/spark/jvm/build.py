@@ -90,7 +90,8 @@ def load(spark):
     know the other's nodes)."""
     gateway = spark.sparkContext._gateway
     with _LOCK:
-        return _LOADED.get(id(gateway)) or _load(spark, gateway)
+        got = _LOADED.get(id(gateway))
+        return _load(spark, gateway) if got is None else got
 
 
 def _load(spark, gateway):
